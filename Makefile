@@ -1,0 +1,54 @@
+# pheap: thin wrapper over CMake. Every target builds what it needs first.
+#   make            build (Release with assertions off, -Werror)
+#   make test       build, then run every test (ctest)
+#   make demo       build, then run the demo on a heap file under /tmp
+#   make install PREFIX=dir
+#   make test-asan  ASan+UBSan build and test     make test-tsan  TSan build and test
+#   make bench      benchmarks (never part of make test)   make torture  long soak runs
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE   ?= cmake
+GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+CTEST_ARGS ?= --output-on-failure -j $(JOBS)
+
+.PHONY: all build test demo install test-asan test-tsan bench torture clean deps
+
+all: build
+
+deps:
+	@command -v $(CMAKE) >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 || \
+	  { apt-get update && apt-get install -y cmake build-essential pkg-config; }
+
+build: | deps
+	@test -f $(BUILD)/CMakeCache.txt || $(CMAKE) -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest $(CTEST_ARGS) -LE torture
+
+demo: build
+	sh examples/demo.sh $(BUILD)
+
+install: build
+	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
+
+test-asan: | deps
+	@test -f build-asan/CMakeCache.txt || $(CMAKE) -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DPHEAP_SANITIZE=address
+	$(CMAKE) --build build-asan -j $(JOBS)
+	cd build-asan && ctest $(CTEST_ARGS) -LE torture
+
+test-tsan: | deps
+	@test -f build-tsan/CMakeCache.txt || $(CMAKE) -S . -B build-tsan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DPHEAP_SANITIZE=thread
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	cd build-tsan && ctest $(CTEST_ARGS) -LE torture
+
+torture: build
+	cd $(BUILD) && ctest --output-on-failure -L torture
+
+bench: build
+	sh bench/run.sh $(BUILD) $(if $(QUICK),--quick)
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

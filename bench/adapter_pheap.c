@@ -1,0 +1,112 @@
+/*
+ * adapter_pheap.c -- pheap through its public API: pheap_open(PHEAP_CREATE),
+ * pheap_alloc / pheap_free, pheap_stats for flushes, fences and reflushes.
+ * The flush kind comes from PHEAP_FLUSH (run.sh sets it; defaulted here to
+ * the best cache-line flush of the CPU) so pheap writes back lines on tmpfs
+ * exactly as it would on DAX.  Built only when the library has pheap_alloc
+ * (CMake PHEAP_HAVE_ALLOC).
+ */
+#include "bench.h"
+
+#include <pheap.h>
+#include <stdlib.h>
+
+static pheap *heap;
+static uint64_t free_errors;          /* failed pheap_free calls (atomic) */
+static int first_free_error;
+
+static int pheap_bench_load(void)
+{
+    setenv("PHEAP_FLUSH", bench_cpu_flush(), 0);
+    return 0;
+}
+
+static int opened(int rc, const char *what, const char *path)
+{
+    if (rc != 0) {
+        bench_fail("pheap_open(%s) %s: %s: %s", what, path, pheap_strerror(rc), pheap_errmsg());
+        heap = NULL;
+        return -1;
+    }
+    __atomic_store_n(&free_errors, 0, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static int pheap_bench_init(const bench_heap_conf *conf)
+{
+    pheap_options o = { 0 };
+    o.size = conf->size;
+    o.max_size = conf->size;
+    o.flags = PHEAP_CREATE | PHEAP_EXCL;
+    return opened(pheap_open(conf->path, &o, &heap), "create", conf->path);
+}
+
+static int pheap_bench_reopen(const bench_heap_conf *conf)
+{
+    pheap_options o = { 0 };
+    return opened(pheap_open(conf->path, &o, &heap), "reopen", conf->path);
+}
+
+static bench_handle pheap_bench_alloc(size_t size)
+{
+    return pheap_alloc(heap, size);
+}
+
+static void pheap_bench_free(bench_handle h)
+{
+    int rc = pheap_free(heap, h);
+    if (rc != 0 && __atomic_fetch_add(&free_errors, 1, __ATOMIC_RELAXED) == 0)
+        first_free_error = rc;
+}
+
+/* A failed free is a bug the workload cannot see: report it here. */
+static int pheap_bench_close(void)
+{
+    uint64_t errors = __atomic_load_n(&free_errors, __ATOMIC_RELAXED);
+    int rc = pheap_close(heap);
+    heap = NULL;
+    if (errors) {
+        bench_fail("%llu pheap_free calls failed, the first with %s",
+                   (unsigned long long)errors, pheap_strerror(first_free_error));
+        return -1;
+    }
+    if (rc != 0) {
+        bench_fail("pheap_close: %s: %s", pheap_strerror(rc), pheap_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+static int pheap_bench_counters(bench_counters *out)
+{
+    pheap_stats s;
+    if (pheap_stats(heap, &s) != 0)
+        return -1;
+    out->flushes = s.flushes;
+    out->fences = s.fences;
+    out->reflushes = s.reflushes;
+    return 0;
+}
+
+static int pheap_bench_heap_bytes(uint64_t *out)
+{
+    pheap_stats s;
+    if (pheap_stats(heap, &s) != 0)
+        return -1;
+    *out = s.data_size;
+    return 0;
+}
+
+const bench_allocator bench_pheap = {
+    .name = "pheap",
+    .what = "pheap pheap_alloc/pheap_free (persistent)",
+    .persistent = 1,
+    .load = pheap_bench_load,
+    .init = pheap_bench_init,
+    .alloc = pheap_bench_alloc,
+    .free = pheap_bench_free,
+    .close = pheap_bench_close,
+    .counters = pheap_bench_counters,
+    .heap_bytes = pheap_bench_heap_bytes,
+    .reopen = pheap_bench_reopen,
+};

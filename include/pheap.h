@@ -1,0 +1,278 @@
+/*
+ * pheap.h -- the pheap manual.
+ *
+ * pheap is a persistent memory heap: programs keep pointer-rich data
+ * structures in a memory-mapped file and find them again, intact, after a
+ * restart, a kill -9 or a power failure.  This header is the whole public
+ * interface; every call says what it does, what holds after a crash and how
+ * it fails.
+ *
+ * Conventions
+ *   - Calls returning int return 0 on success or a negative PHEAP_E* code.
+ *   - Calls returning an offset or a pointer return 0 / NULL on failure.
+ *   - Every failing call records its code and a readable message for the
+ *     calling thread: pheap_errno() and pheap_errmsg().
+ *   - "Durable" means: survives a process crash, a kill -9 and a power
+ *     failure of the machine (x86 persistency model, DESIGN section 2).
+ *   - A handle may be used by many threads at once unless a call says
+ *     otherwise.
+ */
+#ifndef PHEAP_H
+#define PHEAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ===================================================================== */
+/*  Versions                                                             */
+/* ===================================================================== */
+
+#define PHEAP_VERSION_MAJOR 0
+#define PHEAP_VERSION_MINOR 1
+#define PHEAP_VERSION_PATCH 0
+
+/* Heap file format written by this build.  A heap with the same major
+ * version and any minor version opens; a newer major is refused. */
+#define PHEAP_FORMAT_MAJOR 1
+#define PHEAP_FORMAT_MINOR 0
+
+/* Library version as "major.minor.patch". */
+const char *pheap_version(void);
+
+/* ===================================================================== */
+/*  Types                                                                */
+/* ===================================================================== */
+
+typedef struct pheap pheap;   /* opaque handle of an open heap */
+
+/* Persistent pointer: byte offset from the start of the heap file.  0 is
+ * the null offset.  Offsets stay valid when the file is mapped at another
+ * address, copied to another machine or opened by another process. */
+typedef uint64_t pheap_off;
+
+/* ===================================================================== */
+/*  Errors                                                               */
+/* ===================================================================== */
+
+enum {
+    PHEAP_OK = 0,
+    PHEAP_EINVAL = -1,      /* bad argument or option value */
+    PHEAP_ENOMEM = -2,      /* out of memory (process or heap) */
+    PHEAP_ENOENT = -3,      /* no such file, or no such root */
+    PHEAP_EEXIST = -4,      /* PHEAP_EXCL and the file exists */
+    PHEAP_EACCES = -5,      /* no permission to open the file as asked */
+    PHEAP_EBUSY = -6,       /* heap open read-write elsewhere (file lock) */
+    PHEAP_EIO = -7,         /* the operating system refused (see message) */
+    PHEAP_ENOTHEAP = -8,    /* the file is not a pheap heap (bad magic) */
+    PHEAP_ETRUNCATED = -9,  /* the file is shorter than its header says */
+    PHEAP_ECHECKSUM = -10,  /* header checksum mismatch: header corrupted */
+    PHEAP_EVERSION = -11,   /* format version this build cannot open */
+    PHEAP_ELAYOUT = -12,    /* inconsistent header fields or region table */
+    PHEAP_EEMPTY = -13,     /* zero-length file (not created by pheap) */
+    PHEAP_EISDIR = -14,     /* the path is a directory */
+    PHEAP_ERDONLY = -15,    /* write through a read-only handle */
+    PHEAP_ENOSPC = -16,     /* a fixed table is full (e.g. roots) */
+    PHEAP_ENAME = -17,      /* name empty or longer than the limit */
+    PHEAP_ENOTSUP = -18,    /* not supported here (CPU, file system) */
+    PHEAP_ECORRUPT = -19,   /* metadata inconsistent (see pheap_check) */
+    PHEAP_ERANGE = -20,     /* offset outside the heap's data region */
+};
+
+/* Static description of an error code ("bad checksum", ...). Never NULL. */
+const char *pheap_strerror(int err);
+
+/* Code of the last failure in the calling thread (0 if none yet). */
+int pheap_errno(void);
+
+/* Detail of the last failure in the calling thread, e.g. the path and the
+ * field that was wrong.  Valid until the thread's next failing call. */
+const char *pheap_errmsg(void);
+
+/* ===================================================================== */
+/*  Opening and closing                                                  */
+/* ===================================================================== */
+
+/* pheap_options.flags */
+#define PHEAP_CREATE   0x1u  /* create the file if it does not exist */
+#define PHEAP_EXCL     0x2u  /* with PHEAP_CREATE: fail if it exists */
+#define PHEAP_RDONLY   0x4u  /* map read-only; every write call fails */
+#define PHEAP_SIMULATE 0x8u  /* crash simulator: see the section below */
+
+/* pheap_options.flush: how stores are made durable.  AUTO picks cache-line
+ * flushes when the file is on DAX (MAP_SYNC works) and msync otherwise; the
+ * environment variable PHEAP_FLUSH=clwb|clflushopt|clflush|msync|none
+ * overrides AUTO.  A value set here wins over the environment. */
+enum pheap_flush_kind {
+    PHEAP_FLUSH_AUTO = 0,
+    PHEAP_FLUSH_CLWB,       /* clwb + sfence (best where available) */
+    PHEAP_FLUSH_CLFLUSHOPT, /* clflushopt + sfence */
+    PHEAP_FLUSH_CLFLUSH,    /* clflush (serialising, no fence needed) */
+    PHEAP_FLUSH_MSYNC,      /* msync(MS_SYNC) of the pages (non-DAX) */
+    PHEAP_FLUSH_NONE,       /* nothing: survives a process crash only */
+    PHEAP_FLUSH_SIM,        /* crash simulator (set by PHEAP_SIMULATE) */
+};
+
+/* Name of a flush kind ("clwb", "msync", ...). */
+const char *pheap_flush_name(unsigned kind);
+
+typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
+    uint64_t size;              /* bytes, when creating (rounded up to 64 KiB) */
+    unsigned flags;             /* PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE */
+    unsigned mode;              /* permission bits when creating (0 = 0600) */
+    uint64_t sim_crash_fence;   /* with PHEAP_SIMULATE: just before this fence (1-based) */
+    const char *sim_crash_image;/*   takes effect, write the durable image here (0 = never) */
+    double sim_evict_probability; /* with that image: each dirty or flushed-unfenced line */
+    uint64_t sim_seed;          /*   joins it with this probability, drawn from this seed */
+    uint64_t max_size;          /* growth limit when creating (0 = size); fixed for life */
+    unsigned flush;             /* enum pheap_flush_kind; 0 = AUTO (see above) */
+    unsigned reserved0;         /* must be 0 */
+} pheap_options;
+
+/* Opens the heap file at `path`, creating it first when PHEAP_CREATE is set
+ * and the file does not exist (or is empty), and stores the handle in *out.
+ *
+ * Creation is atomic: the heap is formatted in a temporary file next to
+ * `path` and renamed into place, so `path` is never seen half-made.
+ * Opening validates the header (magic, version, checksum, region table,
+ * file size) and refuses anything wrong with a distinct error before
+ * mapping.  A heap that was not closed cleanly is recovered before the
+ * handle is returned, and pheap_stats() reports it (was_unclean).
+ * A read-write open takes an exclusive lock on the file: a second
+ * read-write or read-only open elsewhere fails with PHEAP_EBUSY until
+ * pheap_close (or the death of the process).  Read-only opens share.
+ *
+ * Errors: PHEAP_EINVAL (bad options), PHEAP_ENOENT, PHEAP_EEXIST,
+ * PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
+ * PHEAP_ETRUNCATED, PHEAP_ECHECKSUM, PHEAP_EVERSION, PHEAP_ELAYOUT,
+ * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOMEM, PHEAP_EIO.
+ * On failure nothing in the file has changed. */
+int pheap_open(const char *path, const pheap_options *opts, pheap **out);
+
+/* Clean shutdown: makes everything durable, marks the heap clean, unmaps it
+ * and releases the lock.  NULL is accepted.  Under PHEAP_SIMULATE the file
+ * receives the simulator's durable image (only what was flushed and fenced).
+ * The handle is freed even when an error is returned (PHEAP_EIO). */
+int pheap_close(pheap *h);
+
+/* ===================================================================== */
+/*  Persistent pointers                                                  */
+/* ===================================================================== */
+
+/* Address of offset `off` in this mapping; NULL for 0 or an offset outside
+ * the mapped heap. */
+void *pheap_direct(const pheap *h, pheap_off off);
+
+/* Offset of address `addr`; 0 if it is not inside the mapped heap. */
+pheap_off pheap_offset(const pheap *h, const void *addr);
+
+/* ===================================================================== */
+/*  Persistence of user data                                             */
+/* ===================================================================== */
+
+/* Starts writing back the cache lines of [addr, addr+len).  Durable only
+ * after a following pheap_drain.  Ranges outside the heap are ignored. */
+void pheap_flush(pheap *h, const void *addr, size_t len);
+
+/* Fence: every flush issued before by this thread is durable on return. */
+void pheap_drain(pheap *h);
+
+/* pheap_flush + pheap_drain: [addr, addr+len) is durable on return. */
+void pheap_persist(pheap *h, const void *addr, size_t len);
+
+/* ===================================================================== */
+/*  Roots                                                                */
+/* ===================================================================== */
+
+#define PHEAP_ROOT_NAME_MAX 63   /* bytes, without the terminating NUL */
+#define PHEAP_ROOTS_MAX     256  /* named roots one heap can hold */
+
+/* Sets the root `name` to `off` (0 removes the name).  The root is durable
+ * when the call returns, and a crash during the call leaves the old or the
+ * new value, never a torn one.  `off` must be 0 or inside the data region.
+ * Errors: PHEAP_ENAME (empty or longer than PHEAP_ROOT_NAME_MAX),
+ * PHEAP_ERANGE, PHEAP_ENOSPC (PHEAP_ROOTS_MAX names in use), PHEAP_ERDONLY. */
+int pheap_root_set(pheap *h, const char *name, pheap_off off);
+
+/* Value of root `name`; 0 with pheap_errno() == PHEAP_ENOENT if unset. */
+pheap_off pheap_root_get(pheap *h, const char *name);
+
+/* Number of roots set. */
+unsigned pheap_root_count(pheap *h);
+
+/* The i-th root set (0 <= i < pheap_root_count), in table order: copies its
+ * name into name[PHEAP_ROOT_NAME_MAX + 1] and its value into *off.
+ * Errors: PHEAP_ENOENT when i is past the last root. */
+int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
+
+/* ===================================================================== */
+/*  Statistics and checks                                                */
+/* ===================================================================== */
+
+/* A struct tag, not a typedef: the name pheap_stats is also the function. */
+struct pheap_stats {
+    uint64_t size;            /* current file size, bytes */
+    uint64_t max_size;        /* growth limit, bytes */
+    uint64_t data_offset;     /* first byte of the data region */
+    uint64_t data_size;       /* bytes of data region now backed by the file */
+    uint8_t  uuid[16];        /* identity of the heap, set at creation */
+    unsigned format_major;    /* format version of the file */
+    unsigned format_minor;
+    unsigned flush;           /* enum pheap_flush_kind in use */
+    unsigned dax;             /* 1 if mapped with MAP_SYNC */
+    unsigned readonly;        /* 1 if opened with PHEAP_RDONLY */
+    unsigned was_unclean;     /* 1 if the last shutdown was not clean */
+    uint64_t open_count;      /* read-write opens over the heap's life */
+    uint64_t unclean_count;   /* recoveries after unclean shutdowns */
+    unsigned roots;           /* roots set */
+    uint64_t flushes;         /* cache lines flushed through this handle */
+    uint64_t fences;          /* fences issued through this handle */
+    uint64_t reflushes;       /* lines flushed again within the current or
+                                 the previous fence batch of their thread */
+};
+
+/* Fills *out.  Counters cover every thread since the open. */
+int pheap_stats(pheap *h, struct pheap_stats *out);
+
+typedef struct pheap_check_report {
+    unsigned errors;          /* problems found; 0 = consistent */
+    unsigned roots;           /* roots found */
+    char     first_error[256];/* the first problem, readable */
+} pheap_check_report;
+
+/* Deep consistency check of the heap's metadata: header, region table,
+ * state, roots.  Returns 0 when consistent, PHEAP_ECORRUPT when a problem
+ * was found (details in *out, which may be NULL).  Changes nothing. */
+int pheap_check(pheap *h, pheap_check_report *out);
+
+/* ===================================================================== */
+/*  Crash simulator (tests)                                              */
+/* ===================================================================== */
+/*
+ * With PHEAP_SIMULATE the heap's working memory is private and a separate
+ * durable image receives a cache line only when that line was flushed and
+ * a fence of the flushing thread followed -- the x86 persistency rules.
+ * The file on disk is not touched until pheap_close.
+ */
+
+/* Writes the durable image to `image_path` as if the power failed now:
+ * every line that differs from it (flushed but not fenced, or dirty and
+ * never flushed) joins the image with its current contents with
+ * probability `evict_probability`, drawn per line from `seed`.  Then
+ * releases the handle without a clean shutdown (the heap file itself is
+ * unchanged).  The handle is freed even when writing the image fails.
+ * Errors: PHEAP_EINVAL (not simulating: the handle stays open), PHEAP_EIO. */
+int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed,
+                    double evict_probability);
+
+/* Number of fences issued so far through a simulated heap (0 otherwise). */
+uint64_t pheap_sim_fence_count(const pheap *h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHEAP_H */

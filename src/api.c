@@ -1,0 +1,88 @@
+/*
+ * api.c -- the small public calls that only translate between the handle
+ * and the layers below: pointers, user-data persistence, statistics and
+ * the version.
+ */
+#include <string.h>
+
+#include "format/layout.h"
+#include "heap/heap.h"
+#include "util/error.h"
+
+#define PH_STR2(x) #x
+#define PH_STR(x) PH_STR2(x)
+
+ph_export const char *pheap_version(void)
+{
+    return PH_STR(PHEAP_VERSION_MAJOR) "." PH_STR(PHEAP_VERSION_MINOR) "." PH_STR(PHEAP_VERSION_PATCH);
+}
+
+ph_export void *pheap_direct(const pheap *h, pheap_off off)
+{
+    if (ph_unlikely(!h || off == 0 || off >= h->size))
+        return NULL;
+    return h->base + off;
+}
+
+ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
+{
+    uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->base : 0;
+    if (ph_unlikely(!h || a <= b || a >= b + h->size))
+        return 0;
+    return a - b;
+}
+
+/* Clamps [addr, addr+len) to the mapping; 0 if nothing is left. */
+static size_t clamp(const pheap *h, const void **addr, size_t len)
+{
+    uintptr_t a = (uintptr_t)*addr, b = (uintptr_t)h->base, e = b + h->size;
+    if (h->readonly || a >= e || a + len <= b || a + len < a)
+        return 0;
+    if (a < b) {
+        len -= b - a;
+        a = b;
+    }
+    *addr = (const void *)a;
+    return PH_MIN(len, e - a);
+}
+
+ph_export void pheap_flush(pheap *h, const void *addr, size_t len)
+{
+    if (h && (len = clamp(h, &addr, len)) != 0)
+        ph_persist_flush(&h->persist, ph_heap_pctx(h), addr, len);
+}
+
+ph_export void pheap_drain(pheap *h)
+{
+    if (h && !h->readonly)
+        ph_persist_fence(&h->persist, ph_heap_pctx(h));
+}
+
+ph_export void pheap_persist(pheap *h, const void *addr, size_t len)
+{
+    pheap_flush(h, addr, len);
+    pheap_drain(h);
+}
+
+ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
+{
+    if (!h || !out)
+        return ph_err(PHEAP_EINVAL, "pheap_stats: NULL argument");
+    memset(out, 0, sizeof(*out));
+    out->size = h->size;
+    out->max_size = h->hdr.max_size;
+    out->data_offset = h->data_off;
+    out->data_size = h->size - h->data_off;
+    memcpy(out->uuid, h->hdr.uuid, sizeof(out->uuid));
+    out->format_major = h->hdr.major;
+    out->format_minor = h->hdr.minor;
+    out->flush = h->persist.kind;
+    out->dax = h->dax;
+    out->readonly = h->readonly;
+    out->was_unclean = h->was_unclean;
+    out->open_count = ph_load(&h->state->xopen_count);
+    out->unclean_count = ph_load(&h->state->xunclean_count);
+    out->roots = pheap_root_count(h);
+    ph_thread_sum_counters(h, &out->flushes, &out->fences, &out->reflushes);
+    return 0;
+}

@@ -1,0 +1,182 @@
+/*
+ * header.c -- region planning and header validation.  Validation reads
+ * only a private copy of the header page, never the mapping, so a bad file
+ * is refused before anything is mapped or written.
+ */
+#include "format/header.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "os/os.h"
+#include "pheap.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+#include "util/util.h"
+
+/* Size of each metadata region for a heap that may grow to max_size. */
+static uint64_t region_size(uint32_t kind, uint64_t max_size)
+{
+    switch (kind) {
+    case PH_REGION_HEADER: return PH_PAGE_SIZE;
+    case PH_REGION_ROOTS: return PH_ALIGN_UP((uint64_t)PH_ROOTS_MAX * sizeof(ph_root_entry), PH_PAGE_SIZE);
+    case PH_REGION_LANES: return (uint64_t)PH_LANES_MAX * PH_LANE_SIZE;
+    case PH_REGION_SLABS: return PH_ALIGN_UP(max_size / PH_CHUNK_SIZE * PH_SLAB_DESC_SIZE, PH_PAGE_SIZE);
+    case PH_REGION_EXTLOG: return PH_EXTLOG_SIZE;
+    case PH_REGION_NAMES: return PH_NAMES_SIZE;
+    default: return 0;
+    }
+}
+
+static uint64_t data_offset(uint64_t max_size)
+{
+    uint64_t off = 0;
+    for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++)
+        off += region_size(k, max_size);
+    return PH_ALIGN_UP(off, PH_CHUNK_SIZE);
+}
+
+uint64_t ph_header_min_size(uint64_t max_size)
+{
+    return data_offset(max_size) + PH_CHUNK_SIZE;
+}
+
+uint64_t ph_header_checksum(const ph_header *h)
+{
+    return ph_crc32c(0, h, offsetof(ph_header, checksum));
+}
+
+int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
+{
+    if (max_size % PH_CHUNK_SIZE || max_size < ph_header_min_size(max_size))
+        return ph_err(PHEAP_EINVAL, "heap size %llu is below the minimum of %llu bytes",
+                      (unsigned long long)max_size, (unsigned long long)ph_header_min_size(max_size));
+    memset(h, 0, sizeof(*h));
+    memcpy(h->magic, PH_MAGIC_BYTES, PH_MAGIC_LEN);
+    h->major = PH_FORMAT_MAJOR;
+    h->minor = PH_FORMAT_MINOR;
+    h->header_size = sizeof(ph_header);
+    int rc = ph_os_random(h->uuid, sizeof(h->uuid));
+    if (rc)
+        return rc;
+    h->uuid[6] = (uint8_t)((h->uuid[6] & 0x0f) | 0x40); /* version 4 */
+    h->uuid[8] = (uint8_t)((h->uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    h->create_time_ns = ph_os_time_ns();
+    h->page_size = PH_PAGE_SIZE;
+    h->line_size = PH_LINE_SIZE;
+    h->chunk_size = PH_CHUNK_SIZE;
+    h->consistency = consistency;
+    h->max_size = max_size;
+    uint64_t off = 0;
+    for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++) {
+        h->regions[h->nregions++] = (ph_region){k, 0, off, region_size(k, max_size)};
+        off += region_size(k, max_size);
+    }
+    off = data_offset(max_size);
+    h->regions[h->nregions++] = (ph_region){PH_REGION_DATA, 0, off, max_size - off};
+    h->checksum = ph_header_checksum(h);
+    return 0;
+}
+
+const ph_region *ph_header_region(const ph_header *h, uint32_t kind)
+{
+    for (uint32_t i = 0; i < h->nregions && i < PH_REGIONS_MAX; i++)
+        if (h->regions[i].kind == kind)
+            return &h->regions[i];
+    return NULL;
+}
+
+static int bad_layout(const char *path, const char *what, unsigned long long v)
+{
+    return ph_err(PHEAP_ELAYOUT, "%s: inconsistent header: %s (%llu)", path, what, v);
+}
+
+/* The region table: sorted, aligned, non-overlapping, every kind once and
+ * big enough, header first, data last and reaching max_size. */
+static int validate_regions(const ph_header *h, const char *path)
+{
+    if (h->nregions != PH_REGION_KIND_END - 1)
+        return bad_layout(path, "number of regions", h->nregions);
+    uint64_t end = 0;
+    for (uint32_t i = 0; i < h->nregions; i++) {
+        const ph_region *r = &h->regions[i];
+        if (r->kind != i + 1)
+            return bad_layout(path, "region out of order or of unknown kind", r->kind);
+        if (r->flags)
+            return bad_layout(path, "region flags", r->flags);
+        if (r->offset % PH_PAGE_SIZE || r->size % PH_PAGE_SIZE)
+            return bad_layout(path, "region not page-aligned", r->offset);
+        if (r->offset < end)
+            return bad_layout(path, "regions overlap at offset", r->offset);
+        if (r->size > h->max_size || r->offset > h->max_size - r->size)
+            return bad_layout(path, "region past the maximum size", r->offset + r->size);
+        if (r->kind != PH_REGION_DATA && r->size < region_size(r->kind, h->max_size))
+            return bad_layout(path, "metadata region too small", r->size);
+        end = r->offset + r->size;
+    }
+    const ph_region *hdr = &h->regions[0], *data = &h->regions[h->nregions - 1];
+    if (hdr->offset != 0 || hdr->size != PH_PAGE_SIZE)
+        return bad_layout(path, "header region", hdr->offset);
+    if (data->offset % PH_CHUNK_SIZE || data->size < PH_CHUNK_SIZE ||
+        data->offset + data->size != h->max_size)
+        return bad_layout(path, "data region", data->offset);
+    return 0;
+}
+
+static int validate_state(const ph_header *h, const ph_state *s, uint64_t file_size,
+                          const char *path)
+{
+    uint64_t data_off = h->regions[h->nregions - 1].offset;
+    if (s->xclean != PH_STATE_CLEAN && s->xclean != PH_STATE_OPEN)
+        return bad_layout(path, "shutdown state word", s->xclean);
+    if (s->xsize % PH_CHUNK_SIZE || s->xsize < data_off + PH_CHUNK_SIZE || s->xsize > h->max_size)
+        return bad_layout(path, "current size", s->xsize);
+    if (file_size < s->xsize)
+        return ph_err(PHEAP_ETRUNCATED, "%s: truncated: the file has %llu bytes, the heap %llu",
+                      path, (unsigned long long)file_size, (unsigned long long)s->xsize);
+    return 0;
+}
+
+int ph_header_validate(const void *page, uint64_t len, uint64_t file_size, int readonly,
+                       const char *path, ph_header *hdr, ph_state *state)
+{
+    if (file_size == 0)
+        return ph_err(PHEAP_EEMPTY, "%s: empty file (not a heap; open with PHEAP_CREATE to make one)",
+                      path);
+    if (memcmp(page, PH_MAGIC_BYTES, PH_MIN(len, (uint64_t)PH_MAGIC_LEN)) != 0)
+        return ph_err(PHEAP_ENOTHEAP, "%s: not a pheap heap file (bad magic)", path);
+    if (len < PH_PAGE_SIZE || file_size < PH_PAGE_SIZE)
+        return ph_err(PHEAP_ETRUNCATED, "%s: truncated: %llu bytes, shorter than the header page",
+                      path, (unsigned long long)file_size);
+    memcpy(hdr, page, sizeof(*hdr));
+    memcpy(state, (const char *)page + PH_STATE_OFFSET, sizeof(*state));
+    if (hdr->major != PH_FORMAT_MAJOR)
+        return ph_err(PHEAP_EVERSION, "%s: format %u.%u %s; this build reads format %u.x", path,
+                      hdr->major, hdr->minor,
+                      hdr->major > PH_FORMAT_MAJOR ? "is newer than this build" : "is not supported",
+                      PH_FORMAT_MAJOR);
+    if (hdr->checksum != ph_header_checksum(hdr))
+        return ph_err(PHEAP_ECHECKSUM, "%s: header checksum mismatch (stored %08llx, computed %08llx)",
+                      path, (unsigned long long)hdr->checksum,
+                      (unsigned long long)ph_header_checksum(hdr));
+    if (hdr->feat_incompat & ~PH_FEAT_INCOMPAT_KNOWN)
+        return ph_err(PHEAP_EVERSION, "%s: needs format features %#x that this build lacks", path,
+                      hdr->feat_incompat & ~PH_FEAT_INCOMPAT_KNOWN);
+    if (!readonly && (hdr->feat_ro_compat & ~PH_FEAT_RO_COMPAT_KNOWN))
+        return ph_err(PHEAP_EVERSION, "%s: has format features %#x that this build can only read; "
+                      "open it with PHEAP_RDONLY", path, hdr->feat_ro_compat & ~PH_FEAT_RO_COMPAT_KNOWN);
+    if (hdr->header_size != sizeof(ph_header))
+        return bad_layout(path, "header size", hdr->header_size);
+    if (hdr->page_size != PH_PAGE_SIZE || hdr->line_size != PH_LINE_SIZE ||
+        hdr->chunk_size != PH_CHUNK_SIZE)
+        return bad_layout(path, "page, line or chunk size", hdr->page_size);
+    if (hdr->consistency != PH_CONSISTENCY_LOG)
+        return hdr->consistency == PH_CONSISTENCY_GC
+                   ? ph_err(PHEAP_ENOTSUP, "%s: consistency mode GC is not supported by this build", path)
+                   : bad_layout(path, "consistency mode", hdr->consistency);
+    if (hdr->max_size % PH_CHUNK_SIZE || hdr->max_size < ph_header_min_size(hdr->max_size))
+        return bad_layout(path, "maximum size", hdr->max_size);
+    int rc = validate_regions(hdr, path);
+    return rc ? rc : validate_state(hdr, state, file_size, path);
+}

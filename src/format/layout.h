@@ -1,0 +1,155 @@
+/*
+ * layout.h -- the heap file format.  Every on-media structure of pheap is in
+ * this header, with fixed-width little-endian fields and static size checks.
+ * Any change here is a format change: bump PH_FORMAT_MINOR (compatible) or
+ * PH_FORMAT_MAJOR (incompatible) and edit tests/layout on purpose.
+ *
+ * Glossary
+ *   heap      one file, mapped whole: header page | metadata regions | data.
+ *   region    a page-aligned range of the file with one purpose, listed in
+ *             the header's region table.
+ *   page      PH_PAGE_SIZE (4 KiB), the unit of regions; "OS page" is the
+ *             kernel's page, which may differ.
+ *   line      PH_LINE_SIZE (64 B), the unit of flushing and of atomicity
+ *             planning: a field that must be torn-free is 8 bytes, aligned.
+ *   chunk     PH_CHUNK_SIZE (64 KiB), the unit in which the data region is
+ *             carved into slabs and extents.
+ *   slab      a chunk holding blocks of one size class; its descriptor and
+ *             allocation bitmap live in the slab region, never inline.
+ *   extent    a run of pages of the data region handed out as one large block.
+ *   lane      a per-thread write-ahead log slot in the lane region.
+ *   root      a named persistent offset in the root region.
+ *
+ * File layout (offsets are bytes from the start of the file):
+ *   0                 header page: ph_header (checksummed, written once at
+ *                     creation) and ph_state (mutable, one line)
+ *   regions[1..]      metadata regions in the order of enum ph_region_kind
+ *   regions[last]     data region, chunk-aligned, up to max_size; only
+ *                     [data.offset, state.size) is backed by the file.
+ */
+#ifndef PH_FORMAT_LAYOUT_H
+#define PH_FORMAT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PH_FORMAT_MAJOR 1
+#define PH_FORMAT_MINOR 0
+
+#define PH_PAGE_SIZE  4096u
+#define PH_LINE_SIZE  64u
+#define PH_CHUNK_SIZE (64u * 1024u)
+
+/* "\x89PHEAP\r\n": the high byte catches 7-bit transfers, CR LF catches
+ * line-ending conversion. */
+#define PH_MAGIC_BYTES "\x89PHEAP\r\n"
+#define PH_MAGIC_LEN 8
+
+#define PH_REGIONS_MAX 16
+
+/* Region kinds, in file order.  The data region is always the last. */
+enum ph_region_kind {
+    PH_REGION_HEADER = 1, /* this page */
+    PH_REGION_ROOTS = 2,  /* ph_root_entry[PH_ROOTS_MAX] */
+    PH_REGION_LANES = 3,  /* per-thread write-ahead logs */
+    PH_REGION_SLABS = 4,  /* one slab descriptor + bitmap per data chunk */
+    PH_REGION_EXTLOG = 5, /* log-structured large-extent bookkeeping */
+    PH_REGION_NAMES = 6,  /* named-object directory */
+    PH_REGION_DATA = 7,   /* user blocks */
+    PH_REGION_KIND_END
+};
+
+/* One row of the region table.
+ * Invariant: offset % PH_PAGE_SIZE == 0, size % PH_PAGE_SIZE == 0,
+ * rows sorted by offset and non-overlapping, row 0 is the header. */
+typedef struct ph_region {
+    uint32_t kind;   /* enum ph_region_kind */
+    uint32_t flags;  /* reserved, 0 */
+    uint64_t offset; /* bytes from the start of the file */
+    uint64_t size;   /* bytes */
+} ph_region;
+_Static_assert(sizeof(ph_region) == 24, "ph_region size");
+
+/* Feature bits.  A build refuses a heap with an incompat bit it does not
+ * know, opens read-only one with an unknown ro_compat bit, and ignores
+ * unknown compat bits. */
+#define PH_FEAT_INCOMPAT_KNOWN 0u
+#define PH_FEAT_RO_COMPAT_KNOWN 0u
+
+/* Consistency modes (DESIGN 4.4), fixed at creation. */
+#define PH_CONSISTENCY_LOG 0u
+#define PH_CONSISTENCY_GC 1u
+
+/* The header: written once at creation, then read-only.  The checksum is
+ * CRC-32C over bytes [0, offsetof(checksum)), stored zero-extended.
+ * Invariant: header_size == sizeof(ph_header);
+ *            max_size >= data.offset + PH_CHUNK_SIZE. */
+typedef struct ph_header {
+    uint8_t magic[PH_MAGIC_LEN];   /* PH_MAGIC_BYTES */
+    uint16_t major;                /* PH_FORMAT_MAJOR of the creating build */
+    uint16_t minor;                /* PH_FORMAT_MINOR of the creating build */
+    uint32_t header_size;          /* sizeof(ph_header) at creation */
+    uint8_t uuid[16];              /* random identity (RFC 4122 v4) */
+    uint64_t create_time_ns;       /* CLOCK_REALTIME at creation */
+    uint32_t page_size;            /* PH_PAGE_SIZE */
+    uint32_t line_size;            /* PH_LINE_SIZE */
+    uint32_t chunk_size;           /* PH_CHUNK_SIZE */
+    uint32_t consistency;          /* PH_CONSISTENCY_* */
+    uint64_t max_size;             /* bytes the file may grow to */
+    uint32_t feat_compat;          /* feature bits, see above */
+    uint32_t feat_incompat;
+    uint32_t feat_ro_compat;
+    uint32_t nregions;             /* rows used in regions[] */
+    ph_region regions[PH_REGIONS_MAX];
+    uint8_t reserved[552];         /* zero; room for later fields */
+    uint64_t checksum;             /* CRC-32C, see above */
+} ph_header;
+_Static_assert(sizeof(ph_header) == 1024, "ph_header size");
+_Static_assert(offsetof(ph_header, regions) == 80, "ph_header.regions");
+_Static_assert(offsetof(ph_header, checksum) == 1016, "ph_header.checksum");
+
+/* State values (ph_state.xclean). */
+#define PH_STATE_CLEAN 0x4e41454c43485000ull /* closed cleanly */
+#define PH_STATE_OPEN 0x4e45504f48485000ull  /* open read-write, or crashed */
+
+/* Mutable state, one line of the header page at PH_STATE_OFFSET.  Every
+ * field is an aligned 8-byte word stored atomically and persisted on its
+ * own; no field depends on another being written in the same step. */
+typedef struct ph_state {
+    uint64_t xclean;        /* PH_STATE_CLEAN or PH_STATE_OPEN */
+    uint64_t xsize;         /* current file size, bytes, chunk multiple */
+    uint64_t xopen_count;   /* read-write opens over the heap's life */
+    uint64_t xunclean_count;/* opens that found PH_STATE_OPEN */
+    uint64_t reserved[4];
+} ph_state;
+_Static_assert(sizeof(ph_state) == PH_LINE_SIZE, "ph_state size");
+
+#define PH_STATE_OFFSET 2048u
+_Static_assert(PH_STATE_OFFSET >= sizeof(ph_header), "state after header");
+_Static_assert(PH_STATE_OFFSET % PH_LINE_SIZE == 0, "state line-aligned");
+
+/* Root directory: a fixed table of named offsets.
+ * Invariant: xused == 0 -> the entry is free and its other fields are
+ * meaningless; xused == 1 -> name is NUL-terminated, 1..63 bytes, unique
+ * among used entries, and xoff is 0 or inside the data region.
+ * Commit protocol: see src/heap/root.c. */
+#define PH_ROOTS_MAX 256u
+#define PH_ROOT_NAME_MAX 63u
+typedef struct ph_root_entry {
+    uint64_t xused;         /* 0 free, 1 used: the commit word */
+    uint64_t xoff;          /* the root's value, stored atomically */
+    uint64_t reserved[6];
+    char name[PH_ROOT_NAME_MAX + 1]; /* NUL-terminated */
+} ph_root_entry;
+_Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
+
+/* Sizes of the metadata regions that the allocation engine fills in.  The
+ * lane and name regions are fixed; the slab region scales with max_size
+ * (one descriptor per chunk), the extent log is fixed. */
+#define PH_LANES_MAX 1024u
+#define PH_LANE_SIZE 1024u
+#define PH_SLAB_DESC_SIZE 1280u   /* descriptor + bitmap of one chunk */
+#define PH_EXTLOG_SIZE (1024u * 1024u)
+#define PH_NAMES_SIZE (256u * 1024u)
+
+#endif /* PH_FORMAT_LAYOUT_H */

@@ -1,0 +1,44 @@
+/*
+ * check.c -- pheap_check: re-validates, from the mapping itself, everything
+ * open validated from the file, then each metadata structure in turn.
+ * Reads only; safe on a read-only handle.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "format/header.h"
+#include "heap/heap.h"
+#include "util/error.h"
+
+ph_export int pheap_check(pheap *h, pheap_check_report *out)
+{
+    pheap_check_report r;
+    memset(&r, 0, sizeof(r));
+    if (!h)
+        return ph_err(PHEAP_EINVAL, "pheap_check: heap is NULL");
+    ph_header hdr;
+    ph_state st;
+    /* The live state word is OPEN while we hold the heap read-write. */
+    int rc = ph_header_validate(h->base, PH_PAGE_SIZE, h->size, h->readonly, h->path, &hdr, &st);
+    if (rc) {
+        r.errors++;
+        snprintf(r.first_error, sizeof(r.first_error), "header: %s", pheap_errmsg());
+    } else if (memcmp(&hdr, &h->hdr, sizeof(hdr)) != 0) {
+        r.errors++;
+        snprintf(r.first_error, sizeof(r.first_error), "header: changed since open");
+    } else if (st.xsize != h->size) {
+        r.errors++;
+        snprintf(r.first_error, sizeof(r.first_error), "state: size %llu, mapped %llu",
+                 (unsigned long long)st.xsize, (unsigned long long)h->size);
+    }
+    char err[256] = "";
+    int root_errors = ph_root_check(h, &r.roots, err, sizeof(err));
+    if (root_errors && r.errors == 0)
+        snprintf(r.first_error, sizeof(r.first_error), "%s", err);
+    r.errors += (unsigned)root_errors;
+    if (out)
+        *out = r;
+    if (r.errors)
+        return ph_err(PHEAP_ECORRUPT, "pheap_check: %u problem(s); first: %s", r.errors, r.first_error);
+    return 0;
+}

@@ -1,0 +1,94 @@
+/*
+ * heap.h -- the open heap: the handle behind `pheap *`, its thread records,
+ * and the internal calls the modules of the heap layer share.  Volatile
+ * only: nothing here is on media (see format/layout.h for that).
+ */
+#ifndef PH_HEAP_H
+#define PH_HEAP_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "format/layout.h"
+#include "persist/persist.h"
+#include "persist/sim.h"
+#include "pheap.h"
+
+typedef struct ph_thread ph_thread;
+
+/* Volatile state of one thread using one heap; created on first use,
+ * folded into the heap's totals when the thread exits or the heap closes. */
+struct ph_thread {
+    pheap *heap;           /* owner; never dereferenced after close */
+    ph_pctx pctx;          /* persistence counters and batches */
+    ph_thread *next;       /* in heap->threads, under heap->threads_lock */
+    ph_thread *prev;
+};
+
+/* Invariants: base .. base + size is mapped; size == state->xsize;
+ * reserve >= hdr.max_size is the address space kept for growth. */
+struct pheap {
+    char *base;                   /* start of the mapping */
+    uint64_t size;                /* bytes mapped and backed by the file */
+    uint64_t reserve;             /* bytes of reserved address space */
+    uint64_t data_off;            /* first byte of the data region */
+    uint64_t id;                  /* unique per open in this process */
+    int fd;                       /* heap file, locked */
+    unsigned flags;               /* PHEAP_* open flags */
+    unsigned readonly;            /* PHEAP_RDONLY */
+    unsigned dax;                 /* mapped with MAP_SYNC */
+    unsigned was_unclean;         /* found PH_STATE_OPEN at open */
+    char *path;                   /* as given to pheap_open */
+    ph_header hdr;                /* validated copy of the header */
+    ph_state *state;              /* in the mapping */
+    ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */
+    ph_persist persist;           /* flush back end */
+    ph_sim *sim;                  /* PHEAP_SIMULATE only */
+    pthread_mutex_t root_lock;    /* serialises root writers */
+    pthread_mutex_t threads_lock; /* guards threads and retired */
+    ph_thread *threads;           /* live thread records */
+    ph_pctx retired;              /* counters of records already folded */
+};
+
+/* ---- thread records (thread.c) ---- */
+typedef struct ph_tls_last {
+    const pheap *heap;
+    uint64_t id;
+    ph_thread *thread;
+} ph_tls_last;
+extern __thread ph_tls_last ph_tls;
+
+ph_thread *ph_thread_get_slow(pheap *h);
+
+/* The calling thread's record for `h`; NULL only when out of memory. */
+static inline ph_thread *ph_thread_get(pheap *h)
+{
+    if (ph_likely(ph_tls.heap == h && ph_tls.id == h->id))
+        return ph_tls.thread;
+    return ph_thread_get_slow(h);
+}
+
+/* Registers a newly opened heap (assigns h->id); unregisters and frees
+ * every thread record at close. */
+void ph_thread_register_heap(pheap *h);
+void ph_thread_unregister_heap(pheap *h);
+
+/* Sums the counters of every thread of `h` into *out. */
+void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes);
+
+/* Persistence through the calling thread's context. */
+static inline ph_pctx *ph_heap_pctx(pheap *h)
+{
+    static __thread ph_pctx oom_ctx; /* counts are lost only if malloc failed */
+    ph_thread *t = ph_thread_get(h);
+    return t ? &t->pctx : &oom_ctx;
+}
+
+/* ---- recovery (recover.c) ---- */
+/* Runs after an unclean shutdown, before the handle is returned. */
+int ph_heap_recover(pheap *h);
+
+/* ---- roots (root.c) ---- */
+int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);
+
+#endif /* PH_HEAP_H */

@@ -1,0 +1,273 @@
+/*
+ * open.c -- pheap_open and pheap_close: creating a heap file atomically,
+ * validating it, mapping it, choosing the flush back end, and the clean-
+ * shutdown protocol.
+ *
+ * Clean-shutdown protocol (ph_state.xclean, one aligned word):
+ *   open read-write:  xclean = OPEN, persisted before the handle is
+ *                     returned, so any later change to the heap is
+ *                     preceded on media by OPEN.
+ *   close:            everything durable first, then xclean = CLEAN,
+ *                     persisted.
+ *   A crash anywhere in between leaves OPEN: the next open runs recovery.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/header.h"
+#include "heap/heap.h"
+#include "heap/options.h"
+#include "os/os.h"
+#include "util/error.h"
+
+/* Formats a new heap in a temporary file next to `path` and renames it
+ * into place: `path` never holds a half-made heap.  `replace` renames over
+ * an existing (empty) file; otherwise an existing file gives PHEAP_EEXIST. */
+static int create_file(const char *path, const ph_config *cfg, int replace)
+{
+    ph_header hdr;
+    int rc = ph_header_init(&hdr, cfg->max_size, PH_CONSISTENCY_LOG);
+    if (rc)
+        return rc;
+    if (cfg->size < ph_header_min_size(cfg->max_size))
+        return ph_err(PHEAP_EINVAL, "options.size %llu is below the minimum of %llu bytes",
+                      (unsigned long long)cfg->size,
+                      (unsigned long long)ph_header_min_size(cfg->max_size));
+    char *page = calloc(1, PH_PAGE_SIZE);
+    char *tmp = malloc(strlen(path) + 16);
+    int fd = -1;
+    if (!page || !tmp) {
+        rc = ph_err(PHEAP_ENOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(page, &hdr, sizeof(hdr));
+    ph_state st = {.xclean = PH_STATE_CLEAN, .xsize = cfg->size};
+    memcpy(page + PH_STATE_OFFSET, &st, sizeof(st));
+    rc = ph_os_create_temp(path, cfg->mode, &fd, tmp);
+    if (rc)
+        goto out;
+    /* Metadata regions start zeroed (sparse): all roots free, all lanes
+     * and slab descriptors empty. */
+    rc = ph_os_resize(fd, tmp, cfg->size);
+    if (!rc)
+        rc = ph_os_pwrite(fd, page, PH_PAGE_SIZE, 0);
+    if (!rc)
+        rc = ph_os_sync_file(fd, tmp);
+    if (!rc)
+        rc = replace ? (rename(tmp, path) == 0 ? 0 : ph_err_sys("cannot rename into", path))
+                     : ph_os_rename_noreplace(tmp, path);
+    if (!rc)
+        rc = ph_os_sync_dir(path);
+    if (rc && fd >= 0)
+        unlink(tmp); /* after a successful rename there is nothing to remove */
+out:
+    if (fd >= 0)
+        close(fd);
+    free(page);
+    free(tmp);
+    return rc;
+}
+
+/* Opens, creating when asked.  Two processes creating the same path at
+ * once both end up opening the one heap that won the rename. */
+static int open_or_create(const char *path, const ph_config *cfg, int *fd)
+{
+    int readonly = (cfg->flags & PHEAP_RDONLY) != 0;
+    if (!(cfg->flags & PHEAP_CREATE))
+        return ph_os_open(path, readonly, fd);
+    int created = 0;
+    for (int tries = 0; tries < 8; tries++) {
+        int rc = ph_os_open(path, 0, fd);
+        if (rc == 0) {
+            uint64_t size;
+            if (created)
+                return 0;
+            rc = ph_os_file_size(*fd, path, &size);
+            if (rc == 0 && (cfg->flags & PHEAP_EXCL))
+                rc = ph_err(PHEAP_EEXIST, "%s exists (PHEAP_EXCL)", path);
+            if (rc == 0 && size > 0)
+                return 0;
+            close(*fd);
+            if (rc)
+                return rc;
+            rc = create_file(path, cfg, 1); /* empty file: make it a heap */
+        } else if (rc == PHEAP_ENOENT) {
+            rc = create_file(path, cfg, 0);
+        }
+        if (rc == PHEAP_EEXIST && (cfg->flags & PHEAP_EXCL))
+            return ph_err(PHEAP_EEXIST, "%s exists (PHEAP_EXCL)", path);
+        if (rc && rc != PHEAP_EEXIST)
+            return rc;
+        created = rc == 0;
+    }
+    return ph_err(PHEAP_EBUSY, "%s: keeps changing while being created", path);
+}
+
+static int read_header(pheap *h)
+{
+    uint64_t file_size;
+    int rc = ph_os_file_size(h->fd, h->path, &file_size);
+    if (rc)
+        return rc;
+    char *page = calloc(1, PH_PAGE_SIZE);
+    if (!page)
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    ssize_t n = ph_os_pread(h->fd, page, PH_MIN(file_size, (uint64_t)PH_PAGE_SIZE), 0);
+    ph_state st;
+    rc = n < 0 ? (int)n
+               : ph_header_validate(page, (uint64_t)n, file_size, h->readonly, h->path, &h->hdr, &st);
+    free(page);
+    if (rc == 0)
+        h->size = st.xsize;
+    return rc;
+}
+
+static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
+{
+    long os_page = sysconf(_SC_PAGESIZE);
+    h->reserve = PH_ALIGN_UP(h->hdr.max_size, (uint64_t)os_page);
+    void *base;
+    int rc = ph_os_reserve(h->reserve, &base);
+    if (rc)
+        return rc;
+    h->base = base;
+    int kind = h->readonly ? PH_MAP_READONLY : h->flags & PHEAP_SIMULATE ? PH_MAP_PRIVATE : PH_MAP_SHARED;
+    int dax = 0;
+    rc = ph_os_map_file(h->fd, base, h->size, kind, kind == PH_MAP_SHARED, &dax);
+    if (rc)
+        return rc;
+    h->dax = (unsigned)dax;
+    if (h->flags & PHEAP_SIMULATE) {
+        rc = ph_sim_create(&h->sim, h->base, h->size, h->reserve, h->fd);
+        if (!rc && opts)
+            rc = ph_sim_set_crash_fence(h->sim, opts->sim_crash_fence, opts->sim_crash_image,
+                                        opts->sim_evict_probability, opts->sim_seed);
+        if (rc)
+            return rc;
+    }
+    unsigned flush = cfg->flush == PHEAP_FLUSH_AUTO ? ph_persist_auto_kind(dax) : cfg->flush;
+    rc = ph_persist_init(&h->persist, flush, h->sim);
+    if (rc)
+        return rc;
+    h->data_off = ph_header_region(&h->hdr, PH_REGION_DATA)->offset;
+    h->state = (ph_state *)(h->base + PH_STATE_OFFSET);
+    h->roots = (ph_root_entry *)(h->base + ph_header_region(&h->hdr, PH_REGION_ROOTS)->offset);
+    return 0;
+}
+
+/* Releases everything of a handle without touching the heap's state. */
+static void release(pheap *h)
+{
+    if (h->id)
+        ph_thread_unregister_heap(h);
+    ph_sim_destroy(h->sim);
+    ph_os_unreserve(h->base, h->reserve);
+    if (h->fd >= 0)
+        close(h->fd);
+    pthread_mutex_destroy(&h->root_lock);
+    pthread_mutex_destroy(&h->threads_lock);
+    free(h->path);
+    free(h);
+}
+
+/* Marks the heap open (see the protocol above); recovers first if the
+ * previous session did not close cleanly. */
+static int start_session(pheap *h)
+{
+    ph_state *s = h->state;
+    h->was_unclean = s->xclean == PH_STATE_OPEN;
+    if (h->readonly)
+        return 0;
+    if (h->was_unclean) {
+        int rc = ph_heap_recover(h);
+        if (rc)
+            return rc;
+        ph_store(&s->xunclean_count, s->xunclean_count + 1);
+    }
+    /* The three words are independent; the counters are informational and
+     * may land in any combination.  Only xclean matters, and it is durable
+     * after this fence, before the caller can change anything. */
+    ph_store(&s->xopen_count, s->xopen_count + 1);
+    ph_store(&s->xclean, PH_STATE_OPEN);
+    ph_persist_range(&h->persist, ph_heap_pctx(h), s, sizeof(*s));
+    return 0;
+}
+
+ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **out)
+{
+    if (!out)
+        return ph_err(PHEAP_EINVAL, "pheap_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path)
+        return ph_err(PHEAP_EINVAL, "pheap_open: empty path");
+    ph_config cfg;
+    int rc = ph_options_resolve(opts, &cfg);
+    if (rc)
+        return rc;
+    pheap *h = calloc(1, sizeof(*h));
+    if (!h || !(h->path = strdup(path))) {
+        free(h);
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    }
+    h->fd = -1;
+    h->flags = cfg.flags;
+    h->readonly = (cfg.flags & PHEAP_RDONLY) != 0;
+    pthread_mutex_init(&h->root_lock, NULL);
+    pthread_mutex_init(&h->threads_lock, NULL);
+    rc = open_or_create(path, &cfg, &h->fd);
+    if (!rc)
+        rc = ph_os_lock(h->fd, !h->readonly);
+    if (!rc)
+        rc = read_header(h);
+    if (!rc)
+        rc = map_heap(h, opts, &cfg);
+    if (!rc) {
+        ph_thread_register_heap(h);
+        rc = start_session(h);
+    }
+    if (rc) {
+        release(h);
+        return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+ph_export int pheap_close(pheap *h)
+{
+    if (!h)
+        return 0;
+    int rc = 0;
+    if (!h->readonly) {
+        /* Everything this library wrote was persisted by the operation that
+         * wrote it; the clean mark is the last durable store. */
+        ph_persist_store64(&h->persist, ph_heap_pctx(h), &h->state->xclean, PH_STATE_CLEAN);
+        if (h->sim) {
+            rc = ph_sim_write_durable(h->sim, h->fd);
+            if (!rc)
+                rc = ph_os_sync_file(h->fd, h->path);
+        }
+    }
+    if (!rc && h->sim && h->sim->crash_error)
+        rc = h->sim->crash_error;
+    release(h);
+    return rc;
+}
+
+ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, double evict_probability)
+{
+    if (!h || !h->sim)
+        return ph_err(PHEAP_EINVAL, "pheap_sim_crash: the heap was not opened with PHEAP_SIMULATE");
+    if (!image_path)
+        return ph_err(PHEAP_EINVAL, "pheap_sim_crash: image_path is NULL");
+    int rc = ph_sim_write_image(h->sim, image_path, evict_probability, seed);
+    release(h);
+    return rc;
+}
+
+ph_export uint64_t pheap_sim_fence_count(const pheap *h)
+{
+    return h && h->sim ? ph_load_relaxed(&h->sim->xfences) : 0;
+}

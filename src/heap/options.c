@@ -1,0 +1,95 @@
+/*
+ * options.c -- the option table.  Each option has a name, a default, a
+ * description, a PHEAP_<NAME> environment variable and a field in
+ * pheap_options; a value set in pheap_options wins over the environment.
+ */
+#include "heap/options.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/layout.h"
+#include "persist/persist.h"
+#include "util/error.h"
+#include "util/util.h"
+
+typedef struct option_def {
+    const char *name;      /* environment variable */
+    const char *def;       /* default, as text */
+    const char *desc;
+    int (*apply_env)(const char *value, ph_config *cfg);
+} option_def;
+
+static int env_flush(const char *value, ph_config *cfg)
+{
+    unsigned kind;
+    if (ph_persist_parse_kind(value, &kind) != 0)
+        return ph_err(PHEAP_EINVAL, "PHEAP_FLUSH=%s: unknown value (auto, clwb, clflushopt, "
+                      "clflush, msync, none)", value);
+    if (cfg->flush == PHEAP_FLUSH_AUTO)
+        cfg->flush = kind;
+    return 0;
+}
+
+static const option_def option_table[] = {
+    {"PHEAP_FLUSH", "auto",
+     "How stores are made durable: clwb, clflushopt, clflush (cache-line flushes), msync "
+     "(page write-back, for files not on DAX), none (process-crash durability only) or auto "
+     "(cache-line flushes on DAX, msync otherwise). pheap_options.flush wins over it.",
+     env_flush},
+};
+
+int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
+{
+    static const pheap_options zero;
+    if (!opts)
+        opts = &zero;
+    memset(cfg, 0, sizeof(*cfg));
+    unsigned known = PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE;
+    if (opts->flags & ~known)
+        return ph_err(PHEAP_EINVAL, "options.flags: unknown bits %#x", opts->flags & ~known);
+    if ((opts->flags & PHEAP_RDONLY) && (opts->flags & (PHEAP_CREATE | PHEAP_SIMULATE)))
+        return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_RDONLY excludes PHEAP_CREATE and PHEAP_SIMULATE");
+    if ((opts->flags & PHEAP_EXCL) && !(opts->flags & PHEAP_CREATE))
+        return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_EXCL needs PHEAP_CREATE");
+    if (opts->flush > PHEAP_FLUSH_NONE)
+        return ph_err(PHEAP_EINVAL, "options.flush: unknown kind %u", opts->flush);
+    if (opts->mode & ~07777u)
+        return ph_err(PHEAP_EINVAL, "options.mode: %#o is not a permission mask", opts->mode);
+    if (opts->reserved0)
+        return ph_err(PHEAP_EINVAL, "options.reserved0 must be 0");
+    if ((opts->sim_crash_fence || opts->sim_crash_image) && !(opts->flags & PHEAP_SIMULATE))
+        return ph_err(PHEAP_EINVAL, "options.sim_crash_*: only with PHEAP_SIMULATE");
+    if (opts->sim_evict_probability < 0.0 || opts->sim_evict_probability > 1.0)
+        return ph_err(PHEAP_EINVAL, "options.sim_evict_probability %g is outside [0, 1]",
+                      opts->sim_evict_probability);
+    if (opts->size > (1ull << 46) || opts->max_size > (1ull << 46))
+        return ph_err(PHEAP_EINVAL, "options.size: more than 64 TiB");
+    cfg->flags = opts->flags;
+    cfg->mode = opts->mode ? opts->mode : 0600;
+    cfg->size = PH_ALIGN_UP(opts->size ? opts->size : PH_DEFAULT_SIZE, PH_CHUNK_SIZE);
+    cfg->max_size = PH_ALIGN_UP(opts->max_size, PH_CHUNK_SIZE);
+    if (cfg->max_size == 0)
+        cfg->max_size = cfg->size;
+    if (cfg->max_size < cfg->size)
+        return ph_err(PHEAP_EINVAL, "options.max_size %llu is below options.size %llu",
+                      (unsigned long long)opts->max_size, (unsigned long long)opts->size);
+    cfg->flush = opts->flush;
+    for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++) {
+        const char *v = getenv(option_table[i].name);
+        if (v && *v) {
+            int rc = option_table[i].apply_env(v, cfg);
+            if (rc)
+                return rc;
+        }
+    }
+    if (opts->flags & PHEAP_SIMULATE)
+        cfg->flush = PHEAP_FLUSH_SIM;
+    return 0;
+}
+
+void ph_options_describe(void (*emit)(const char *, const char *, const char *, void *), void *arg)
+{
+    for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++)
+        emit(option_table[i].name, option_table[i].def, option_table[i].desc, arg);
+}

@@ -1,0 +1,32 @@
+/*
+ * options.h -- the resolved configuration of one open: pheap_options
+ * merged with the environment through the option table in options.c.
+ */
+#ifndef PH_HEAP_OPTIONS_H
+#define PH_HEAP_OPTIONS_H
+
+#include <stdint.h>
+
+#include "pheap.h"
+
+#define PH_DEFAULT_SIZE (64ull << 20)
+
+typedef struct ph_config {
+    uint64_t size;          /* bytes when creating, chunk-rounded */
+    uint64_t max_size;      /* growth limit when creating, chunk-rounded */
+    unsigned flags;         /* PHEAP_* */
+    unsigned mode;          /* permission bits when creating */
+    unsigned flush;         /* enum pheap_flush_kind; AUTO until mapped */
+} ph_config;
+
+/* Validates `opts` (NULL = defaults) and merges the PHEAP_* environment
+ * variables of the option table.  PHEAP_EINVAL with a message naming the
+ * field or variable on a bad value. */
+int ph_options_resolve(const pheap_options *opts, ph_config *cfg);
+
+/* Prints the option table (name, default, description) as Markdown rows;
+ * used to keep docs/OPTIONS.md honest. */
+void ph_options_describe(void (*emit)(const char *name, const char *def, const char *desc, void *arg),
+                         void *arg);
+
+#endif

@@ -1,0 +1,155 @@
+/*
+ * root.c -- named roots: a fixed table of (name, offset) entries in the
+ * root region.  Writers serialise on heap->root_lock.
+ *
+ * Crash protocol.  Entry = line 0 {xused, xoff} + line 1 {name}.
+ *   update:  store xoff; persist.              one 8-byte commit
+ *   insert:  write name and xoff into a free entry (xused == 0); persist
+ *            both lines; then store xused = 1; persist.
+ *            Before the second fence's store is durable recovery sees a
+ *            free entry (root absent); after it, the complete entry.
+ *   remove:  store xused = 0; persist.          one 8-byte commit
+ * No step needs recovery: the commit word is always one aligned store.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "heap/heap.h"
+#include "util/error.h"
+
+static int name_ok(const char *name)
+{
+    return name && *name && strnlen(name, PH_ROOT_NAME_MAX + 1) <= PH_ROOT_NAME_MAX;
+}
+
+static int bad_name(const char *name)
+{
+    if (!name || !*name)
+        return ph_err(PHEAP_ENAME, "root name is empty");
+    return ph_err(PHEAP_ENAME, "root name '%.20s...' is longer than %u bytes", name,
+                  PH_ROOT_NAME_MAX);
+}
+
+static ph_root_entry *find(pheap *h, const char *name)
+{
+    for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
+        ph_root_entry *e = &h->roots[i];
+        if (ph_load(&e->xused) == 1 && strncmp(e->name, name, PH_ROOT_NAME_MAX + 1) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
+{
+    if (!h)
+        return ph_err(PHEAP_EINVAL, "pheap_root_set: heap is NULL");
+    if (!name_ok(name))
+        return bad_name(name);
+    if (h->readonly)
+        return ph_err(PHEAP_ERDONLY, "pheap_root_set: heap opened read-only");
+    if (off && (off < h->data_off || off >= h->size))
+        return ph_err(PHEAP_ERANGE, "pheap_root_set: offset %llu is outside the data region [%llu, %llu)",
+                      (unsigned long long)off, (unsigned long long)h->data_off,
+                      (unsigned long long)h->size);
+    ph_pctx *c = ph_heap_pctx(h);
+    int rc = 0;
+    pthread_mutex_lock(&h->root_lock);
+    ph_root_entry *e = find(h, name);
+    if (e && off)
+        ph_persist_store64(&h->persist, c, &e->xoff, off);
+    else if (e)
+        ph_persist_store64(&h->persist, c, &e->xused, 0);
+    else if (off) {
+        for (unsigned i = 0; i < PH_ROOTS_MAX && !e; i++)
+            if (ph_load(&h->roots[i].xused) == 0)
+                e = &h->roots[i];
+        if (!e) {
+            rc = ph_err(PHEAP_ENOSPC, "pheap_root_set: all %u roots are in use", PH_ROOTS_MAX);
+        } else {
+            memset(e->name, 0, sizeof(e->name));
+            strcpy(e->name, name);
+            ph_store(&e->xoff, off);
+            ph_persist_range(&h->persist, c, e, sizeof(*e));
+            ph_persist_store64(&h->persist, c, &e->xused, 1);
+        }
+    }
+    pthread_mutex_unlock(&h->root_lock);
+    return rc;
+}
+
+ph_export pheap_off pheap_root_get(pheap *h, const char *name)
+{
+    if (!h) {
+        ph_err(PHEAP_EINVAL, "pheap_root_get: heap is NULL");
+        return 0;
+    }
+    if (!name_ok(name)) {
+        bad_name(name);
+        return 0;
+    }
+    pthread_mutex_lock(&h->root_lock);
+    ph_root_entry *e = find(h, name);
+    pheap_off off = e ? ph_load(&e->xoff) : 0;
+    pthread_mutex_unlock(&h->root_lock);
+    if (!e)
+        ph_err(PHEAP_ENOENT, "no root named '%s'", name);
+    return off;
+}
+
+ph_export unsigned pheap_root_count(pheap *h)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; h && i < PH_ROOTS_MAX; i++)
+        n += ph_load(&h->roots[i].xused) == 1;
+    return n;
+}
+
+ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
+{
+    if (!h || !name || !off)
+        return ph_err(PHEAP_EINVAL, "pheap_root_at: NULL argument");
+    pthread_mutex_lock(&h->root_lock);
+    int rc = ph_err(PHEAP_ENOENT, "pheap_root_at: no root number %u", idx);
+    for (unsigned i = 0, seen = 0; i < PH_ROOTS_MAX; i++) {
+        ph_root_entry *e = &h->roots[i];
+        if (ph_load(&e->xused) != 1 || seen++ != idx)
+            continue;
+        memcpy(name, e->name, PH_ROOT_NAME_MAX);
+        name[PH_ROOT_NAME_MAX] = '\0';
+        *off = ph_load(&e->xoff);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&h->root_lock);
+    return rc;
+}
+
+int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
+{
+    unsigned errors = 0, n = 0;
+    for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
+        ph_root_entry *e = &h->roots[i];
+        uint64_t used = ph_load(&e->xused), off = ph_load(&e->xoff);
+        const char *why = NULL;
+        if (used > 1)
+            why = "commit word is neither 0 nor 1";
+        else if (used == 0)
+            continue;
+        else if (!e->name[0] || memchr(e->name, 0, sizeof(e->name)) == NULL)
+            why = "name is empty or not terminated";
+        else if (off && (off < h->data_off || off >= h->size))
+            why = "offset outside the data region";
+        else {
+            n++;
+            for (unsigned j = i + 1; j < PH_ROOTS_MAX && !why; j++)
+                if (ph_load(&h->roots[j].xused) == 1 &&
+                    strncmp(h->roots[j].name, e->name, sizeof(e->name)) == 0)
+                    why = "name used twice";
+        }
+        if (why && errors++ == 0)
+            snprintf(err, errlen, "root entry %u: %s", i, why);
+    }
+    *nroots = n;
+    return (int)errors;
+}

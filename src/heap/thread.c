@@ -1,0 +1,175 @@
+/*
+ * thread.c -- per-thread records of open heaps.  The fast path is one
+ * comparison against the thread's last used heap; the slow path searches
+ * the thread's list and registers a new record.  A record outlives neither
+ * its thread (a TLS destructor folds it into the heap) nor its heap
+ * (pheap_close frees all records); a process-wide registry of open heaps,
+ * under one lock, decides which of the two goes first.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap/heap.h"
+
+__thread ph_tls_last ph_tls;
+
+typedef struct tls_entry {
+    pheap *heap;
+    uint64_t id;
+    ph_thread *thread;
+} tls_entry;
+
+typedef struct tls_list {
+    size_t n, cap;
+    tls_entry *v;
+} tls_list;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pheap **registry;          /* open heaps, under registry_lock */
+static size_t registry_n, registry_cap;
+static uint64_t next_id = 1;      /* under registry_lock */
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static __thread tls_list tls_records;
+
+static int registered(const pheap *h, uint64_t id)
+{
+    for (size_t i = 0; i < registry_n; i++)
+        if (registry[i] == h && h->id == id)
+            return 1;
+    return 0;
+}
+
+static void fold(pheap *h, ph_thread *t)
+{
+    h->retired.xflushes += ph_load_relaxed(&t->pctx.xflushes);
+    h->retired.xfences += ph_load_relaxed(&t->pctx.xfences);
+    h->retired.xreflushes += ph_load_relaxed(&t->pctx.xreflushes);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        h->threads = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    ph_persist_ctx_release(&t->pctx);
+    free(t);
+}
+
+/* Thread exit: fold this thread's records of heaps still open. */
+static void tls_destructor(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < tls_records.n; i++) {
+        tls_entry *e = &tls_records.v[i];
+        if (!registered(e->heap, e->id))
+            continue;
+        pthread_mutex_lock(&e->heap->threads_lock);
+        fold(e->heap, e->thread);
+        pthread_mutex_unlock(&e->heap->threads_lock);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    free(tls_records.v);
+    memset(&tls_records, 0, sizeof(tls_records));
+    memset(&ph_tls, 0, sizeof(ph_tls));
+}
+
+static void tls_init(void)
+{
+    pthread_key_create(&tls_key, tls_destructor);
+}
+
+ph_noinline ph_thread *ph_thread_get_slow(pheap *h)
+{
+    for (size_t i = 0; i < tls_records.n; i++) {
+        tls_entry *e = &tls_records.v[i];
+        if (e->heap == h && e->id == h->id) {
+            ph_tls = (ph_tls_last){h, h->id, e->thread};
+            return e->thread;
+        }
+    }
+    pthread_once(&tls_once, tls_init);
+    /* Drop entries of heaps closed since (their records are gone). */
+    pthread_mutex_lock(&registry_lock);
+    size_t keep = 0;
+    for (size_t i = 0; i < tls_records.n; i++)
+        if (registered(tls_records.v[i].heap, tls_records.v[i].id))
+            tls_records.v[keep++] = tls_records.v[i];
+    tls_records.n = keep;
+    pthread_mutex_unlock(&registry_lock);
+    if (tls_records.n == tls_records.cap) {
+        size_t cap = tls_records.cap ? tls_records.cap * 2 : 4;
+        tls_entry *v = realloc(tls_records.v, cap * sizeof(*v));
+        if (!v)
+            return NULL;
+        tls_records.v = v;
+        tls_records.cap = cap;
+    }
+    ph_thread *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->heap = h;
+    pthread_mutex_lock(&h->threads_lock);
+    t->next = h->threads;
+    if (h->threads)
+        h->threads->prev = t;
+    h->threads = t;
+    pthread_mutex_unlock(&h->threads_lock);
+    tls_records.v[tls_records.n++] = (tls_entry){h, h->id, t};
+    pthread_setspecific(tls_key, &tls_records);
+    ph_tls = (ph_tls_last){h, h->id, t};
+    return t;
+}
+
+void ph_thread_register_heap(pheap *h)
+{
+    pthread_mutex_lock(&registry_lock);
+    h->id = next_id++;
+    if (registry_n == registry_cap) {
+        size_t cap = registry_cap ? registry_cap * 2 : 8;
+        pheap **v = realloc(registry, cap * sizeof(*v));
+        if (v) {
+            registry = v;
+            registry_cap = cap;
+        }
+    }
+    /* If the registry cannot grow, the heap stays unregistered: its thread
+     * records are then freed only by pheap_close, which is still correct. */
+    if (registry_n < registry_cap)
+        registry[registry_n++] = h;
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void ph_thread_unregister_heap(pheap *h)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_n; i++) {
+        if (registry[i] == h) {
+            registry[i] = registry[--registry_n];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_lock(&h->threads_lock);
+    while (h->threads)
+        fold(h, h->threads);
+    pthread_mutex_unlock(&h->threads_lock);
+    if (ph_tls.heap == h)
+        memset(&ph_tls, 0, sizeof(ph_tls));
+}
+
+void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes)
+{
+    pthread_mutex_lock(&h->threads_lock);
+    uint64_t f = h->retired.xflushes, n = h->retired.xfences, r = h->retired.xreflushes;
+    for (ph_thread *t = h->threads; t; t = t->next) {
+        f += ph_load_relaxed(&t->pctx.xflushes);
+        n += ph_load_relaxed(&t->pctx.xfences);
+        r += ph_load_relaxed(&t->pctx.xreflushes);
+    }
+    pthread_mutex_unlock(&h->threads_lock);
+    *flushes = f;
+    *fences = n;
+    *reflushes = r;
+}

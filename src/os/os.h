@@ -1,0 +1,88 @@
+/*
+ * os.h -- the operating-system contract.  Each primitive pheap needs, with
+ * its preconditions and errors; os_linux.c is the only file that makes
+ * Linux-specific calls.  Every function returning int returns 0 or a
+ * negative PHEAP_E* code with the thread-local message set (util/error.h).
+ */
+#ifndef PH_OS_H
+#define PH_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Opens `path` read-write (or read-only) and stores the descriptor.
+ * Errors: PHEAP_ENOENT, PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EIO. */
+int ph_os_open(const char *path, int readonly, int *fd);
+
+/* Creates a new unique file next to `path` (same directory) with `mode`,
+ * stores its descriptor and name (tmp_path must hold strlen(path) + 16). */
+int ph_os_create_temp(const char *path, unsigned mode, int *fd, char *tmp_path);
+
+/* Renames `from` to `to` unless `to` exists.  PHEAP_EEXIST if it does. */
+int ph_os_rename_noreplace(const char *from, const char *to);
+
+/* fsync of a file and of the directory holding `path`. */
+int ph_os_sync_file(int fd, const char *path);
+int ph_os_sync_dir(const char *path);
+
+/* Size of the file; PHEAP_EISDIR for a directory. */
+int ph_os_file_size(int fd, const char *path, uint64_t *size);
+
+/* Sets the size of the file; new bytes read as zero and take no space
+ * until written (sparse). */
+int ph_os_resize(int fd, const char *path, uint64_t size);
+
+/* Gives the pages of [off, off+len) back to the file system (hole punch);
+ * they read as zero afterwards.  PHEAP_ENOTSUP where unsupported. */
+int ph_os_punch_hole(int fd, uint64_t off, uint64_t len);
+
+/* Reads exactly `len` bytes at `off`; returns the number read (short at
+ * end of file) or a negative code. */
+ssize_t ph_os_pread(int fd, void *buf, size_t len, uint64_t off);
+
+/* Writes exactly `len` bytes at `off`. */
+int ph_os_pwrite(int fd, const void *buf, size_t len, uint64_t off);
+
+/* Non-blocking advisory lock of the whole file: exclusive or shared.
+ * PHEAP_EBUSY when another open file description holds a conflicting one. */
+int ph_os_lock(int fd, int exclusive);
+
+/* Reserves `len` bytes of address space (no access, no memory). */
+int ph_os_reserve(size_t len, void **addr);
+void ph_os_unreserve(void *addr, size_t len);
+
+/* Maps [0, len) of the file at the fixed address `addr` (inside a
+ * reservation).  kind: PH_MAP_SHARED (writes go to the file; MAP_SYNC is
+ * tried first when try_sync, and *is_sync tells whether it worked),
+ * PH_MAP_PRIVATE (copy-on-write working copy) or PH_MAP_READONLY. */
+enum { PH_MAP_SHARED, PH_MAP_PRIVATE, PH_MAP_READONLY };
+int ph_os_map_file(int fd, void *addr, size_t len, int kind, int try_sync, int *is_sync);
+
+/* Anonymous private memory, zero-filled; NULL on failure. */
+void *ph_os_alloc_pages(size_t len);
+void ph_os_free_pages(void *addr, size_t len);
+
+/* msync(MS_SYNC) of the OS pages covering [addr, addr+len). */
+int ph_os_msync(const void *addr, size_t len);
+
+/* Random bytes from the kernel. */
+int ph_os_random(void *buf, size_t len);
+
+/* CLOCK_REALTIME in nanoseconds. */
+uint64_t ph_os_time_ns(void);
+
+/* CPU features for the persistence layer. */
+typedef struct ph_cpu_features {
+    int clflush;
+    int clflushopt;
+    int clwb;
+    int pku;
+} ph_cpu_features;
+void ph_os_cpu_features(ph_cpu_features *out);
+
+/* CPU the calling thread runs on now (a hint; may change at any moment). */
+unsigned ph_os_current_cpu(void);
+unsigned ph_os_cpu_count(void);
+
+#endif /* PH_OS_H */

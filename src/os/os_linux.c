@@ -1,0 +1,284 @@
+/*
+ * os_linux.c -- the Linux implementation of os.h.  The only file in the
+ * library that calls the kernel directly.
+ */
+#include "os/os.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "pheap.h"
+#include "util/error.h"
+
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE 1
+#endif
+
+int ph_os_open(const char *path, int readonly, int *fd)
+{
+    int f = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (f < 0)
+        return ph_err_sys("cannot open", path);
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int rc = ph_err_sys("cannot stat", path);
+        close(f);
+        return rc;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(f);
+        return ph_err(PHEAP_EISDIR, "%s is a directory, not a heap file", path);
+    }
+    *fd = f;
+    return 0;
+}
+
+int ph_os_create_temp(const char *path, unsigned mode, int *fd, char *tmp_path)
+{
+    uint32_t r;
+    for (int tries = 0; tries < 100; tries++) {
+        if (ph_os_random(&r, sizeof(r)) != 0)
+            return PHEAP_EIO;
+        sprintf(tmp_path, "%s.tmp%08x", path, r);
+        int f = open(tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+        if (f >= 0) {
+            *fd = f;
+            return 0;
+        }
+        if (errno != EEXIST)
+            return ph_err_sys("cannot create", tmp_path);
+    }
+    return ph_err(PHEAP_EIO, "cannot create a temporary file next to %s", path);
+}
+
+int ph_os_rename_noreplace(const char *from, const char *to)
+{
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return ph_err_sys("cannot rename into", to);
+    /* File systems without RENAME_NOREPLACE: link() fails if `to` exists. */
+    if (link(from, to) != 0)
+        return ph_err_sys("cannot link into", to);
+    unlink(from);
+    return 0;
+}
+
+int ph_os_sync_file(int fd, const char *path)
+{
+    if (fsync(fd) != 0)
+        return ph_err_sys("fsync", path);
+    return 0;
+}
+
+int ph_os_sync_dir(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    int f = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (f < 0)
+        return ph_err_sys("cannot open directory", dir);
+    int rc = fsync(f) == 0 || errno == EINVAL ? 0 : ph_err_sys("fsync", dir);
+    close(f);
+    return rc;
+}
+
+int ph_os_file_size(int fd, const char *path, uint64_t *size)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ph_err_sys("cannot stat", path);
+    if (S_ISDIR(st.st_mode))
+        return ph_err(PHEAP_EISDIR, "%s is a directory", path);
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int ph_os_resize(int fd, const char *path, uint64_t size)
+{
+    if (ftruncate(fd, (off_t)size) != 0)
+        return ph_err_sys("cannot resize", path);
+    return 0;
+}
+
+int ph_os_punch_hole(int fd, uint64_t off, uint64_t len)
+{
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) != 0)
+        return ph_err_sys("cannot punch a hole in", "heap file");
+    return 0;
+}
+
+ssize_t ph_os_pread(int fd, void *buf, size_t len, uint64_t off)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ph_err_sys("cannot read", "heap file");
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+int ph_os_pwrite(int fd, const void *buf, size_t len, uint64_t off)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return ph_err_sys("cannot write", "heap file");
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+int ph_os_lock(int fd, int exclusive)
+{
+    while (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno == EWOULDBLOCK)
+            return ph_err(PHEAP_EBUSY, "heap file is locked: it is open %s elsewhere",
+                          exclusive ? "" : "read-write");
+        return ph_err_sys("cannot lock", "heap file");
+    }
+    return 0;
+}
+
+int ph_os_reserve(size_t len, void **addr)
+{
+    void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return ph_err_sys("cannot reserve address space for", "heap");
+    *addr = p;
+    return 0;
+}
+
+void ph_os_unreserve(void *addr, size_t len)
+{
+    if (addr)
+        munmap(addr, len);
+}
+
+int ph_os_map_file(int fd, void *addr, size_t len, int kind, int try_sync, int *is_sync)
+{
+    void *p = MAP_FAILED;
+    if (is_sync)
+        *is_sync = 0;
+    if (kind == PH_MAP_SHARED && try_sync) {
+        p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, 0);
+        if (p != MAP_FAILED && is_sync)
+            *is_sync = 1;
+    }
+    if (p == MAP_FAILED) {
+        int prot = kind == PH_MAP_READONLY ? PROT_READ : PROT_READ | PROT_WRITE;
+        int flags = (kind == PH_MAP_PRIVATE ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED;
+        p = mmap(addr, len, prot, flags, fd, 0);
+    }
+    if (p == MAP_FAILED)
+        return ph_err_sys("cannot map", "heap file");
+    return 0;
+}
+
+void *ph_os_alloc_pages(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void ph_os_free_pages(void *addr, size_t len)
+{
+    if (addr)
+        munmap(addr, len);
+}
+
+int ph_os_msync(const void *addr, size_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)addr & ~(page - 1);
+    size_t l = len + ((uintptr_t)addr - a);
+    if (msync((void *)a, l, MS_SYNC) != 0)
+        return ph_err_sys("msync", "heap");
+    return 0;
+}
+
+int ph_os_random(void *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = getrandom((char *)buf + done, len - done, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ph_err_sys("getrandom", "");
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+uint64_t ph_os_time_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ph_os_cpu_features(ph_cpu_features *out)
+{
+    memset(out, 0, sizeof(*out));
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d))
+        out->clflush = (d >> 19) & 1;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        out->clflushopt = (b >> 23) & 1;
+        out->clwb = (b >> 24) & 1;
+        out->pku = (c >> 3) & 1;
+    }
+#endif
+}
+
+unsigned ph_os_current_cpu(void)
+{
+    int c = sched_getcpu();
+    return c < 0 ? 0 : (unsigned)c;
+}
+
+unsigned ph_os_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_CONF);
+    return n < 1 ? 1 : (unsigned)n;
+}

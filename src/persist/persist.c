@@ -1,0 +1,157 @@
+/*
+ * persist.c -- back-end selection, reflush accounting, and the back ends
+ * that need no special instructions (msync, none).  The cache-line back
+ * ends are in flush_x86.c, the simulator in sim.c.
+ */
+#include "persist/persist.h"
+
+#include <string.h>
+
+#include "os/os.h"
+#include "persist/sim.h"
+#include "pheap.h"
+#include "util/error.h"
+
+extern const ph_persist_ops ph_flush_clwb_ops, ph_flush_clflushopt_ops, ph_flush_clflush_ops;
+
+static int line_in(const uintptr_t *v, uint32_t n, uintptr_t line)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == line)
+            return 1;
+    return 0;
+}
+
+void ph_persist_track(ph_pctx *c, uintptr_t first, uint64_t n)
+{
+    uint64_t re = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uintptr_t line = first + i * PH_CACHE_LINE;
+        if (line_in(c->cur, c->ncur, line)) {
+            re++;
+            continue;
+        }
+        if (line_in(c->prev, c->nprev, line))
+            re++;
+        if (c->ncur < PH_BATCH_TRACK)
+            c->cur[c->ncur++] = line;
+    }
+    ph_store_relaxed(&c->xflushes, c->xflushes + n);
+    if (re)
+        ph_store_relaxed(&c->xreflushes, c->xreflushes + re);
+}
+
+static void msync_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
+{
+    (void)p;
+    (void)c;
+    /* A failed msync (EIO from the file system) cannot be reported through
+     * a void flush; the data stays in the page cache and is retried by the
+     * kernel's writeback.  pheap_close reports a final fsync failure. */
+    (void)ph_os_msync((const void *)line, n * PH_CACHE_LINE);
+}
+
+static void nop_fence(ph_persist *p, ph_pctx *c)
+{
+    (void)p;
+    (void)c;
+}
+
+static void nop_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
+{
+    (void)p;
+    (void)c;
+    (void)line;
+    (void)n;
+}
+
+static const ph_persist_ops msync_ops = {"msync", msync_flush, nop_fence};
+static const ph_persist_ops none_ops = {"none", nop_flush, nop_fence};
+
+static const struct {
+    const char *name;
+    unsigned kind;
+} kind_names[] = {
+    {"auto", PHEAP_FLUSH_AUTO},   {"clwb", PHEAP_FLUSH_CLWB},
+    {"clflushopt", PHEAP_FLUSH_CLFLUSHOPT}, {"clflush", PHEAP_FLUSH_CLFLUSH},
+    {"msync", PHEAP_FLUSH_MSYNC}, {"none", PHEAP_FLUSH_NONE},
+    {"sim", PHEAP_FLUSH_SIM},
+};
+
+ph_export const char *pheap_flush_name(unsigned kind)
+{
+    for (size_t i = 0; i < PH_ARRAY_LEN(kind_names); i++)
+        if (kind_names[i].kind == kind)
+            return kind_names[i].name;
+    return "unknown";
+}
+
+int ph_persist_parse_kind(const char *s, unsigned *kind)
+{
+    for (size_t i = 0; i < PH_ARRAY_LEN(kind_names); i++) {
+        if (strcmp(kind_names[i].name, s) == 0 && kind_names[i].kind != PHEAP_FLUSH_SIM) {
+            *kind = kind_names[i].kind;
+            return 0;
+        }
+    }
+    return ph_err(PHEAP_EINVAL,
+                  "unknown flush kind '%s' (auto, clwb, clflushopt, clflush, msync, none)", s);
+}
+
+unsigned ph_persist_auto_kind(int dax)
+{
+    if (!dax)
+        return PHEAP_FLUSH_MSYNC;
+    ph_cpu_features f;
+    ph_os_cpu_features(&f);
+    if (f.clwb)
+        return PHEAP_FLUSH_CLWB;
+    if (f.clflushopt)
+        return PHEAP_FLUSH_CLFLUSHOPT;
+    return PHEAP_FLUSH_CLFLUSH;
+}
+
+int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim)
+{
+    ph_cpu_features f;
+    ph_os_cpu_features(&f);
+    memset(p, 0, sizeof(*p));
+    p->kind = kind;
+    switch (kind) {
+    case PHEAP_FLUSH_CLWB:
+        if (!f.clwb)
+            return ph_err(PHEAP_ENOTSUP, "flush kind clwb: this CPU has no clwb");
+        p->ops = &ph_flush_clwb_ops;
+        return 0;
+    case PHEAP_FLUSH_CLFLUSHOPT:
+        if (!f.clflushopt)
+            return ph_err(PHEAP_ENOTSUP, "flush kind clflushopt: this CPU has no clflushopt");
+        p->ops = &ph_flush_clflushopt_ops;
+        return 0;
+    case PHEAP_FLUSH_CLFLUSH:
+        if (!f.clflush)
+            return ph_err(PHEAP_ENOTSUP, "flush kind clflush: this CPU has no clflush");
+        p->ops = &ph_flush_clflush_ops;
+        return 0;
+    case PHEAP_FLUSH_MSYNC:
+        p->ops = &msync_ops;
+        return 0;
+    case PHEAP_FLUSH_NONE:
+        p->ops = &none_ops;
+        return 0;
+    case PHEAP_FLUSH_SIM:
+        if (!sim)
+            return ph_err(PHEAP_EINVAL, "flush kind sim needs PHEAP_SIMULATE");
+        p->ops = &ph_sim_ops;
+        p->sim = sim;
+        return 0;
+    default:
+        return ph_err(PHEAP_EINVAL, "unknown flush kind %u", kind);
+    }
+}
+
+void ph_persist_ctx_release(ph_pctx *c)
+{
+    ph_sim_pending_free(c->pending);
+    c->pending = NULL;
+}

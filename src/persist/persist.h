@@ -1,0 +1,111 @@
+/*
+ * persist.h -- the persistence layer: the only module that flushes cache
+ * lines and issues fences.  Back ends (clwb, clflushopt, clflush, msync,
+ * none, crash simulator) sit behind one small ops table; everything else in
+ * pheap calls ph_persist_flush / ph_persist_fence / ph_persist_range.
+ *
+ * Counting.  Every back end counts, per thread:
+ *   flushes    cache lines handed to a flush,
+ *   fences     fence calls,
+ *   reflushes  lines flushed again while an earlier flush of the same line
+ *              is in the thread's current batch (since its last fence) or
+ *              in the batch just before it -- the case NVAlloc measured as
+ *              costly on real persistent memory.
+ */
+#ifndef PH_PERSIST_H
+#define PH_PERSIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+#define PH_CACHE_LINE 64u
+#define PH_BATCH_TRACK 16u  /* lines remembered per batch for reflush counting */
+
+struct ph_sim;
+struct ph_sim_pending;
+
+/* Per-thread persistence state; lives in the thread's record of a heap.
+ * Counters are written by the owning thread only and read by others
+ * (pheap_stats) with relaxed atomics. */
+typedef struct ph_pctx {
+    uint64_t xflushes;               /* lines flushed */
+    uint64_t xfences;                /* fences */
+    uint64_t xreflushes;             /* see above */
+    uint32_t ncur, nprev;            /* valid entries in cur[] / prev[] */
+    uintptr_t cur[PH_BATCH_TRACK];   /* lines flushed since the last fence */
+    uintptr_t prev[PH_BATCH_TRACK];  /* lines of the batch before */
+    struct ph_sim_pending *pending;  /* simulator: flushed, not yet fenced */
+} ph_pctx;
+
+typedef struct ph_persist ph_persist;
+
+typedef struct ph_persist_ops {
+    const char *name;
+    /* Writes back `n` lines starting at line-aligned `line`. */
+    void (*flush)(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n);
+    void (*fence)(ph_persist *p, ph_pctx *c);
+} ph_persist_ops;
+
+struct ph_persist {
+    const ph_persist_ops *ops;
+    unsigned kind;               /* enum pheap_flush_kind */
+    struct ph_sim *sim;          /* PHEAP_FLUSH_SIM only */
+};
+
+/* Selects back end `kind` (never AUTO).  PHEAP_ENOTSUP when the CPU lacks
+ * the instruction. */
+int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim);
+
+/* Kind that AUTO means for a mapping: cache-line flushes (best available)
+ * when `dax`, msync otherwise. */
+unsigned ph_persist_auto_kind(int dax);
+
+/* Parses "clwb", "msync", ... into *kind; PHEAP_EINVAL if unknown. */
+int ph_persist_parse_kind(const char *s, unsigned *kind);
+
+/* Frees what the thread context holds (simulator pending lines). */
+void ph_persist_ctx_release(ph_pctx *c);
+
+void ph_persist_track(ph_pctx *c, uintptr_t first, uint64_t n);
+
+/* Starts writing back [addr, addr+len); durable after the next fence. */
+static inline void ph_persist_flush(ph_persist *p, ph_pctx *c, const void *addr, size_t len)
+{
+    if (ph_unlikely(len == 0))
+        return;
+    uintptr_t first = (uintptr_t)addr & ~(uintptr_t)(PH_CACHE_LINE - 1);
+    uintptr_t last = ((uintptr_t)addr + len - 1) & ~(uintptr_t)(PH_CACHE_LINE - 1);
+    uint64_t n = (last - first) / PH_CACHE_LINE + 1;
+    ph_persist_track(c, first, n);
+    p->ops->flush(p, c, first, n);
+}
+
+/* Fence: every line this thread flushed before is durable on return. */
+static inline void ph_persist_fence(ph_persist *p, ph_pctx *c)
+{
+    ph_store_relaxed(&c->xfences, c->xfences + 1);
+    c->nprev = c->ncur;
+    for (uint32_t i = 0; i < c->ncur; i++)
+        c->prev[i] = c->cur[i];
+    c->ncur = 0;
+    p->ops->fence(p, c);
+}
+
+/* Flush + fence. */
+static inline void ph_persist_range(ph_persist *p, ph_pctx *c, const void *addr, size_t len)
+{
+    ph_persist_flush(p, c, addr, len);
+    ph_persist_fence(p, c);
+}
+
+/* Atomic 8-byte store of a durable word, flushed and fenced: the commit
+ * step of every protocol. */
+static inline void ph_persist_store64(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    ph_store(word, v);
+    ph_persist_range(p, c, word, sizeof(*word));
+}
+
+#endif /* PH_PERSIST_H */

@@ -1,0 +1,93 @@
+/*
+ * error.c -- error codes, their descriptions, and the thread-local slot.
+ */
+#include "util/error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pheap.h"
+#include "util/util.h"
+
+static __thread int tls_err;
+static __thread char tls_msg[512];
+
+int ph_err(int err, const char *fmt, ...)
+{
+    va_list ap;
+    tls_err = err;
+    va_start(ap, fmt);
+    vsnprintf(tls_msg, sizeof(tls_msg), fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int ph_err_from_errno(int e)
+{
+    switch (e) {
+    case ENOENT: return PHEAP_ENOENT;
+    case EEXIST: return PHEAP_EEXIST;
+    case EACCES:
+    case EPERM:
+    case EROFS: return PHEAP_EACCES;
+    case EISDIR: return PHEAP_EISDIR;
+    case ENOMEM: return PHEAP_ENOMEM;
+    case EWOULDBLOCK: return PHEAP_EBUSY;
+    case EINVAL: return PHEAP_EINVAL;
+    case EOPNOTSUPP: return PHEAP_ENOTSUP;
+    default: return PHEAP_EIO;
+    }
+}
+
+int ph_err_sys(const char *what, const char *path)
+{
+    int e = errno;
+    return ph_err(ph_err_from_errno(e), "%s %s: %s", what, path ? path : "", strerror(e));
+}
+
+void ph_debug_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "pheap: internal check failed: %s (%s:%d)\n", expr, file, line);
+    abort();
+}
+
+ph_export int pheap_errno(void)
+{
+    return tls_err;
+}
+
+ph_export const char *pheap_errmsg(void)
+{
+    return tls_err ? tls_msg : "no error";
+}
+
+ph_export const char *pheap_strerror(int err)
+{
+    switch (err) {
+    case PHEAP_OK: return "success";
+    case PHEAP_EINVAL: return "invalid argument";
+    case PHEAP_ENOMEM: return "out of memory";
+    case PHEAP_ENOENT: return "no such file or root";
+    case PHEAP_EEXIST: return "heap file already exists";
+    case PHEAP_EACCES: return "permission denied";
+    case PHEAP_EBUSY: return "heap is open elsewhere";
+    case PHEAP_EIO: return "operating system error";
+    case PHEAP_ENOTHEAP: return "not a pheap heap file";
+    case PHEAP_ETRUNCATED: return "heap file truncated";
+    case PHEAP_ECHECKSUM: return "heap header checksum mismatch";
+    case PHEAP_EVERSION: return "unsupported heap format version";
+    case PHEAP_ELAYOUT: return "inconsistent heap layout";
+    case PHEAP_EEMPTY: return "empty file";
+    case PHEAP_EISDIR: return "is a directory";
+    case PHEAP_ERDONLY: return "heap opened read-only";
+    case PHEAP_ENOSPC: return "table full";
+    case PHEAP_ENAME: return "invalid name";
+    case PHEAP_ENOTSUP: return "not supported";
+    case PHEAP_ECORRUPT: return "heap metadata corrupted";
+    case PHEAP_ERANGE: return "offset outside the heap";
+    default: return "unknown error";
+    }
+}

@@ -1,0 +1,119 @@
+/*
+ * harness.c -- test registry, failure reporting, temporary files.
+ */
+#include "harness.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_TESTS 512
+
+static struct {
+    const char *name;
+    ph_test_fn fn;
+} tests[MAX_TESTS];
+static int ntests;
+int ph_test_failed;
+static char tmpdir[256];
+
+void ph_test_register(const char *name, ph_test_fn fn)
+{
+    if (ntests < MAX_TESTS)
+        tests[ntests++] = (typeof(tests[0])){name, fn};
+}
+
+void ph_test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "  %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    ph_test_failed++;
+}
+
+const char *ph_test_dir(void)
+{
+    if (!tmpdir[0]) {
+        const char *base = getenv("PHEAP_TEST_DIR");
+        snprintf(tmpdir, sizeof(tmpdir), "%s/pheap-test-XXXXXX", base ? base : "/tmp");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+        chmod(tmpdir, 0755);
+    }
+    return tmpdir;
+}
+
+const char *ph_test_path(const char *name)
+{
+    static char buf[8][512];
+    static int next;
+    char *p = buf[next++ % 8];
+    snprintf(p, sizeof(buf[0]), "%s/%s", ph_test_dir(), name);
+    return p;
+}
+
+pheap *ph_test_create(const char *path, uint64_t size)
+{
+    unlink(path);
+    pheap_options o = {.size = size, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = NULL;
+    if (pheap_open(path, &o, &h) != 0)
+        ph_test_fail(__FILE__, __LINE__, "create %s: %s", path, pheap_errmsg());
+    return h;
+}
+
+int ph_test_copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    char buf[1 << 16];
+    ssize_t n;
+    int rc = in < 0 || out < 0 ? -1 : 0;
+    while (rc == 0 && (n = read(in, buf, sizeof(buf))) > 0)
+        rc = write(out, buf, (size_t)n) == n ? 0 : -1;
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    return rc;
+}
+
+static void cleanup(void)
+{
+    if (tmpdir[0] && !getenv("PHEAP_TEST_KEEP")) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", tmpdir);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0;
+    pid_t me = getpid();
+    atexit(cleanup);
+    for (int i = 0; i < ntests; i++) {
+        if (argc > 1 && !strstr(tests[i].name, argv[1]))
+            continue;
+        ph_test_failed = 0;
+        fprintf(stderr, "[ RUN  ] %s\n", tests[i].name);
+        tests[i].fn();
+        if (getpid() != me)
+            _exit(ph_test_failed ? 1 : 0); /* a forked child fell through */
+        fprintf(stderr, "[ %s ] %s\n", ph_test_failed ? "FAIL" : " OK ", tests[i].name);
+        if (ph_test_failed)
+            failed++;
+        else
+            passed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed || passed == 0 ? 1 : 0;
+}

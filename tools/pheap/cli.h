@@ -1,0 +1,25 @@
+/*
+ * cli.h -- shared pieces of the pheap command-line tool: one file per
+ * subcommand, each exporting cmd_<name>(argc, argv).
+ */
+#ifndef PHEAP_CLI_H
+#define PHEAP_CLI_H
+
+#include <stdint.h>
+
+#include "pheap.h"
+
+int cmd_create(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+/* Parses "123", "64K", "16M", "2G", "1T" (binary multiples).  0 on
+ * success, -1 with a message on stderr otherwise. */
+int cli_parse_size(const char *s, uint64_t *out);
+
+/* Reports a failed library call: "pheap: what: message" on stderr. */
+int cli_fail(const char *what, int rc);
+
+/* Prints a uuid as 8-4-4-4-12 hex into buf[37]. */
+void cli_format_uuid(const uint8_t uuid[16], char *buf);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+ * info.c -- `pheap info PATH [--json]`: version, sizes, uuid, clean or
+ * dirty, flush back end and roots of a heap, opened read-only (nothing is
+ * written, no recovery runs).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Root names are 1..63 bytes of any value but NUL; escape for JSON. */
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+int cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else {
+            fprintf(stderr, "pheap info: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: pheap info PATH [--json]\n");
+        return 2;
+    }
+    pheap_options o = {.flags = PHEAP_RDONLY};
+    pheap *h;
+    int rc = pheap_open(path, &o, &h);
+    if (rc)
+        return cli_fail(path, rc);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    char uuid[37];
+    cli_format_uuid(st.uuid, uuid);
+    const char *state = st.was_unclean ? "dirty" : "clean";
+    unsigned n = pheap_root_count(h);
+    if (json) {
+        printf("{\"path\": ");
+        json_string(path);
+        printf(", \"format\": \"%u.%u\", \"library\": \"%s\", \"uuid\": \"%s\", "
+               "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
+               "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
+               "\"flush\": \"%s\", \"dax\": %s, \"roots\": [",
+               st.format_major, st.format_minor, pheap_version(), uuid, (unsigned long long)st.size,
+               (unsigned long long)st.max_size, (unsigned long long)st.data_offset,
+               (unsigned long long)st.data_size, state, (unsigned long long)st.open_count,
+               (unsigned long long)st.unclean_count, pheap_flush_name(st.flush),
+               st.dax ? "true" : "false");
+    } else {
+        printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
+               "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
+               "state:       %s (opened %llu times, %llu unclean)\nflush:       %s%s\n"
+               "roots:       %u\n",
+               path, st.format_major, st.format_minor, pheap_version(), uuid,
+               (unsigned long long)st.size, (unsigned long long)st.max_size,
+               (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
+               st.was_unclean ? "dirty: not closed cleanly, recovery runs at the next read-write open"
+                              : "clean",
+               (unsigned long long)st.open_count, (unsigned long long)st.unclean_count,
+               pheap_flush_name(st.flush), st.dax ? " (DAX, MAP_SYNC)" : "", n);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        char name[PHEAP_ROOT_NAME_MAX + 1];
+        pheap_off off;
+        if (pheap_root_at(h, i, name, &off))
+            break;
+        if (json) {
+            printf("%s{\"name\": ", i ? ", " : "");
+            json_string(name);
+            printf(", \"offset\": %llu}", (unsigned long long)off);
+        } else {
+            printf("  %-40s %llu\n", name, (unsigned long long)off);
+        }
+    }
+    if (json)
+        printf("]}\n");
+    pheap_close(h);
+    return 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * main.c -- the pheap command-line tool: dispatch to one subcommand.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *usage;
+} commands[] = {
+    {"create", cmd_create, "create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]"},
+    {"info", cmd_info, "info PATH [--json]"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: pheap COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  pheap %s\n", commands[i].usage);
+    fprintf(f, "\nSIZE takes a K, M, G or T suffix (binary multiples).\n");
+}
+
+int cli_fail(const char *what, int rc)
+{
+    fprintf(stderr, "pheap: %s: %s (%s)\n", what, pheap_errmsg(), pheap_strerror(rc));
+    return 1;
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !*s || *s == '-') {
+        fprintf(stderr, "pheap: bad size '%s'\n", s ? s : "");
+        return -1;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: break;
+    }
+    if ((*end == 'i' || *end == 'I') && shift)
+        end++;
+    if ((*end == 'b' || *end == 'B') && end != s)
+        end++;
+    if (*end || end == s || (shift && v > (~0ull >> shift))) {
+        fprintf(stderr, "pheap: bad size '%s' (use e.g. 4096, 64K, 16M, 2G)\n", s);
+        return -1;
+    }
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+void cli_format_uuid(const uint8_t u[16], char *buf)
+{
+    sprintf(buf, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+            u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("pheap %s (format %d.%d)\n", pheap_version(), PHEAP_FORMAT_MAJOR, PHEAP_FORMAT_MINOR);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pheap: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
