@@ -78,3 +78,36 @@ pheap *ph_test_create(const char *path, uint64_t size);
 int ph_test_copy_file(const char *from, const char *to);
 
 #endif
+
+/* ---- crash-point enumeration (crash.c) ----
+ * The workload runs on a simulated heap; it may call ph_crash_mark(op)
+ * after each operation returns, so that verify knows which operations had
+ * completed before the crash fence.  For every fence k of a dry run and
+ * every eviction variant, the workload is re-run with an image taken just
+ * before fence k; the image is opened (running recovery), must pass
+ * pheap_check, and is handed to verify with the number of operations that
+ * had returned before fence k (all later ones had not started, except the
+ * one in flight, which may or may not be visible). */
+typedef struct ph_crash_ctx {
+    pheap *heap;          /* the simulated heap during the workload */
+    void *arg;            /* the caller's */
+    uint64_t marks[4096]; /* fence count when operation i returned */
+    unsigned nmarks;
+    uint64_t fences;      /* fences the last run issued in all */
+} ph_crash_ctx;
+
+void ph_crash_mark(ph_crash_ctx *c);
+
+typedef void (*ph_crash_workload_fn)(ph_crash_ctx *c);
+/* `done` ops returned before the crash; op `done` (if any) was in flight. */
+typedef void (*ph_crash_verify_fn)(pheap *image, unsigned done, ph_crash_ctx *c);
+
+typedef struct ph_crash_stats {
+    unsigned runs;        /* crash images checked */
+    uint64_t fences;      /* fences of the dry run */
+} ph_crash_stats;
+
+/* Enumerates the crash points of `workload` on a copy of heap `base`
+ * with eviction probabilities 0, 0.5 (two seeds) and 1. */
+ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workload,
+                                  ph_crash_verify_fn verify, void *arg);

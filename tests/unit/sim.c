@@ -1,0 +1,223 @@
+/*
+ * sim.c -- the crash simulator itself: what reaches the durable image and
+ * what does not, eviction per cache line and by seed, crash images taken
+ * at a given fence, and the close of a simulated heap.
+ */
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "persist/sim.h"
+
+#define HEAP_SIZE (4u << 20)
+
+static const char *base_heap(void)
+{
+    const char *path = ph_test_path("sim-base.heap");
+    if (access(path, F_OK) != 0)
+        pheap_close(ph_test_create(path, HEAP_SIZE));
+    return path;
+}
+
+static pheap *open_sim(const pheap_options *extra)
+{
+    pheap_options o = extra ? *extra : (pheap_options){0};
+    o.flags |= PHEAP_SIMULATE;
+    pheap *h = NULL;
+    if (pheap_open(base_heap(), &o, &h) != 0)
+        ph_test_fail(__FILE__, __LINE__, "open sim: %s", pheap_errmsg());
+    return h;
+}
+
+/* Reads `len` bytes at heap offset `off` of an image file. */
+static void read_image(const char *path, uint64_t off, void *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY);
+    memset(buf, 0xEE, len);
+    if (fd < 0 || pread(fd, buf, len, (off_t)off) != (ssize_t)len)
+        ph_test_fail(__FILE__, __LINE__, "read %s", path);
+    if (fd >= 0)
+        close(fd);
+}
+
+static uint64_t data_off(pheap *h)
+{
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    return st.data_offset;
+}
+
+TEST(fenced_present_unfenced_absent)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *fenced = pheap_direct(h, d), *flushed = pheap_direct(h, d + 64),
+             *dirty = pheap_direct(h, d + 128);
+    *fenced = 0x1111;
+    pheap_persist(h, fenced, 8);
+    *flushed = 0x2222;
+    pheap_flush(h, flushed, 8);
+    *dirty = 0x3333;
+    const char *img = ph_test_path("img1");
+    REQUIRE_OK(pheap_sim_crash(h, img, 42, 0.0));
+    uint64_t v[3];
+    read_image(img, d, &v[0], 8);
+    read_image(img, d + 64, &v[1], 8);
+    read_image(img, d + 128, &v[2], 8);
+    CHECK_EQ(v[0], 0x1111);
+    CHECK_EQ(v[1], 0);
+    CHECK_EQ(v[2], 0);
+}
+
+TEST(evict_all_takes_current_contents)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *flushed = pheap_direct(h, d + 64), *dirty = pheap_direct(h, d + 128);
+    *flushed = 0x2222;
+    pheap_flush(h, flushed, 8);
+    *flushed = 0x2223; /* stored after the flush: eviction sees the newest */
+    *dirty = 0x3333;
+    const char *img = ph_test_path("img2");
+    REQUIRE_OK(pheap_sim_crash(h, img, 42, 1.0));
+    uint64_t v[2];
+    read_image(img, d + 64, &v[0], 8);
+    read_image(img, d + 128, &v[1], 8);
+    CHECK_EQ(v[0], 0x2223);
+    CHECK_EQ(v[1], 0x3333);
+}
+
+TEST(flush_snapshots_contents)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    *w = 1;
+    pheap_flush(h, w, 8);
+    *w = 2; /* after the flush, before the fence: not covered by it */
+    pheap_drain(h);
+    const char *img = ph_test_path("img3");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
+    uint64_t v;
+    read_image(img, d, &v, 8);
+    CHECK_EQ(v, 1);
+}
+
+/* Dirties `n` lines with a pattern and crashes with eviction p. */
+static void dirty_lines_crash(const char *img, unsigned n, uint64_t seed, double p)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    unsigned char *a = pheap_direct(h, data_off(h));
+    for (unsigned i = 0; i < n * 64; i++)
+        a[i] = (unsigned char)(i % 251 + 1);
+    REQUIRE_OK(pheap_sim_crash(h, img, seed, p));
+}
+
+TEST(eviction_per_line_and_by_seed)
+{
+    enum { N = 2000 };
+    static unsigned char x[N * 64], y[N * 64], z[N * 64];
+    const char *ia = ph_test_path("ev-a"), *ib = ph_test_path("ev-b"), *ic = ph_test_path("ev-c");
+    dirty_lines_crash(ia, N, 7, 0.5);
+    dirty_lines_crash(ib, N, 7, 0.5);
+    dirty_lines_crash(ic, N, 8, 0.5);
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    pheap_sim_crash(h, "/dev/null", 0, 0);
+    read_image(ia, d, x, sizeof(x));
+    read_image(ib, d, y, sizeof(y));
+    read_image(ic, d, z, sizeof(z));
+    CHECK(memcmp(x, y, sizeof(x)) == 0); /* same seed, same image */
+    unsigned evicted = 0, differ = 0;
+    for (unsigned l = 0; l < N; l++) {
+        unsigned news = 0;
+        for (unsigned b = 0; b < 64; b++)
+            news += x[l * 64 + b] == (unsigned char)((l * 64 + b) % 251 + 1);
+        CHECK(news == 0 || news == 64); /* whole lines only */
+        evicted += news == 64;
+        differ += memcmp(x + l * 64, z + l * 64, 64) != 0;
+        CHECK_EQ(news == 64, ph_sim_evicts(7, (d + l * 64) / 64, 0.5));
+    }
+    CHECK(evicted > N * 4 / 10 && evicted < N * 6 / 10);
+    CHECK(differ > N / 4); /* another seed, another subset */
+}
+
+TEST(crash_image_at_fence)
+{
+    const char *img = ph_test_path("at-fence");
+    unlink(img);
+    /* fence 1 is the open; 2 persists a, 3 persists b */
+    pheap_options o = {.sim_crash_fence = 3, .sim_crash_image = img};
+    pheap *h = open_sim(&o);
+    REQUIRE(h);
+    CHECK_EQ(pheap_sim_fence_count(h), 1);
+    uint64_t d = data_off(h);
+    uint64_t *a = pheap_direct(h, d), *b = pheap_direct(h, d + 64);
+    *a = 0xA;
+    pheap_persist(h, a, 8);
+    CHECK_EQ(pheap_sim_fence_count(h), 2);
+    CHECK(access(img, F_OK) != 0);
+    *b = 0xB;
+    pheap_persist(h, b, 8);
+    CHECK_EQ(pheap_sim_fence_count(h), 3);
+    REQUIRE(access(img, F_OK) == 0);
+    uint64_t v[2];
+    read_image(img, d, &v[0], 8);
+    read_image(img, d + 64, &v[1], 8);
+    CHECK_EQ(v[0], 0xA);
+    CHECK_EQ(v[1], 0);
+    pheap_sim_crash(h, "/dev/null", 0, 0);
+    /* The image is a heap that was not closed cleanly. */
+    pheap *r;
+    REQUIRE_OK(pheap_open(img, NULL, &r));
+    struct pheap_stats st;
+    pheap_stats(r, &st);
+    CHECK_EQ(st.was_unclean, 1);
+    CHECK_EQ(*(uint64_t *)pheap_direct(r, d), 0xA);
+    REQUIRE_OK(pheap_check(r, NULL));
+    pheap_close(r);
+}
+
+TEST(close_writes_durable_image_only)
+{
+    const char *path = ph_test_path("sim-close.heap");
+    pheap_close(ph_test_create(path, HEAP_SIZE));
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    uint64_t d = data_off(h);
+    uint64_t *a = pheap_direct(h, d), *b = pheap_direct(h, d + 64);
+    *a = 0xA;
+    pheap_persist(h, a, 8);
+    *b = 0xB; /* never flushed: lost at close, as at a power failure */
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.was_unclean, 0);
+    CHECK_EQ(*(uint64_t *)pheap_direct(h, d), 0xA);
+    CHECK_EQ(*(uint64_t *)pheap_direct(h, d + 64), 0);
+    pheap_close(h);
+}
+
+TEST(sim_errors)
+{
+    pheap *h = ph_test_create(ph_test_path("plain.heap"), HEAP_SIZE);
+    REQUIRE(h);
+    CHECK_EQ(pheap_sim_crash(h, ph_test_path("x"), 0, 0), PHEAP_EINVAL);
+    CHECK_EQ(pheap_sim_fence_count(h), 0);
+    pheap_close(h); /* still open after the refused call */
+    pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = 3};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL); /* no image path */
+    o = (pheap_options){.sim_crash_fence = 3, .sim_crash_image = "x"};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL); /* not simulating */
+    h = open_sim(NULL);
+    REQUIRE(h);
+    CHECK_EQ(pheap_sim_crash(h, ph_test_path("y"), 0, 2.0), PHEAP_EINVAL);
+}
