@@ -1,0 +1,229 @@
+/*
+ * open.c -- the life of a heap file: create, exclusive create, reopen,
+ * read-only, the file lock between processes, clean and unclean shutdown.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define SIZE (4u << 20)
+
+TEST(create_and_reopen)
+{
+    const char *path = ph_test_path("life.heap");
+    pheap *h = ph_test_create(path, SIZE);
+    REQUIRE(h);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.size, SIZE);
+    CHECK_EQ(st.max_size, SIZE);
+    CHECK_EQ(st.format_major, PHEAP_FORMAT_MAJOR);
+    CHECK_EQ(st.was_unclean, 0);
+    CHECK_EQ(st.open_count, 1);
+    CHECK(st.data_offset > 0 && st.data_offset % 65536 == 0);
+    CHECK_EQ(st.data_size, SIZE - st.data_offset);
+    uint8_t uuid[16];
+    memcpy(uuid, st.uuid, 16);
+    CHECK_EQ(uuid[6] >> 4, 4);
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    pheap_stats(h, &st);
+    CHECK(memcmp(uuid, st.uuid, 16) == 0);
+    CHECK_EQ(st.open_count, 2);
+    CHECK_EQ(st.unclean_count, 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0);
+    CHECK_EQ(sb.st_mode & 0777, 0600);
+    CHECK(pheap_close(NULL) == 0);
+}
+
+TEST(create_flags)
+{
+    const char *path = ph_test_path("flags.heap");
+    unlink(path);
+    pheap *h;
+    pheap_options o = {.size = SIZE, .flags = PHEAP_CREATE | PHEAP_EXCL, .mode = 0640};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_close(h);
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EEXIST);
+    CHECK(h == NULL);
+    o.flags = PHEAP_CREATE; /* no EXCL: opens the existing heap */
+    o.size = 8u << 20;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.size, SIZE); /* size only matters when creating */
+    pheap_close(h);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0);
+    CHECK_EQ(sb.st_mode & 0777, 0640 & ~(unsigned)umask(umask(0)));
+    /* No temporary files are left next to the heap. */
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -q tmp", ph_test_dir());
+    CHECK(system(cmd) != 0);
+}
+
+TEST(create_into_empty_file_and_growth_limit)
+{
+    const char *path = ph_test_path("empty.heap");
+    FILE *f = fopen(path, "w");
+    fclose(f);
+    pheap *h;
+    pheap_options o = {.size = SIZE, .max_size = 4 * SIZE, .flags = PHEAP_CREATE};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.size, SIZE);
+    CHECK_EQ(st.max_size, 4 * SIZE);
+    pheap_close(h);
+    o.max_size = SIZE / 2;
+    unlink(path);
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL); /* max below size */
+    o = (pheap_options){.size = 1u << 20, .flags = PHEAP_CREATE};
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL); /* below the minimum */
+    CHECK(strstr(pheap_errmsg(), "minimum") != NULL);
+    CHECK(access(path, F_OK) != 0);
+}
+
+TEST(readonly)
+{
+    const char *path = ph_test_path("ro.heap");
+    pheap *h = ph_test_create(path, SIZE);
+    REQUIRE(h);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    REQUIRE_OK(pheap_root_set(h, "r", st.data_offset));
+    pheap_close(h);
+    pheap_options o = {.flags = PHEAP_RDONLY};
+    pheap *a, *b;
+    REQUIRE_OK(pheap_open(path, &o, &a));
+    REQUIRE_OK(pheap_open(path, &o, &b)); /* readers share */
+    CHECK_EQ(pheap_root_get(a, "r"), st.data_offset);
+    CHECK_EQ(pheap_root_set(a, "r", 0), PHEAP_ERDONLY);
+    pheap_stats(a, &st);
+    CHECK_EQ(st.readonly, 1);
+    CHECK_EQ(st.open_count, 1); /* read-only opens write nothing */
+    pheap *w;
+    CHECK_EQ(pheap_open(path, NULL, &w), PHEAP_EBUSY);
+    pheap_close(a);
+    pheap_close(b);
+    REQUIRE_OK(pheap_open(path, NULL, &w));
+    pheap_close(w);
+}
+
+/* Runs fn in a child process; returns its exit status. */
+static int in_child(int (*fn)(const char *), const char *path)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(fn(path));
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+static int child_open_rw(const char *path)
+{
+    pheap *h;
+    int rc = pheap_open(path, NULL, &h);
+    return rc == PHEAP_EBUSY ? 1 : rc == 0 ? 0 : 2;
+}
+
+static int child_open_ro(const char *path)
+{
+    pheap *h;
+    pheap_options o = {.flags = PHEAP_RDONLY};
+    int rc = pheap_open(path, &o, &h);
+    return rc == PHEAP_EBUSY ? 1 : rc == 0 ? 0 : 2;
+}
+
+static int child_crash(const char *path)
+{
+    pheap *h;
+    if (pheap_open(path, NULL, &h) != 0)
+        return 3;
+    _exit(0); /* no pheap_close: as after kill -9 */
+}
+
+TEST(lock_between_processes)
+{
+    const char *path = ph_test_path("lock.heap");
+    pheap *h = ph_test_create(path, SIZE);
+    REQUIRE(h);
+    CHECK_EQ(in_child(child_open_rw, path), 1);
+    CHECK_EQ(in_child(child_open_ro, path), 1);
+    pheap_close(h);
+    CHECK_EQ(in_child(child_open_rw, path), 0);
+    pheap_options o = {.flags = PHEAP_RDONLY};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    CHECK_EQ(in_child(child_open_ro, path), 0);
+    CHECK_EQ(in_child(child_open_rw, path), 1);
+    pheap_close(h);
+}
+
+TEST(unclean_shutdown_detected)
+{
+    const char *path = ph_test_path("crash.heap");
+    pheap_close(ph_test_create(path, SIZE));
+    REQUIRE_EQ(in_child(child_crash, path), 0);
+    pheap *h;
+    pheap_options ro = {.flags = PHEAP_RDONLY};
+    REQUIRE_OK(pheap_open(path, &ro, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.was_unclean, 1); /* reported, nothing written */
+    pheap_close(h);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    pheap_stats(h, &st);
+    CHECK_EQ(st.was_unclean, 1);
+    CHECK_EQ(st.unclean_count, 1);
+    CHECK_EQ(st.open_count, 3);
+    pheap_close(h);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    pheap_stats(h, &st);
+    CHECK_EQ(st.was_unclean, 0);
+    CHECK_EQ(st.unclean_count, 1);
+    pheap_close(h);
+}
+
+TEST(errors_are_thread_local_and_described)
+{
+    pheap *h;
+    CHECK_EQ(pheap_open(ph_test_path("missing.heap"), NULL, &h), PHEAP_ENOENT);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOENT);
+    CHECK(strstr(pheap_errmsg(), "missing.heap") != NULL);
+    CHECK_EQ(pheap_open(NULL, NULL, &h), PHEAP_EINVAL);
+    CHECK_EQ(pheap_open("x", NULL, NULL), PHEAP_EINVAL);
+    for (int e = 0; e >= PHEAP_ERANGE; e--)
+        CHECK(strcmp(pheap_strerror(e), "unknown error") != 0);
+    CHECK(strcmp(pheap_strerror(-999), "unknown error") == 0);
+    CHECK(strlen(pheap_version()) >= 5);
+}
+
+static void *fail_in_thread(void *arg)
+{
+    pheap *h;
+    *(int *)arg = pheap_open(ph_test_path("nothing-here.heap"), NULL, &h);
+    *((int *)arg + 1) = pheap_errno();
+    return NULL;
+}
+
+TEST(error_slot_per_thread)
+{
+    pheap *h;
+    CHECK_EQ(pheap_open("", NULL, &h), PHEAP_EINVAL);
+    int res[2];
+    pthread_t t;
+    pthread_create(&t, NULL, fail_in_thread, res);
+    pthread_join(t, NULL);
+    CHECK_EQ(res[0], PHEAP_ENOENT);
+    CHECK_EQ(res[1], PHEAP_ENOENT);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL); /* untouched by the other thread */
+}
