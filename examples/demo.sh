@@ -1,9 +1,12 @@
 #!/bin/sh
-# make demo: run the example programs on a heap file under /tmp and show
-# what `pheap info` reports about it.
+# make demo: run the example programs on heap files under /tmp -- relocate,
+# the persistent list, the hash map whose writer is killed with kill -9 --
+# and show what `pheap stats`, `pheap check` and `pheap info` report.
 set -e
 build=${1:-build}
 heap=${PHEAP_DEMO_HEAP:-/tmp/pheap-demo.heap}
+data=${PHEAP_DEMO_DATA:-/tmp/pheap-demo-data.heap}
+rm -f "$data"
 echo "== relocate: create a heap, set a root, reopen it at another address"
 "$build/examples/relocate" "$heap"
 echo
@@ -12,3 +15,20 @@ echo "== pheap info $heap"
 echo
 echo "== pheap info --json $heap"
 "$build/bin/pheap" info --json "$heap"
+echo
+echo "== list: a persistent linked list, built with pheap_alloc_to into the next fields"
+"$build/examples/list" "$data" 5
+echo "-- run it again: the list is found through its root and grows"
+"$build/examples/list" "$data" 5
+echo
+echo "== hashmap: a writer process inserts keys, and is killed with SIGKILL mid-way"
+"$build/examples/hashmap" "$data" 300
+echo
+echo "== pheap stats $data"
+"$build/bin/pheap" stats "$data"
+echo
+echo "== pheap check $data"
+"$build/bin/pheap" check "$data"
+echo
+echo "== pheap info $data"
+"$build/bin/pheap" info "$data"

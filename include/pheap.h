@@ -80,6 +80,9 @@ enum {
     PHEAP_ENOTSUP = -18,    /* not supported here (CPU, file system) */
     PHEAP_ECORRUPT = -19,   /* metadata inconsistent (see pheap_check) */
     PHEAP_ERANGE = -20,     /* offset outside the heap's data region */
+    PHEAP_EDOUBLEFREE = -21,/* the block is already free */
+    PHEAP_EINTERIOR = -22,  /* offset inside a block, not at its start */
+    PHEAP_ENOTALLOC = -23,  /* offset in space that was never allocated */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -120,7 +123,9 @@ enum pheap_flush_kind {
 const char *pheap_flush_name(unsigned kind);
 
 typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
-    uint64_t size;              /* bytes, when creating (rounded up to 64 KiB) */
+    uint64_t size;              /* bytes, when creating (0 = 64 MiB; rounded up to
+                                   64 KiB and to the minimum for max_size, which is
+                                   the metadata, about 1.7% of max_size, + 64 KiB) */
     unsigned flags;             /* PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE */
     unsigned mode;              /* permission bits when creating (0 = 0600) */
     uint64_t sim_crash_fence;   /* with PHEAP_SIMULATE: just before this fence (1-based) */
@@ -209,6 +214,55 @@ unsigned pheap_root_count(pheap *h);
 int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
 
 /* ===================================================================== */
+/*  Allocation                                                           */
+/* ===================================================================== */
+/*
+ * Blocks live in the data region and carry no header: the allocator's
+ * metadata is kept apart (slab bitmaps, extent log), so a bad free is
+ * detected from metadata and a user overflow cannot damage the allocator.
+ * Sizes up to PHEAP_SMALL_MAX come from size classes (docs/ALLOCATOR.md has
+ * the table); larger ones are page-granular extents.  Blocks of 16 bytes or
+ * more are 16-byte aligned, extents 4096-byte aligned.  All calls are
+ * thread-safe; a block may be freed by any thread.
+ */
+
+#define PHEAP_SMALL_MAX 16384  /* largest size served by a size class */
+
+/* Allocates `size` bytes and returns the block's offset (0 on failure).
+ * Durable on return: the block stays allocated across any crash.  A crash
+ * during the call may leave that one block allocated with no one knowing
+ * its offset; pheap_alloc_to closes that window.  Contents are not zeroed
+ * (a fresh heap reads as zero).  Grows the file when needed, up to max_size.
+ * Errors: PHEAP_EINVAL (size 0), PHEAP_ENOMEM (heap full at max_size),
+ * PHEAP_ERDONLY. */
+pheap_off pheap_alloc(pheap *h, size_t size);
+
+/* Frees the block at `off`.  Durable on return: it stays free across any
+ * crash.  Nothing changes on error.
+ * Errors: PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a
+ * block), PHEAP_EDOUBLEFREE (already free), PHEAP_ENOTALLOC (never
+ * allocated), PHEAP_ERDONLY.  Freeing 0 is a no-op returning 0. */
+int pheap_free(pheap *h, pheap_off off);
+
+/* Allocates and stores the block's offset into *dest as one failure-atomic
+ * step: after a crash, either the block is allocated and *dest holds its
+ * offset, or nothing happened and *dest holds its old value.  `dest` must be
+ * an 8-byte aligned word inside the heap's data region (typically a field
+ * of another block or the target of a root).
+ * Errors: as pheap_alloc, plus PHEAP_ERANGE (dest not in the heap). */
+int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest);
+
+/* Frees the block whose offset is in *src and stores 0 into *src, as one
+ * failure-atomic step.  `src` must be an aligned word inside the data
+ * region; *src == 0 is a no-op.
+ * Errors: as pheap_free, plus PHEAP_ERANGE (src not in the heap). */
+int pheap_free_from(pheap *h, pheap_off *src);
+
+/* Usable bytes of the live block at `off` (>= the size asked for); 0 with
+ * pheap_errno() set when `off` is not the start of a live block. */
+size_t pheap_usable_size(pheap *h, pheap_off off);
+
+/* ===================================================================== */
 /*  Statistics and checks                                                */
 /* ===================================================================== */
 
@@ -232,7 +286,30 @@ struct pheap_stats {
     uint64_t fences;          /* fences issued through this handle */
     uint64_t reflushes;       /* lines flushed again within the current or
                                  the previous fence batch of their thread */
+    uint64_t live_blocks;     /* allocated blocks, small and large */
+    uint64_t live_bytes;      /* their usable bytes */
+    uint64_t slabs;           /* slabs (64 KiB chunks of one size class) */
+    uint64_t slab_bytes;      /* data region bytes held by slabs */
+    uint64_t large_extents;   /* allocated large extents */
+    uint64_t large_bytes;     /* their bytes */
+    uint64_t free_bytes;      /* backed data bytes in no slab and no extent */
+    uint64_t largest_free;    /* largest free extent now backed, bytes */
+    uint64_t cached_blocks;   /* free blocks held in thread caches */
+    double   fragmentation;   /* 1 - live_bytes / (slab_bytes + large_bytes) */
 };
+
+/* Per size class (0 <= cls < pheap_class_count()). */
+typedef struct pheap_class_info {
+    uint32_t block_size;      /* bytes */
+    uint32_t blocks_per_slab;
+    uint64_t slabs;           /* slabs of this class */
+    uint64_t live_blocks;     /* allocated blocks of this class */
+} pheap_class_info;
+
+unsigned pheap_class_count(void);
+
+/* Fills *out for size class `cls`.  Errors: PHEAP_EINVAL. */
+int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out);
 
 /* Fills *out.  Counters cover every thread since the open. */
 int pheap_stats(pheap *h, struct pheap_stats *out);
@@ -240,12 +317,20 @@ int pheap_stats(pheap *h, struct pheap_stats *out);
 typedef struct pheap_check_report {
     unsigned errors;          /* problems found; 0 = consistent */
     unsigned roots;           /* roots found */
+    uint64_t live_blocks;     /* allocated blocks found, small and large */
+    uint64_t live_bytes;      /* their usable bytes */
+    uint64_t slabs;           /* slabs found */
+    uint64_t large_extents;   /* allocated extents found */
+    uint64_t free_bytes;      /* backed data bytes in no slab and no extent */
     char     first_error[256];/* the first problem, readable */
 } pheap_check_report;
 
-/* Deep consistency check of the heap's metadata: header, region table,
- * state, roots.  Returns 0 when consistent, PHEAP_ECORRUPT when a problem
- * was found (details in *out, which may be NULL).  Changes nothing. */
+/* Deep consistency check of all metadata: header, region table, state,
+ * roots, extent log against the extent index (no overlap, everything
+ * accounted for), every slab descriptor and bitmap against its size class,
+ * the per-thread logs.  Returns 0 when consistent, PHEAP_ECORRUPT when a
+ * problem was found (details in *out, which may be NULL).  Changes nothing;
+ * run it while no other thread allocates. */
 int pheap_check(pheap *h, pheap_check_report *out);
 
 /* ===================================================================== */

@@ -19,15 +19,15 @@ ph_export const char *pheap_version(void)
 
 ph_export void *pheap_direct(const pheap *h, pheap_off off)
 {
-    if (ph_unlikely(!h || off == 0 || off >= h->size))
+    if (ph_unlikely(!h || off == 0 || off >= ph_space_size(&h->sp)))
         return NULL;
-    return h->base + off;
+    return h->sp.base + off;
 }
 
 ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
 {
-    uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->base : 0;
-    if (ph_unlikely(!h || a <= b || a >= b + h->size))
+    uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->sp.base : 0;
+    if (ph_unlikely(!h || a <= b || a >= b + ph_space_size(&h->sp)))
         return 0;
     return a - b;
 }
@@ -35,7 +35,7 @@ ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
 /* Clamps [addr, addr+len) to the mapping; 0 if nothing is left. */
 static size_t clamp(const pheap *h, const void **addr, size_t len)
 {
-    uintptr_t a = (uintptr_t)*addr, b = (uintptr_t)h->base, e = b + h->size;
+    uintptr_t a = (uintptr_t)*addr, b = (uintptr_t)h->sp.base, e = b + ph_space_size(&h->sp);
     if (h->readonly || a >= e || a + len <= b || a + len < a)
         return 0;
     if (a < b) {
@@ -49,13 +49,13 @@ static size_t clamp(const pheap *h, const void **addr, size_t len)
 ph_export void pheap_flush(pheap *h, const void *addr, size_t len)
 {
     if (h && (len = clamp(h, &addr, len)) != 0)
-        ph_persist_flush(&h->persist, ph_heap_pctx(h), addr, len);
+        ph_persist_flush(&h->sp.persist, ph_heap_pctx(h), addr, len);
 }
 
 ph_export void pheap_drain(pheap *h)
 {
     if (h && !h->readonly)
-        ph_persist_fence(&h->persist, ph_heap_pctx(h));
+        ph_persist_fence(&h->sp.persist, ph_heap_pctx(h));
 }
 
 ph_export void pheap_persist(pheap *h, const void *addr, size_t len)
@@ -69,20 +69,32 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     if (!h || !out)
         return ph_err(PHEAP_EINVAL, "pheap_stats: NULL argument");
     memset(out, 0, sizeof(*out));
-    out->size = h->size;
+    out->size = ph_space_size(&h->sp);
     out->max_size = h->hdr.max_size;
-    out->data_offset = h->data_off;
-    out->data_size = h->size - h->data_off;
+    out->data_offset = h->sp.data_off;
+    out->data_size = ph_space_size(&h->sp) - h->sp.data_off;
     memcpy(out->uuid, h->hdr.uuid, sizeof(out->uuid));
     out->format_major = h->hdr.major;
     out->format_minor = h->hdr.minor;
-    out->flush = h->persist.kind;
-    out->dax = h->dax;
+    out->flush = h->sp.persist.kind;
+    out->dax = h->sp.dax;
     out->readonly = h->readonly;
     out->was_unclean = h->was_unclean;
-    out->open_count = ph_load(&h->state->xopen_count);
-    out->unclean_count = ph_load(&h->state->xunclean_count);
+    out->open_count = ph_load(&h->sp.state->xopen_count);
+    out->unclean_count = ph_load(&h->sp.state->xunclean_count);
     out->roots = pheap_root_count(h);
-    ph_thread_sum_counters(h, &out->flushes, &out->fences, &out->reflushes);
+    ph_thread_sum_counters(h, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);
+    ph_engine_stats st;
+    ph_engine_stats_get(h->engine, &st);
+    out->live_blocks = st.live_blocks;
+    out->live_bytes = st.live_bytes;
+    out->slabs = st.slabs;
+    out->slab_bytes = st.slab_bytes;
+    out->large_extents = st.large_extents;
+    out->large_bytes = st.large_bytes;
+    out->free_bytes = st.free_bytes;
+    out->largest_free = st.largest_free;
+    uint64_t held = st.slab_bytes + st.large_bytes;
+    out->fragmentation = held ? 1.0 - (double)st.live_bytes / (double)held : 0.0;
     return 0;
 }

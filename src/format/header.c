@@ -23,7 +23,10 @@ static uint64_t region_size(uint32_t kind, uint64_t max_size)
     case PH_REGION_ROOTS: return PH_ALIGN_UP((uint64_t)PH_ROOTS_MAX * sizeof(ph_root_entry), PH_PAGE_SIZE);
     case PH_REGION_LANES: return (uint64_t)PH_LANES_MAX * PH_LANE_SIZE;
     case PH_REGION_SLABS: return PH_ALIGN_UP(max_size / PH_CHUNK_SIZE * PH_SLAB_DESC_SIZE, PH_PAGE_SIZE);
-    case PH_REGION_EXTLOG: return PH_EXTLOG_SIZE;
+    case PH_REGION_EXTLOG: {
+        uint64_t entries = max_size / PH_EXTLOG_BYTES_PER_ENTRY_SPAN + 64;
+        return PH_PAGE_SIZE + 2 * PH_ALIGN_UP(entries * sizeof(ph_extlog_entry), PH_PAGE_SIZE);
+    }
     case PH_REGION_NAMES: return PH_NAMES_SIZE;
     default: return 0;
     }

@@ -143,13 +143,97 @@ typedef struct ph_root_entry {
 } ph_root_entry;
 _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
 
-/* Sizes of the metadata regions that the allocation engine fills in.  The
- * lane and name regions are fixed; the slab region scales with max_size
- * (one descriptor per chunk), the extent log is fixed. */
+/* ---- lanes: per-thread write-ahead logs (src/log/lane.c) ----------------
+ * A lane is PH_LANE_ENTRIES lines; each line holds one entry.  A thread's
+ * consecutive logged operations use consecutive lines, so that the lines
+ * flushed by neighbouring fence batches differ (no reflush).
+ * Invariant: at most one entry of a lane is ACTIVE, and only while the
+ * operation it describes is between its first and its last fence.
+ * Recovery rolls an ACTIVE entry with a valid checksum forward. */
 #define PH_LANES_MAX 1024u
-#define PH_LANE_SIZE 1024u
-#define PH_SLAB_DESC_SIZE 1280u   /* descriptor + bitmap of one chunk */
-#define PH_EXTLOG_SIZE (1024u * 1024u)
+#define PH_LANE_ENTRIES 16u
+#define PH_LANE_SIZE (PH_LANE_ENTRIES * PH_LINE_SIZE)
+
+#define PH_LOG_IDLE 0u        /* entry retired or never used */
+#define PH_LOG_ACTIVE 1u      /* entry describes an operation in flight */
+#define PH_LOG_ALLOC_TO 1u    /* allocate `block` (`size` bytes), *dest = block */
+#define PH_LOG_FREE_FROM 2u   /* free `block`, *dest = 0 */
+
+typedef struct ph_lane_entry {
+    uint64_t xstate;    /* seq << 8 | PH_LOG_IDLE or PH_LOG_ACTIVE: the commit word */
+    uint64_t op;        /* PH_LOG_ALLOC_TO or PH_LOG_FREE_FROM */
+    uint64_t block;     /* offset of the block */
+    uint64_t size;      /* block bytes: class size, or extent bytes */
+    uint64_t dest;      /* offset of the destination word */
+    uint64_t old;       /* value of the destination before the operation */
+    uint64_t reserved;
+    uint64_t checksum;  /* CRC-32C of the words above, state ACTIVE */
+} ph_lane_entry;
+_Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
+
+/* ---- slab descriptors (src/alloc/slab.c) ---------------------------------
+ * One per data chunk, in the slab region: descriptor i describes chunk i
+ * (data offset + i * PH_CHUNK_SIZE) while the extent log says that chunk is
+ * a slab.  Line 0 is the header, written before the slab's extent-log
+ * commit; lines 1..16 are the allocation bitmap, the durable truth for the
+ * slab's blocks.
+ * Bitmap: two bits per block, A (allocated) at bit 2k and E (allocated at
+ * least once since the slab was made) at bit 2k+1.  Interleaved mapping:
+ * block i lives in line i % 16 at position k = i / 16 of that line (word
+ * k / 32, bits 2 * (k % 32)), so consecutive blocks never share a line.
+ * At most 4096 blocks per slab (the 8-byte class uses half its chunk).
+ * Invariants: A implies E; no bits beyond nblocks; class and sizes agree
+ * with the size-class table of the format version. */
+#define PH_SLAB_LINES 16u
+#define PH_SLAB_WORDS (PH_SLAB_LINES * PH_LINE_SIZE / 8u)  /* 128 */
+#define PH_SLAB_MAX_BLOCKS (PH_SLAB_WORDS * 32u)             /* 4096 */
+
+typedef struct ph_slab_desc {
+    uint64_t cls;          /* size class index */
+    uint64_t block_size;   /* bytes, from the class table */
+    uint64_t nblocks;      /* blocks in the chunk */
+    uint64_t reserved[5];
+    uint64_t xbits[PH_SLAB_WORDS]; /* A/E bit pairs, interleaved */
+} ph_slab_desc;
+_Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
+#define PH_SLAB_DESC_SIZE ((uint64_t)sizeof(ph_slab_desc))
+
+/* ---- extent log (src/alloc/extent.c) -------------------------------------
+ * Log-structured bookkeeping of the data region (NVAlloc): every change of
+ * an extent (allocated large block, slab chunk, or freed) is one 16-byte
+ * entry appended to the active half of the region; the allocator's index
+ * is rebuilt in DRAM by replaying it.  When the active half fills, the live
+ * extents are written compactly into the other half with the next epoch,
+ * and one 8-byte store to xactive switches halves.
+ * Entry words (little-endian):
+ *   w0: bits 0..39 first page (from the data region start, 4 KiB pages)
+ *       bits 40..47 kind, bits 48..63 size class (slabs)
+ *   w1: bits 0..31 pages, bits 32..47 low 16 bits of the epoch,
+ *       bits 48..63 check: 16 bits of a hash of w0 and w1's low 48 bits
+ * An entry counts only if its epoch matches and its check holds; replay
+ * stops at the first entry that does not (the log's end). */
+#define PH_EXT_FREE 1u      /* pages returned to free space */
+#define PH_EXT_LARGE 2u     /* pages allocated as one large block */
+#define PH_EXT_SLAB 3u      /* one chunk allocated as a slab */
+
+typedef struct ph_extlog_header {
+    uint64_t xactive;   /* epoch << 1 | active half; epoch starts at 1 */
+    uint64_t reserved[7];
+} ph_extlog_header;
+_Static_assert(sizeof(ph_extlog_header) == PH_LINE_SIZE, "ph_extlog_header size");
+
+typedef struct ph_extlog_entry {
+    uint64_t w0;
+    uint64_t w1;
+} ph_extlog_entry;
+_Static_assert(sizeof(ph_extlog_entry) == 16, "ph_extlog_entry size");
+
+/* Entries of one half hold at least one entry per 16 KiB of data: enough
+ * for a compacted log of any heap, since every live extent but slabs is
+ * larger than PHEAP_SMALL_MAX. */
+#define PH_EXTLOG_BYTES_PER_ENTRY_SPAN (16u * 1024u)
+
+/* ---- named-object directory (reserved) ---- */
 #define PH_NAMES_SIZE (256u * 1024u)
 
 #endif /* PH_FORMAT_LAYOUT_H */

@@ -19,23 +19,34 @@ ph_export int pheap_check(pheap *h, pheap_check_report *out)
     ph_header hdr;
     ph_state st;
     /* The live state word is OPEN while we hold the heap read-write. */
-    int rc = ph_header_validate(h->base, PH_PAGE_SIZE, h->size, h->readonly, h->path, &hdr, &st);
+    int rc = ph_header_validate(h->sp.base, PH_PAGE_SIZE, ph_space_size(&h->sp), h->readonly, h->path, &hdr, &st);
     if (rc) {
         r.errors++;
         snprintf(r.first_error, sizeof(r.first_error), "header: %s", pheap_errmsg());
     } else if (memcmp(&hdr, &h->hdr, sizeof(hdr)) != 0) {
         r.errors++;
         snprintf(r.first_error, sizeof(r.first_error), "header: changed since open");
-    } else if (st.xsize != h->size) {
+    } else if (st.xsize != ph_space_size(&h->sp)) {
         r.errors++;
         snprintf(r.first_error, sizeof(r.first_error), "state: size %llu, mapped %llu",
-                 (unsigned long long)st.xsize, (unsigned long long)h->size);
+                 (unsigned long long)st.xsize, (unsigned long long)ph_space_size(&h->sp));
     }
     char err[256] = "";
     int root_errors = ph_root_check(h, &r.roots, err, sizeof(err));
     if (root_errors && r.errors == 0)
         snprintf(r.first_error, sizeof(r.first_error), "%s", err);
     r.errors += (unsigned)root_errors;
+    unsigned engine_errors = ph_engine_check(h->engine, err, sizeof(err));
+    if (engine_errors && r.errors == 0)
+        snprintf(r.first_error, sizeof(r.first_error), "%s", err);
+    r.errors += engine_errors;
+    ph_engine_stats es;
+    ph_engine_stats_get(h->engine, &es);
+    r.live_blocks = es.live_blocks;
+    r.live_bytes = es.live_bytes;
+    r.slabs = es.slabs;
+    r.large_extents = es.large_extents;
+    r.free_bytes = es.free_bytes;
     if (out)
         *out = r;
     if (r.errors)

@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "alloc/engine.h"
+#include "alloc/space.h"
 #include "format/layout.h"
 #include "persist/persist.h"
 #include "persist/sim.h"
@@ -21,29 +23,21 @@ typedef struct ph_thread ph_thread;
 struct ph_thread {
     pheap *heap;           /* owner; never dereferenced after close */
     ph_pctx pctx;          /* persistence counters and batches */
+    ph_tcache tc;          /* free small blocks and the lane of this thread */
     ph_thread *next;       /* in heap->threads, under heap->threads_lock */
     ph_thread *prev;
 };
 
-/* Invariants: base .. base + size is mapped; size == state->xsize;
- * reserve >= hdr.max_size is the address space kept for growth. */
 struct pheap {
-    char *base;                   /* start of the mapping */
-    uint64_t size;                /* bytes mapped and backed by the file */
-    uint64_t reserve;             /* bytes of reserved address space */
-    uint64_t data_off;            /* first byte of the data region */
+    ph_space sp;                  /* the mapping, its growth, persistence */
     uint64_t id;                  /* unique per open in this process */
-    int fd;                       /* heap file, locked */
     unsigned flags;               /* PHEAP_* open flags */
     unsigned readonly;            /* PHEAP_RDONLY */
-    unsigned dax;                 /* mapped with MAP_SYNC */
     unsigned was_unclean;         /* found PH_STATE_OPEN at open */
     char *path;                   /* as given to pheap_open */
     ph_header hdr;                /* validated copy of the header */
-    ph_state *state;              /* in the mapping */
     ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */
-    ph_persist persist;           /* flush back end */
-    ph_sim *sim;                  /* PHEAP_SIMULATE only */
+    ph_engine *engine;            /* the allocator's volatile state */
     pthread_mutex_t root_lock;    /* serialises root writers */
     pthread_mutex_t threads_lock; /* guards threads and retired */
     ph_thread *threads;           /* live thread records */
@@ -73,8 +67,10 @@ static inline ph_thread *ph_thread_get(pheap *h)
 void ph_thread_register_heap(pheap *h);
 void ph_thread_unregister_heap(pheap *h);
 
-/* Sums the counters of every thread of `h` into *out. */
-void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes);
+/* Sums the persistence counters and cached blocks of every thread of `h`.
+ * Other threads' caches are read racily: the count is a snapshot. */
+void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
+                            uint64_t *cached);
 
 /* Persistence through the calling thread's context. */
 static inline ph_pctx *ph_heap_pctx(pheap *h)
@@ -83,10 +79,6 @@ static inline ph_pctx *ph_heap_pctx(pheap *h)
     ph_thread *t = ph_thread_get(h);
     return t ? &t->pctx : &oom_ctx;
 }
-
-/* ---- recovery (recover.c) ---- */
-/* Runs after an unclean shutdown, before the handle is returned. */
-int ph_heap_recover(pheap *h);
 
 /* ---- roots (root.c) ---- */
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);

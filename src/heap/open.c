@@ -25,16 +25,18 @@
 /* Formats a new heap in a temporary file next to `path` and renames it
  * into place: `path` never holds a half-made heap.  `replace` renames over
  * an existing (empty) file; otherwise an existing file gives PHEAP_EEXIST. */
-static int create_file(const char *path, const ph_config *cfg, int replace)
+static int create_file(const char *path, const ph_config *want, int replace)
 {
+    /* The file must hold every metadata region (sized for max_size) and a
+     * first data chunk: smaller sizes are raised to that minimum. */
+    ph_config c = *want;
+    const ph_config *cfg = &c;
+    c.size = PH_MAX(c.size, ph_header_min_size(c.max_size));
+    c.max_size = PH_MAX(c.max_size, c.size);
     ph_header hdr;
     int rc = ph_header_init(&hdr, cfg->max_size, PH_CONSISTENCY_LOG);
     if (rc)
         return rc;
-    if (cfg->size < ph_header_min_size(cfg->max_size))
-        return ph_err(PHEAP_EINVAL, "options.size %llu is below the minimum of %llu bytes",
-                      (unsigned long long)cfg->size,
-                      (unsigned long long)ph_header_min_size(cfg->max_size));
     char *page = calloc(1, PH_PAGE_SIZE);
     char *tmp = malloc(strlen(path) + 16);
     int fd = -1;
@@ -77,9 +79,12 @@ static int open_or_create(const char *path, const ph_config *cfg, int *fd)
     int readonly = (cfg->flags & PHEAP_RDONLY) != 0;
     if (!(cfg->flags & PHEAP_CREATE))
         return ph_os_open(path, readonly, fd);
-    int created = 0;
+    int created = 0, lost_race = 0;
     for (int tries = 0; tries < 8; tries++) {
         int rc = ph_os_open(path, 0, fd);
+        if (rc == PHEAP_ENOENT && lost_race)
+            return ph_err(PHEAP_EEXIST, "%s exists but cannot be opened (a dangling symbolic link?)",
+                          path);
         if (rc == 0) {
             uint64_t size;
             if (created)
@@ -101,6 +106,7 @@ static int open_or_create(const char *path, const ph_config *cfg, int *fd)
         if (rc && rc != PHEAP_EEXIST)
             return rc;
         created = rc == 0;
+        lost_race = rc == PHEAP_EEXIST;
     }
     return ph_err(PHEAP_EBUSY, "%s: keeps changing while being created", path);
 }
@@ -108,90 +114,98 @@ static int open_or_create(const char *path, const ph_config *cfg, int *fd)
 static int read_header(pheap *h)
 {
     uint64_t file_size;
-    int rc = ph_os_file_size(h->fd, h->path, &file_size);
+    int rc = ph_os_file_size(h->sp.fd, h->path, &file_size);
     if (rc)
         return rc;
     char *page = calloc(1, PH_PAGE_SIZE);
     if (!page)
         return ph_err(PHEAP_ENOMEM, "out of memory");
-    ssize_t n = ph_os_pread(h->fd, page, PH_MIN(file_size, (uint64_t)PH_PAGE_SIZE), 0);
+    ssize_t n = ph_os_pread(h->sp.fd, page, PH_MIN(file_size, (uint64_t)PH_PAGE_SIZE), 0);
     ph_state st;
     rc = n < 0 ? (int)n
                : ph_header_validate(page, (uint64_t)n, file_size, h->readonly, h->path, &h->hdr, &st);
     free(page);
     if (rc == 0)
-        h->size = st.xsize;
+        h->sp.xsize = st.xsize;
     return rc;
 }
 
 static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
 {
     long os_page = sysconf(_SC_PAGESIZE);
-    h->reserve = PH_ALIGN_UP(h->hdr.max_size, (uint64_t)os_page);
+    h->sp.reserve = PH_ALIGN_UP(h->hdr.max_size, (uint64_t)os_page);
+    h->sp.max_size = h->hdr.max_size;
     void *base;
-    int rc = ph_os_reserve(h->reserve, &base);
+    int rc = ph_os_reserve(h->sp.reserve, &base);
     if (rc)
         return rc;
-    h->base = base;
+    h->sp.base = base;
     int kind = h->readonly ? PH_MAP_READONLY : h->flags & PHEAP_SIMULATE ? PH_MAP_PRIVATE : PH_MAP_SHARED;
     int dax = 0;
-    rc = ph_os_map_file(h->fd, base, h->size, kind, kind == PH_MAP_SHARED, &dax);
+    rc = ph_os_map_file(h->sp.fd, base, ph_space_size(&h->sp), 0, kind, kind == PH_MAP_SHARED, &dax);
     if (rc)
         return rc;
-    h->dax = (unsigned)dax;
+    h->sp.dax = (unsigned)dax;
     if (h->flags & PHEAP_SIMULATE) {
-        rc = ph_sim_create(&h->sim, h->base, h->size, h->reserve, h->fd);
+        rc = ph_sim_create(&h->sp.sim, h->sp.base, ph_space_size(&h->sp), h->sp.reserve, h->sp.fd);
         if (!rc && opts)
-            rc = ph_sim_set_crash_fence(h->sim, opts->sim_crash_fence, opts->sim_crash_image,
+            rc = ph_sim_set_crash_fence(h->sp.sim, opts->sim_crash_fence, opts->sim_crash_image,
                                         opts->sim_evict_probability, opts->sim_seed);
         if (rc)
             return rc;
     }
     unsigned flush = cfg->flush == PHEAP_FLUSH_AUTO ? ph_persist_auto_kind(dax) : cfg->flush;
-    rc = ph_persist_init(&h->persist, flush, h->sim);
+    rc = ph_persist_init(&h->sp.persist, flush, h->sp.sim);
     if (rc)
         return rc;
-    h->data_off = ph_header_region(&h->hdr, PH_REGION_DATA)->offset;
-    h->state = (ph_state *)(h->base + PH_STATE_OFFSET);
-    h->roots = (ph_root_entry *)(h->base + ph_header_region(&h->hdr, PH_REGION_ROOTS)->offset);
+    h->sp.data_off = ph_header_region(&h->hdr, PH_REGION_DATA)->offset;
+    h->sp.state = (ph_state *)(h->sp.base + PH_STATE_OFFSET);
+    h->sp.slab_region = ph_header_region(&h->hdr, PH_REGION_SLABS)->offset;
+    h->sp.lane_region = ph_header_region(&h->hdr, PH_REGION_LANES)->offset;
+    h->sp.extlog_region = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->offset;
+    h->sp.extlog_size = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->size;
+    h->roots = (ph_root_entry *)(h->sp.base + ph_header_region(&h->hdr, PH_REGION_ROOTS)->offset);
     return 0;
 }
 
-/* Releases everything of a handle without touching the heap's state. */
+/* Releases everything of a handle without touching the heap's state
+ * (thread caches go back to the volatile slabs only). */
 static void release(pheap *h)
 {
     if (h->id)
         ph_thread_unregister_heap(h);
-    ph_sim_destroy(h->sim);
-    ph_os_unreserve(h->base, h->reserve);
-    if (h->fd >= 0)
-        close(h->fd);
+    ph_engine_close(h->engine);
+    ph_sim_destroy(h->sp.sim);
+    ph_os_unreserve(h->sp.base, h->sp.reserve);
+    if (h->sp.fd >= 0)
+        close(h->sp.fd);
+    pthread_mutex_destroy(&h->sp.grow_lock);
     pthread_mutex_destroy(&h->root_lock);
     pthread_mutex_destroy(&h->threads_lock);
     free(h->path);
     free(h);
 }
 
-/* Marks the heap open (see the protocol above); recovers first if the
- * previous session did not close cleanly. */
+/* Builds the allocator and marks the heap open (see the protocol above).
+ * After an unclean shutdown, recovery runs first: the allocator rolls the
+ * committed per-thread log entries forward and rebuilds its volatile state
+ * from the extent log and the slab bitmaps (which it does at every open);
+ * blocks that were only in thread caches are free in the bitmaps already. */
 static int start_session(pheap *h)
 {
-    ph_state *s = h->state;
+    ph_state *s = h->sp.state;
     h->was_unclean = s->xclean == PH_STATE_OPEN;
-    if (h->readonly)
-        return 0;
-    if (h->was_unclean) {
-        int rc = ph_heap_recover(h);
-        if (rc)
-            return rc;
+    int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), h->was_unclean && !h->readonly, &h->engine);
+    if (rc || h->readonly)
+        return rc;
+    if (h->was_unclean)
         ph_store(&s->xunclean_count, s->xunclean_count + 1);
-    }
     /* The three words are independent; the counters are informational and
      * may land in any combination.  Only xclean matters, and it is durable
      * after this fence, before the caller can change anything. */
     ph_store(&s->xopen_count, s->xopen_count + 1);
     ph_store(&s->xclean, PH_STATE_OPEN);
-    ph_persist_range(&h->persist, ph_heap_pctx(h), s, sizeof(*s));
+    ph_persist_range(&h->sp.persist, ph_heap_pctx(h), s, sizeof(*s));
     return 0;
 }
 
@@ -211,14 +225,15 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         free(h);
         return ph_err(PHEAP_ENOMEM, "out of memory");
     }
-    h->fd = -1;
+    h->sp.fd = -1;
     h->flags = cfg.flags;
     h->readonly = (cfg.flags & PHEAP_RDONLY) != 0;
+    pthread_mutex_init(&h->sp.grow_lock, NULL);
     pthread_mutex_init(&h->root_lock, NULL);
     pthread_mutex_init(&h->threads_lock, NULL);
-    rc = open_or_create(path, &cfg, &h->fd);
+    rc = open_or_create(path, &cfg, &h->sp.fd);
     if (!rc)
-        rc = ph_os_lock(h->fd, !h->readonly);
+        rc = ph_os_lock(h->sp.fd, !h->readonly);
     if (!rc)
         rc = read_header(h);
     if (!rc)
@@ -240,34 +255,40 @@ ph_export int pheap_close(pheap *h)
     if (!h)
         return 0;
     int rc = 0;
+    /* Thread caches go back to their slabs first: that may release empty
+     * slabs, which are durable changes of their own. */
+    ph_thread_unregister_heap(h);
+    h->id = 0;
     if (!h->readonly) {
         /* Everything this library wrote was persisted by the operation that
          * wrote it; the clean mark is the last durable store. */
-        ph_persist_store64(&h->persist, ph_heap_pctx(h), &h->state->xclean, PH_STATE_CLEAN);
-        if (h->sim) {
-            rc = ph_sim_write_durable(h->sim, h->fd);
+        ph_pctx c = {0}; /* the thread records are gone: a context of its own */
+        ph_persist_store64(&h->sp.persist, &c, &h->sp.state->xclean, PH_STATE_CLEAN);
+        ph_persist_ctx_release(&c);
+        if (h->sp.sim) {
+            rc = ph_sim_write_durable(h->sp.sim, h->sp.fd);
             if (!rc)
-                rc = ph_os_sync_file(h->fd, h->path);
+                rc = ph_os_sync_file(h->sp.fd, h->path);
         }
     }
-    if (!rc && h->sim && h->sim->crash_error)
-        rc = h->sim->crash_error;
+    if (!rc && h->sp.sim && h->sp.sim->crash_error)
+        rc = h->sp.sim->crash_error;
     release(h);
     return rc;
 }
 
 ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, double evict_probability)
 {
-    if (!h || !h->sim)
+    if (!h || !h->sp.sim)
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: the heap was not opened with PHEAP_SIMULATE");
     if (!image_path)
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: image_path is NULL");
-    int rc = ph_sim_write_image(h->sim, image_path, evict_probability, seed);
+    int rc = ph_sim_write_image(h->sp.sim, image_path, evict_probability, seed);
     release(h);
     return rc;
 }
 
 ph_export uint64_t pheap_sim_fence_count(const pheap *h)
 {
-    return h && h->sim ? ph_load_relaxed(&h->sim->xfences) : 0;
+    return h && h->sp.sim ? ph_load_relaxed(&h->sp.sim->xfences) : 0;
 }

@@ -60,11 +60,13 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.reserved0 must be 0");
     if ((opts->sim_crash_fence || opts->sim_crash_image) && !(opts->flags & PHEAP_SIMULATE))
         return ph_err(PHEAP_EINVAL, "options.sim_crash_*: only with PHEAP_SIMULATE");
-    if (opts->sim_evict_probability < 0.0 || opts->sim_evict_probability > 1.0)
+    if (!(opts->sim_evict_probability >= 0.0 && opts->sim_evict_probability <= 1.0))
         return ph_err(PHEAP_EINVAL, "options.sim_evict_probability %g is outside [0, 1]",
                       opts->sim_evict_probability);
-    if (opts->size > (1ull << 46) || opts->max_size > (1ull << 46))
+    if (opts->size > (1ull << 46))
         return ph_err(PHEAP_EINVAL, "options.size: more than 64 TiB");
+    if (opts->max_size > (1ull << 46))
+        return ph_err(PHEAP_EINVAL, "options.max_size: more than 64 TiB");
     cfg->flags = opts->flags;
     cfg->mode = opts->mode ? opts->mode : 0600;
     cfg->size = PH_ALIGN_UP(opts->size ? opts->size : PH_DEFAULT_SIZE, PH_CHUNK_SIZE);

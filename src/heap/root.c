@@ -48,18 +48,18 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         return bad_name(name);
     if (h->readonly)
         return ph_err(PHEAP_ERDONLY, "pheap_root_set: heap opened read-only");
-    if (off && (off < h->data_off || off >= h->size))
+    if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
         return ph_err(PHEAP_ERANGE, "pheap_root_set: offset %llu is outside the data region [%llu, %llu)",
-                      (unsigned long long)off, (unsigned long long)h->data_off,
-                      (unsigned long long)h->size);
+                      (unsigned long long)off, (unsigned long long)h->sp.data_off,
+                      (unsigned long long)ph_space_size(&h->sp));
     ph_pctx *c = ph_heap_pctx(h);
     int rc = 0;
     pthread_mutex_lock(&h->root_lock);
     ph_root_entry *e = find(h, name);
     if (e && off)
-        ph_persist_store64(&h->persist, c, &e->xoff, off);
+        ph_persist_store64(&h->sp.persist, c, &e->xoff, off);
     else if (e)
-        ph_persist_store64(&h->persist, c, &e->xused, 0);
+        ph_persist_store64(&h->sp.persist, c, &e->xused, 0);
     else if (off) {
         for (unsigned i = 0; i < PH_ROOTS_MAX && !e; i++)
             if (ph_load(&h->roots[i].xused) == 0)
@@ -70,8 +70,8 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
             memset(e->name, 0, sizeof(e->name));
             strcpy(e->name, name);
             ph_store(&e->xoff, off);
-            ph_persist_range(&h->persist, c, e, sizeof(*e));
-            ph_persist_store64(&h->persist, c, &e->xused, 1);
+            ph_persist_range(&h->sp.persist, c, e, sizeof(*e));
+            ph_persist_store64(&h->sp.persist, c, &e->xused, 1);
         }
     }
     pthread_mutex_unlock(&h->root_lock);
@@ -110,7 +110,7 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
     if (!h || !name || !off)
         return ph_err(PHEAP_EINVAL, "pheap_root_at: NULL argument");
     pthread_mutex_lock(&h->root_lock);
-    int rc = ph_err(PHEAP_ENOENT, "pheap_root_at: no root number %u", idx);
+    int rc = PHEAP_ENOENT;
     for (unsigned i = 0, seen = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
         if (ph_load(&e->xused) != 1 || seen++ != idx)
@@ -122,7 +122,7 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
         break;
     }
     pthread_mutex_unlock(&h->root_lock);
-    return rc;
+    return rc ? ph_err(rc, "pheap_root_at: no root number %u", idx) : 0;
 }
 
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
@@ -138,7 +138,7 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
             continue;
         else if (!e->name[0] || memchr(e->name, 0, sizeof(e->name)) == NULL)
             why = "name is empty or not terminated";
-        else if (off && (off < h->data_off || off >= h->size))
+        else if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
             why = "offset outside the data region";
         else {
             n++;

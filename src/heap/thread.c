@@ -43,6 +43,8 @@ static int registered(const pheap *h, uint64_t id)
 
 static void fold(pheap *h, ph_thread *t)
 {
+    if (h->engine)
+        ph_engine_thread_exit(h->engine, &t->tc, &t->pctx);
     h->retired.xflushes += ph_load_relaxed(&t->pctx.xflushes);
     h->retired.xfences += ph_load_relaxed(&t->pctx.xfences);
     h->retired.xreflushes += ph_load_relaxed(&t->pctx.xreflushes);
@@ -110,6 +112,7 @@ ph_noinline ph_thread *ph_thread_get_slow(pheap *h)
     if (!t)
         return NULL;
     t->heap = h;
+    t->tc.lane.index = -1;
     pthread_mutex_lock(&h->threads_lock);
     t->next = h->threads;
     if (h->threads)
@@ -159,17 +162,21 @@ void ph_thread_unregister_heap(pheap *h)
         memset(&ph_tls, 0, sizeof(ph_tls));
 }
 
-void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes)
+void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
+                            uint64_t *cached)
 {
     pthread_mutex_lock(&h->threads_lock);
-    uint64_t f = h->retired.xflushes, n = h->retired.xfences, r = h->retired.xreflushes;
+    uint64_t f = h->retired.xflushes, n = h->retired.xfences, r = h->retired.xreflushes, k = 0;
     for (ph_thread *t = h->threads; t; t = t->next) {
         f += ph_load_relaxed(&t->pctx.xflushes);
         n += ph_load_relaxed(&t->pctx.xfences);
         r += ph_load_relaxed(&t->pctx.xreflushes);
+        for (unsigned c = 0; c < PH_CLASSES; c++)
+            k += ph_load_relaxed(&t->tc.bins[c].n);
     }
     pthread_mutex_unlock(&h->threads_lock);
     *flushes = f;
     *fences = n;
     *reflushes = r;
+    *cached = k;
 }

@@ -52,12 +52,15 @@ int ph_os_lock(int fd, int exclusive);
 int ph_os_reserve(size_t len, void **addr);
 void ph_os_unreserve(void *addr, size_t len);
 
-/* Maps [0, len) of the file at the fixed address `addr` (inside a
+/* Maps [off, off+len) of the file at the fixed address `addr` (inside a
  * reservation).  kind: PH_MAP_SHARED (writes go to the file; MAP_SYNC is
  * tried first when try_sync, and *is_sync tells whether it worked),
  * PH_MAP_PRIVATE (copy-on-write working copy) or PH_MAP_READONLY. */
 enum { PH_MAP_SHARED, PH_MAP_PRIVATE, PH_MAP_READONLY };
-int ph_os_map_file(int fd, void *addr, size_t len, int kind, int try_sync, int *is_sync);
+int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int try_sync, int *is_sync);
+
+/* Maps zero-filled private memory at the fixed address `addr`. */
+int ph_os_map_anon(void *addr, size_t len);
 
 /* Anonymous private memory, zero-filled; NULL on failure. */
 void *ph_os_alloc_pages(size_t len);

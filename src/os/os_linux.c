@@ -35,7 +35,8 @@
 
 int ph_os_open(const char *path, int readonly, int *fd)
 {
-    int f = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    int f = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
     if (f < 0)
         return ph_err_sys("cannot open", path);
     struct stat st;
@@ -47,6 +48,10 @@ int ph_os_open(const char *path, int readonly, int *fd)
     if (S_ISDIR(st.st_mode)) {
         close(f);
         return ph_err(PHEAP_EISDIR, "%s is a directory, not a heap file", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        return ph_err(PHEAP_ENOTHEAP, "%s is not a regular file (device, FIFO or socket)", path);
     }
     *fd = f;
     return 0;
@@ -192,23 +197,31 @@ void ph_os_unreserve(void *addr, size_t len)
         munmap(addr, len);
 }
 
-int ph_os_map_file(int fd, void *addr, size_t len, int kind, int try_sync, int *is_sync)
+int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int try_sync, int *is_sync)
 {
     void *p = MAP_FAILED;
     if (is_sync)
         *is_sync = 0;
     if (kind == PH_MAP_SHARED && try_sync) {
-        p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, 0);
+        p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, (off_t)off);
         if (p != MAP_FAILED && is_sync)
             *is_sync = 1;
     }
     if (p == MAP_FAILED) {
         int prot = kind == PH_MAP_READONLY ? PROT_READ : PROT_READ | PROT_WRITE;
         int flags = (kind == PH_MAP_PRIVATE ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED;
-        p = mmap(addr, len, prot, flags, fd, 0);
+        p = mmap(addr, len, prot, flags, fd, (off_t)off);
     }
     if (p == MAP_FAILED)
         return ph_err_sys("cannot map", "heap file");
+    return 0;
+}
+
+int ph_os_map_anon(void *addr, size_t len)
+{
+    void *p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED)
+        return ph_err_sys("cannot map memory for", "heap growth");
     return 0;
 }
 

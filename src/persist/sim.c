@@ -68,7 +68,7 @@ int ph_sim_set_crash_fence(ph_sim *s, uint64_t fence, const char *path, double e
 {
     if (fence && !path)
         return ph_err(PHEAP_EINVAL, "sim_crash_fence needs sim_crash_image");
-    if (evict < 0.0 || evict > 1.0)
+    if (!(evict >= 0.0 && evict <= 1.0))
         return ph_err(PHEAP_EINVAL, "sim_evict_probability %g is outside [0, 1]", evict);
     s->crash_fence = fence;
     s->crash_image = path ? strdup(path) : NULL;
@@ -116,7 +116,7 @@ static int write_image_locked(ph_sim *s, const char *path, double evict, uint64_
 
 int ph_sim_write_image(ph_sim *s, const char *path, double evict, uint64_t seed)
 {
-    if (evict < 0.0 || evict > 1.0)
+    if (!(evict >= 0.0 && evict <= 1.0))
         return ph_err(PHEAP_EINVAL, "evict probability %g is outside [0, 1]", evict);
     pthread_mutex_lock(&s->lock);
     int rc = write_image_locked(s, path, evict, seed);

@@ -88,6 +88,9 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_ENOTSUP: return "not supported";
     case PHEAP_ECORRUPT: return "heap metadata corrupted";
     case PHEAP_ERANGE: return "offset outside the heap";
+    case PHEAP_EDOUBLEFREE: return "block already free (double free)";
+    case PHEAP_EINTERIOR: return "offset inside a block, not at its start";
+    case PHEAP_ENOTALLOC: return "offset was never allocated";
     default: return "unknown error";
     }
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "format/header.h"
+#include "alloc/sizeclass.h"
 #include "format/layout.h"
 #include "harness.h"
 
@@ -16,6 +17,12 @@ TEST(struct_sizes)
     CHECK_EQ(sizeof(ph_state), 64);
     CHECK_EQ(sizeof(ph_region), 24);
     CHECK_EQ(sizeof(ph_root_entry), 128);
+    CHECK_EQ(sizeof(ph_lane_entry), 64);
+    CHECK_EQ(sizeof(ph_slab_desc), 1088);
+    CHECK_EQ(sizeof(ph_extlog_header), 64);
+    CHECK_EQ(sizeof(ph_extlog_entry), 16);
+    CHECK_EQ(PH_LANE_SIZE, 1024);
+    CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
     CHECK_EQ(PH_FORMAT_MINOR, 0);
@@ -45,6 +52,9 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_root_entry, xoff), 8);
     CHECK_EQ(offsetof(ph_root_entry, name), 64);
     CHECK(memcmp(PH_MAGIC_BYTES, "\x89PHEAP\r\n", 8) == 0);
+    CHECK_EQ(offsetof(ph_lane_entry, xstate), 0);
+    CHECK_EQ(offsetof(ph_lane_entry, checksum), 56);
+    CHECK_EQ(offsetof(ph_slab_desc, xbits), 64);
 }
 
 TEST(region_plan_16m)
@@ -56,10 +66,10 @@ TEST(region_plan_16m)
         {PH_REGION_HEADER, 0, 4096},
         {PH_REGION_ROOTS, 4096, 32768},
         {PH_REGION_LANES, 36864, 1048576},
-        {PH_REGION_SLABS, 1085440, 327680},
-        {PH_REGION_EXTLOG, 1413120, 1048576},
-        {PH_REGION_NAMES, 2461696, 262144},
-        {PH_REGION_DATA, 2752512, 14024704},
+        {PH_REGION_SLABS, 1085440, 278528},
+        {PH_REGION_EXTLOG, 1363968, 45056},
+        {PH_REGION_NAMES, 1409024, 262144},
+        {PH_REGION_DATA, 1703936, 15073280},
     };
     for (int i = 0; i < 7; i++) {
         CHECK_EQ(h.regions[i].kind, want[i][0]);
@@ -67,5 +77,28 @@ TEST(region_plan_16m)
         CHECK_EQ(h.regions[i].size, want[i][2]);
     }
     CHECK_EQ(h.checksum, ph_header_checksum(&h));
-    CHECK_EQ(ph_header_min_size(16u << 20), 2752512 + 65536);
+    CHECK_EQ(ph_header_min_size(16u << 20), 1703936 + 65536);
+}
+
+TEST(size_classes)
+{
+    /* The class table is part of the format: pinned here. */
+    static const uint32_t want[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+                                    320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792,
+                                    2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240,
+                                    12288, 14336, 16384};
+    REQUIRE_EQ(PH_CLASSES, sizeof(want) / sizeof(want[0]));
+    for (unsigned i = 0; i < PH_CLASSES; i++)
+        CHECK_EQ(ph_class_size[i], want[i]);
+    for (size_t size = 1; size <= PH_SMALL_MAX; size++) {
+        unsigned c = ph_sizeclass(size);
+        REQUIRE(ph_class_size[c] >= size);
+        REQUIRE(c == 0 || ph_class_size[c - 1] < size);
+        if (size > 64)
+            REQUIRE((ph_class_size[c] - size) * 5 < ph_class_size[c]); /* < 20% */
+        if (size >= 16)
+            REQUIRE(ph_class_size[c] % 16 == 0);
+    }
+    CHECK_EQ(ph_class_blocks(0), 4096);
+    CHECK_EQ(ph_class_blocks(PH_CLASSES - 1), 4);
 }

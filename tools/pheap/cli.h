@@ -11,6 +11,8 @@
 
 int cmd_create(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 
 /* Parses "123", "64K", "16M", "2G", "1T" (binary multiples).  0 on
  * success, -1 with a message on stderr otherwise. */

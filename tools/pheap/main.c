@@ -1,6 +1,7 @@
 /*
  * main.c -- the pheap command-line tool: dispatch to one subcommand.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,8 @@ static const struct {
 } commands[] = {
     {"create", cmd_create, "create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]"},
     {"info", cmd_info, "info PATH [--json]"},
+    {"check", cmd_check, "check PATH [--json]     (opens read-write: recovery runs first)"},
+    {"stats", cmd_stats, "stats PATH [--json]     (read-only)"},
 };
 
 static void usage(FILE *f)
@@ -37,7 +40,12 @@ int cli_parse_size(const char *s, uint64_t *out)
         fprintf(stderr, "pheap: bad size '%s'\n", s ? s : "");
         return -1;
     }
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno == ERANGE) {
+        fprintf(stderr, "pheap: bad size '%s' (use e.g. 4096, 64K, 16M, 2G)\n", s);
+        return -1;
+    }
     unsigned shift = 0;
     switch (*end) {
     case 'k': case 'K': shift = 10; end++; break;

@@ -1,0 +1,589 @@
+/*
+ * engine.c -- allocation and free of small and large blocks, thread-cache
+ * refill and flush, slab creation and release, the logged operations, and
+ * the rebuild of all volatile state at open.
+ *
+ * Durability of each call (LOG mode):
+ *   small alloc / free      one bitmap word, persisted: 1 fence
+ *   large alloc / free      one extent-log entry, persisted: 1 fence
+ *   alloc_to / free_from    lane entry (F1), in-place changes (F2), retire
+ *                           (F3): see log/lane.c
+ *   slab creation           descriptor (fence), then its extent-log entry
+ *                           (fence): the slab exists once the entry does
+ *   slab release            one extent-log entry (fence), only when no
+ *                           block of the slab is allocated or cached
+ * Locks, in order: arena -> extent index -> growth.  Thread caches need none.
+ */
+#include "alloc/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "os/os.h"
+#include "pheap.h"
+#include "util/error.h"
+
+#define PH_ARENAS_MAX 64u
+
+static ph_slab *chunk_slab(const ph_engine *e, uint64_t off)
+{
+    return ph_load(&e->chunks[(off - e->sp->data_off) / PH_CHUNK_SIZE]);
+}
+
+static uint64_t chunk_of(const ph_engine *e, uint64_t off)
+{
+    return (off - e->sp->data_off) / PH_CHUNK_SIZE;
+}
+
+/* ---- arenas and slabs ------------------------------------------------------- */
+
+static void partial_push(ph_arena *a, ph_slab *s)
+{
+    unsigned cls = s->xcls;
+    s->prev = NULL;
+    s->next = a->partial[cls];
+    if (s->next)
+        s->next->prev = s;
+    a->partial[cls] = s;
+    s->in_partial = 1;
+}
+
+static void partial_remove(ph_arena *a, ph_slab *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        a->partial[s->xcls] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+    s->in_partial = 0;
+}
+
+/* Makes a new slab of class cls for arena a (lock held). */
+static int slab_create(ph_engine *e, ph_pctx *c, unsigned a, unsigned cls, ph_slab **out)
+{
+    uint64_t off;
+    int rc = ph_extent_reserve(e->ext, c, PH_CHUNK_SIZE, PH_EXT_SLAB, &off);
+    if (rc)
+        return rc;
+    uint64_t ch = chunk_of(e, off);
+    ph_slab *s = e->slabs[ch];
+    if (!s && !(s = e->slabs[ch] = ph_slab_new(e->sp, off))) {
+        ph_extent_cancel(e->ext, off);
+        return ph_err(PHEAP_ENOMEM, "out of memory for a slab");
+    }
+    ph_slab_format(e->sp, c, s, cls);
+    ph_persist_fence(&e->sp->persist, c); /* descriptor durable before the commit */
+    ph_extent_commit(e->ext, c, off, PH_EXT_SLAB, cls, NULL, 0);
+    s->arena = a;
+    partial_push(&e->arenas[a], s);
+    ph_store(&e->chunks[ch], s);
+    *out = s;
+    return 0;
+}
+
+/* Gives an empty slab's chunk back when its arena has another slab of the
+ * class to allocate from (arena lock held). */
+static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
+{
+    if (s->navail != s->nblocks || (!s->next && !s->prev))
+        return;
+    partial_remove(a, s);
+    ph_store(&e->chunks[chunk_of(e, s->off)], (ph_slab *)NULL);
+    if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0) != 0) {
+        /* Cannot happen while the index is consistent; keep the slab. */
+        ph_store(&e->chunks[chunk_of(e, s->off)], s);
+        partial_push(a, s);
+    }
+}
+
+/* Returns cached blocks to their slabs. */
+static void give_back(ph_engine *e, ph_pctx *c, const uint64_t *v, uint32_t n)
+{
+    ph_arena *locked = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        ph_slab *s = chunk_slab(e, v[i]);
+        ph_arena *a = &e->arenas[s->arena];
+        if (a != locked) {
+            if (locked)
+                pthread_mutex_unlock(&locked->lock);
+            pthread_mutex_lock(&a->lock);
+            locked = a;
+        }
+        ph_slab_give(s, v[i]);
+        if (!s->in_partial)
+            partial_push(a, s);
+        maybe_release(e, c, a, s);
+    }
+    if (locked)
+        pthread_mutex_unlock(&locked->lock);
+}
+
+/* ---- thread caches ------------------------------------------------------------ */
+
+static int tcache_init(ph_tcache *t)
+{
+    uint32_t total = 0;
+    for (unsigned k = 0; k < PH_CLASSES; k++)
+        total += ph_tcache_cap(k);
+    t->store = malloc(total * sizeof(uint64_t));
+    if (!t->store)
+        return ph_err(PHEAP_ENOMEM, "out of memory for a thread cache");
+    uint64_t *p = t->store;
+    for (unsigned k = 0; k < PH_CLASSES; k++) {
+        t->bins[k] = (ph_tbin){0, ph_tcache_cap(k), p};
+        p += ph_tcache_cap(k);
+    }
+    return 0;
+}
+
+/* Fills half of a class's cache from the arena of the current CPU; returns
+ * a block or 0 (heap full, error set). */
+static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls)
+{
+    if (!t->store && tcache_init(t) != 0)
+        return 0;
+    ph_tbin *b = &t->bins[cls];
+    uint32_t want = b->cap / 2 ? b->cap / 2 : 1;
+    unsigned ai = ph_os_current_cpu() % e->narenas;
+    ph_arena *a = &e->arenas[ai];
+    pthread_mutex_lock(&a->lock);
+    while (b->n < want) {
+        ph_slab *s = a->partial[cls];
+        if (!s && slab_create(e, c, ai, cls, &s) != 0)
+            break;
+        b->n += ph_slab_take(s, b->v + b->n, want - b->n);
+        if (s->navail == 0)
+            partial_remove(a, s);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return ph_tcache_pop(t, cls);
+}
+
+/* Caches a freed block; when the class's cache is full, the older half
+ * goes back to the slabs first. */
+static void cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, uint64_t off)
+{
+    if (ph_likely(ph_tcache_push(t, cls, off)))
+        return;
+    if (!t->store) {
+        if (tcache_init(t) == 0 && ph_tcache_push(t, cls, off))
+            return;
+        give_back(e, c, &off, 1);
+        return;
+    }
+    ph_tbin *b = &t->bins[cls];
+    uint32_t half = b->n / 2;
+    give_back(e, c, b->v, half);
+    memmove(b->v, b->v + half, (b->n - half) * sizeof(*b->v));
+    b->n -= half;
+    ph_tcache_push(t, cls, off);
+}
+
+void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
+{
+    for (unsigned k = 0; t->store && k < PH_CLASSES; k++) {
+        give_back(e, c, t->bins[k].v, t->bins[k].n);
+        t->bins[k].n = 0;
+    }
+    free(t->store);
+    t->store = NULL;
+    if (t->lane.index >= 0) {
+        pthread_mutex_lock(&e->lane_lock);
+        e->lane_used[t->lane.index] = 0;
+        pthread_mutex_unlock(&e->lane_lock);
+        t->lane.index = -1;
+    }
+}
+
+/* ---- errors of small offsets ------------------------------------------------- */
+
+/* Why `off`, inside slab s but not a block start, cannot be freed. */
+static int bad_small(const ph_slab *s, uint64_t off, uint32_t i)
+{
+    if (i < s->nblocks)
+        return ph_err(PHEAP_EINTERIOR, "offset %llu is inside the %u-byte block at %llu",
+                      (unsigned long long)off, s->block_size,
+                      (unsigned long long)(s->off + (uint64_t)i * s->block_size));
+    return ph_err(PHEAP_ENOTALLOC, "offset %llu is in the unused tail of a slab",
+                  (unsigned long long)off);
+}
+
+static int clear_error(int rc, uint64_t off)
+{
+    return rc == PHEAP_EDOUBLEFREE
+               ? ph_err(rc, "double free of the block at %llu", (unsigned long long)off)
+               : ph_err(rc, "offset %llu was never allocated", (unsigned long long)off);
+}
+
+/* ---- allocation and free ------------------------------------------------------ */
+
+uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size)
+{
+    if (size > PH_SMALL_MAX) {
+        uint64_t off = 0;
+        return ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off) ? 0 : off;
+    }
+    unsigned cls = ph_sizeclass(size);
+    uint64_t off = ph_tcache_pop(t, cls);
+    if (ph_unlikely(!off) && !(off = refill(e, t, c, cls)))
+        return 0;
+    ph_slab *s = chunk_slab(e, off);
+    int exact;
+    ph_slab_mark(e->sp, c, s, ph_slab_index(s, off, &exact));
+    return off;
+}
+
+int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
+{
+    ph_slab *s = chunk_slab(e, off);
+    if (!s)
+        return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0);
+    int exact;
+    uint32_t i = ph_slab_index(s, off, &exact);
+    if (!exact)
+        return bad_small(s, off, i);
+    uint64_t *word;
+    int rc = ph_slab_clear(s, i, &word);
+    if (rc)
+        return clear_error(rc, off);
+    ph_persist_range(&e->sp->persist, c, word, 8);
+    cache_block(e, t, c, s->xcls, off);
+    return 0;
+}
+
+static int ensure_lane(ph_engine *e, ph_tcache *t)
+{
+    if (ph_likely(t->lane.index >= 0))
+        return 0;
+    pthread_mutex_lock(&e->lane_lock);
+    for (unsigned i = 0; i < PH_LANES_MAX; i++) {
+        if (!e->lane_used[i]) {
+            e->lane_used[i] = 1;
+            t->lane = (ph_lane){(int)i, 0, 0, NULL};
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->lane_lock);
+    if (t->lane.index < 0)
+        return ph_err(PHEAP_ENOMEM, "all %u lanes are in use by other threads", PH_LANES_MAX);
+    return 0;
+}
+
+int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest)
+{
+    ph_space *sp = e->sp;
+    uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off;
+    int rc = ensure_lane(e, t);
+    if (rc)
+        return rc;
+    if (size > PH_SMALL_MAX) {
+        if ((rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off)) != 0)
+            return rc;
+        ph_lane_begin(sp, c, &t->lane, PH_LOG_ALLOC_TO, off, PH_ALIGN_UP(size, PH_PAGE_SIZE), dest_off,
+                      ph_load(dest));
+        ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off);
+    } else {
+        unsigned cls = ph_sizeclass(size);
+        off = ph_tcache_pop(t, cls);
+        if (!off && !(off = refill(e, t, c, cls)))
+            return pheap_errno();
+        ph_lane_begin(sp, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls], dest_off,
+                      ph_load(dest));
+        ph_slab *s = chunk_slab(e, off);
+        int exact;
+        ph_persist_flush(&sp->persist, c, ph_slab_set(s, ph_slab_index(s, off, &exact)), 8);
+        ph_store(dest, off);
+        ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
+    }
+    ph_lane_end(sp, c, &t->lane);
+    return 0;
+}
+
+int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
+{
+    ph_space *sp = e->sp;
+    uint64_t off = ph_load(src), src_off = (uint64_t)((char *)src - sp->base), bytes;
+    if (off == 0)
+        return 0;
+    if (off < sp->data_off || off >= ph_space_size(sp))
+        return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
+    int rc = ensure_lane(e, t);
+    if (rc)
+        return rc;
+    ph_slab *s = chunk_slab(e, off);
+    if (!s) {
+        if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
+            return rc;
+        ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off);
+        rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0);
+        ph_lane_end(sp, c, &t->lane); /* also when another thread freed it first */
+        return rc;
+    }
+    int exact;
+    uint32_t i = ph_slab_index(s, off, &exact);
+    if (!exact)
+        return bad_small(s, off, i);
+    unsigned bits = ph_slab_bits(s, i);
+    if (!(bits & 1))
+        return clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
+    ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
+    uint64_t *word;
+    rc = ph_slab_clear(s, i, &word);
+    if (!rc) {
+        ph_persist_flush(&sp->persist, c, word, 8);
+        ph_store(src, 0);
+        ph_persist_range(&sp->persist, c, src, sizeof(*src));
+    }
+    ph_lane_end(sp, c, &t->lane);
+    if (rc)
+        return clear_error(rc, off);
+    cache_block(e, t, c, s->xcls, off);
+    return 0;
+}
+
+int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
+{
+    ph_slab *s = chunk_slab(e, off);
+    if (!s)
+        return ph_extent_lookup(e->ext, off, bytes);
+    int exact;
+    uint32_t i = ph_slab_index(s, off, &exact);
+    if (!exact)
+        return bad_small(s, off, i);
+    unsigned bits = ph_slab_bits(s, i);
+    if (!(bits & 1))
+        return clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
+    *bytes = s->block_size;
+    return 0;
+}
+
+/* ---- open, recovery, close ------------------------------------------------------ */
+
+typedef struct open_ctx {
+    ph_engine *e;
+    ph_pctx *c;
+    int rc;
+} open_ctx;
+
+static void on_slab(void *arg, uint64_t off, unsigned cls)
+{
+    open_ctx *o = arg;
+    ph_engine *e = o->e;
+    uint64_t ch = chunk_of(e, off);
+    ph_slab *s = ph_slab_new(e->sp, off);
+    if (!s) {
+        o->rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
+        return;
+    }
+    ph_slab_set_class(s, cls);
+    s->arena = e->next_arena++ % e->narenas;
+    e->slabs[ch] = e->chunks[ch] = s;
+}
+
+/* Recovery: redo one committed logged operation (see log/lane.c). */
+static void roll_forward(void *arg, const ph_lane_entry *le)
+{
+    open_ctx *o = arg;
+    ph_engine *e = o->e;
+    ph_space *sp = e->sp;
+    uint64_t size = ph_space_size(sp);
+    if (o->rc)
+        return;
+    if (le->dest < sp->data_off || le->dest > size - 8 || le->dest % 8 || le->block < sp->data_off ||
+        le->block >= size || le->size > size - le->block) {
+        o->rc = ph_err(PHEAP_ECORRUPT, "lane entry for block %llu is out of range",
+                       (unsigned long long)le->block);
+        return;
+    }
+    uint64_t *dest = ph_space_at(sp, le->dest);
+    ph_slab *s = chunk_slab(e, le->block);
+    int exact = 0;
+    uint32_t i = s ? ph_slab_index(s, le->block, &exact) : 0;
+    if (s && !exact) {
+        o->rc = ph_err(PHEAP_ECORRUPT, "lane entry names %llu, not a block",
+                       (unsigned long long)le->block);
+        return;
+    }
+    if (le->op == PH_LOG_ALLOC_TO) {
+        if (s)
+            ph_persist_flush(&sp->persist, o->c, ph_slab_set(s, i), 8);
+        else
+            o->rc = ph_extent_claim(e->ext, o->c, le->block, le->size);
+        ph_store(dest, le->block);
+    } else {
+        uint64_t *word, bytes;
+        if (s && ph_slab_clear(s, i, &word) == 0)
+            ph_persist_flush(&sp->persist, o->c, word, 8);
+        else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
+            o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0);
+        ph_store(dest, 0);
+    }
+    ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
+}
+
+static void *alloc_map(uint64_t bytes)
+{
+    return ph_os_alloc_pages(PH_ALIGN_UP(bytes, PH_PAGE_SIZE));
+}
+
+int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
+{
+    ph_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    e->sp = sp;
+    e->nchunks = (sp->max_size - sp->data_off) / PH_CHUNK_SIZE;
+    e->chunks = alloc_map(e->nchunks * sizeof(*e->chunks));
+    e->slabs = alloc_map(e->nchunks * sizeof(*e->slabs));
+    e->narenas = PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
+    e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
+    pthread_mutex_init(&e->lane_lock, NULL);
+    open_ctx o = {e, c, 0};
+    if (!e->chunks || !e->slabs || !e->arenas) {
+        free(e->arenas);
+        e->arenas = NULL;
+        o.rc = ph_err(PHEAP_ENOMEM, "out of memory for the allocator's index");
+    } else {
+        memset(e->arenas, 0, e->narenas * sizeof(ph_arena));
+        for (unsigned a = 0; a < e->narenas; a++)
+            pthread_mutex_init(&e->arenas[a].lock, NULL);
+        int rc = ph_extents_open(sp, &e->ext, on_slab, &o);
+        if (rc && !o.rc)
+            o.rc = rc;
+    }
+    if (!o.rc && recover) {
+        e->recovered = ph_lanes_scan(sp, roll_forward, &o);
+        if (!o.rc && e->recovered)
+            ph_lanes_retire_all(sp, c);
+    }
+    for (uint64_t ch = 0; !o.rc && ch < e->nchunks; ch++) {
+        ph_slab *s = e->chunks[ch];
+        if (!s)
+            continue;
+        ph_slab_load(s);
+        if (s->navail)
+            partial_push(&e->arenas[s->arena], s);
+    }
+    if (o.rc) {
+        ph_engine_close(e);
+        return o.rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void ph_engine_close(ph_engine *e)
+{
+    if (!e)
+        return;
+    for (uint64_t ch = 0; e->slabs && ch < e->nchunks; ch++)
+        free(e->slabs[ch]);
+    ph_extents_close(e->ext);
+    ph_os_free_pages(e->chunks, PH_ALIGN_UP(e->nchunks * sizeof(*e->chunks), PH_PAGE_SIZE));
+    ph_os_free_pages(e->slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->slabs), PH_PAGE_SIZE));
+    for (unsigned a = 0; e->arenas && a < e->narenas; a++)
+        pthread_mutex_destroy(&e->arenas[a].lock);
+    free(e->arenas);
+    pthread_mutex_destroy(&e->lane_lock);
+    free(e);
+}
+
+/* ---- statistics and check -------------------------------------------------------- */
+
+typedef struct walk_ctx {
+    ph_engine *e;
+    ph_engine_stats *st;
+    char *err;
+    size_t errlen;
+    unsigned errors;
+} walk_ctx;
+
+static void stats_visit(void *arg, const ph_extnode *n)
+{
+    walk_ctx *w = arg;
+    ph_engine_stats *st = w->st;
+    uint64_t bytes = n->npages * PH_PAGE_SIZE;
+    if (n->kind == PH_EXT_FREE) {
+        st->free_bytes += bytes;
+    } else if (n->kind == PH_EXT_LARGE) {
+        st->large_extents++;
+        st->large_bytes += bytes;
+        st->live_blocks++;
+        st->live_bytes += bytes;
+    } else if (n->kind == PH_EXT_SLAB) {
+        ph_slab *s = w->e->chunks[(n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE];
+        uint64_t live = s ? ph_slab_live(s) : 0;
+        st->slabs++;
+        st->slab_bytes += bytes;
+        st->class_slabs[n->cls]++;
+        st->class_live[n->cls] += live;
+        st->live_blocks += live;
+        st->live_bytes += live * ph_class_size[n->cls];
+    }
+}
+
+void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    walk_ctx w = {e, out, NULL, 0, 0};
+    ph_extents_walk(e->ext, stats_visit, &w);
+    out->largest_free = ph_extents_largest_free(e->ext) * PH_PAGE_SIZE;
+}
+
+static void check_fail(walk_ctx *w, const char *msg)
+{
+    if (w->errors++ == 0)
+        snprintf(w->err, w->errlen, "%s", msg);
+}
+
+static void check_visit(void *arg, const ph_extnode *n)
+{
+    walk_ctx *w = arg;
+    char msg[256];
+    uint64_t ch = (n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE;
+    ph_slab *s = n->kind == PH_EXT_SLAB ? w->e->chunks[ch] : NULL;
+    if (n->kind == PH_EXT_SLAB && (!s || s->xcls != n->cls)) {
+        snprintf(msg, sizeof(msg), "slab chunk %llu: index and extent log disagree",
+                 (unsigned long long)ch);
+        check_fail(w, msg);
+    } else if (s && ph_slab_check(s, n->cls, msg, sizeof(msg))) {
+        check_fail(w, msg);
+    } else if (s) {
+        /* Available blocks must be free in the bitmap. */
+        for (uint32_t i = 0; i < s->nblocks; i++) {
+            if (((s->avail[i / 64] >> (i % 64)) & 1) && (ph_slab_bits(s, i) & 1)) {
+                snprintf(msg, sizeof(msg), "slab at %llu: block %u is allocated and available",
+                         (unsigned long long)s->off, i);
+                check_fail(w, msg);
+                break;
+            }
+        }
+    }
+    const uint64_t per_chunk = PH_CHUNK_SIZE / PH_PAGE_SIZE;
+    for (uint64_t p = PH_ALIGN_UP(n->page, per_chunk); n->kind != PH_EXT_SLAB && p < n->page + n->npages;
+         p += per_chunk) {
+        if (w->e->chunks[p / per_chunk]) {
+            snprintf(msg, sizeof(msg), "chunk %llu is mapped as a slab but is not one",
+                     (unsigned long long)(p / per_chunk));
+            check_fail(w, msg);
+        }
+    }
+}
+
+unsigned ph_engine_check(ph_engine *e, char *err, size_t errlen)
+{
+    walk_ctx w = {e, NULL, err, errlen, 0};
+    char msg[256];
+    if (ph_extents_check(e->ext, msg, sizeof(msg)))
+        check_fail(&w, msg);
+    ph_extents_walk(e->ext, check_visit, &w);
+    unsigned active = ph_lanes_active(e->sp);
+    if (active) {
+        snprintf(msg, sizeof(msg), "%u lane entries are active with no operation in flight", active);
+        check_fail(&w, msg);
+    }
+    return w.errors;
+}

@@ -1,0 +1,67 @@
+/*
+ * engine.h -- the allocation engine of one open heap: per-CPU arenas of
+ * slabs behind the thread caches, the extent allocator for large blocks
+ * and slab chunks, the chunk map from offsets to slabs, and the lanes.
+ * Everything here is volatile and rebuilt at open from the durable
+ * metadata (extent log, slab bitmaps, lanes).
+ */
+#ifndef PH_ALLOC_ENGINE_H
+#define PH_ALLOC_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "alloc/extent.h"
+#include "alloc/slab.h"
+#include "alloc/space.h"
+#include "alloc/tcache.h"
+
+typedef struct ph_arena {
+    pthread_mutex_t lock;
+    ph_slab *partial[PH_CLASSES];  /* slabs with available blocks, under lock */
+} __attribute__((aligned(64))) ph_arena;
+
+typedef struct ph_engine {
+    ph_space *sp;
+    ph_extents *ext;
+    uint64_t nchunks;              /* chunks at max_size */
+    ph_slab **chunks;              /* [nchunks]: the slab a chunk is now, or NULL */
+    ph_slab **slabs;               /* [nchunks]: volatile part ever made for a chunk */
+    unsigned narenas;
+    unsigned next_arena;           /* round robin at open */
+    ph_arena *arenas;
+    pthread_mutex_t lane_lock;
+    uint8_t lane_used[PH_LANES_MAX];
+    unsigned recovered;            /* lane entries rolled forward at open */
+} ph_engine;
+
+/* Builds the engine from the durable metadata.  When `recover`, committed
+ * lane entries are rolled forward first (read-write opens after an
+ * unclean shutdown).  Errors: PHEAP_ECORRUPT, PHEAP_ENOMEM. */
+int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out);
+void ph_engine_close(ph_engine *e);
+
+/* The operations behind pheap_alloc & co; arguments already validated
+ * except what only the engine can check. */
+uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size);
+int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off);
+int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest);
+int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src);
+int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes);
+
+/* Returns a thread's cached blocks and lane (thread exit). */
+void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c);
+
+/* Usage totals and per-class figures (see pheap_stats). */
+typedef struct ph_engine_stats {
+    uint64_t live_blocks, live_bytes, slabs, slab_bytes, large_extents, large_bytes;
+    uint64_t free_bytes, largest_free;
+    uint64_t class_slabs[PH_CLASSES], class_live[PH_CLASSES];
+} ph_engine_stats;
+void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out);
+
+/* Deep check of the engine's durable metadata against its index; returns
+ * the number of problems and writes the first into err. */
+unsigned ph_engine_check(ph_engine *e, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,691 @@
+/*
+ * extent.c -- page-granular extents: the DRAM index (nodes tiling the
+ * backed data region, size bins of free nodes, page -> node maps for
+ * coalescing) and the durable extent log behind it.
+ *
+ * Crash protocol.  Every durable change is one log entry: appended,
+ * flushed and fenced while the index lock is held, so entries become
+ * durable in log order.  An allocation commits with its entry; a free
+ * commits with its entry and only then returns its pages to the index
+ * (and, when large, to the file system).  Replay rebuilds the set of live
+ * extents; everything else backed is free.  A torn or stale entry fails
+ * its epoch or check and ends the replay: it was never fenced, so the
+ * operation it describes had not returned.
+ *
+ * Compaction, when the active half is full: the live extents are written
+ * to the other half with the next epoch, the rest of that half is zeroed,
+ * all of it is fenced, and then the 8-byte header word switches halves and
+ * is persisted.  Before that store is durable the old half rules.
+ */
+#include "alloc/extent.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/sizeclass.h"
+#include "os/os.h"
+#include "pheap.h"
+#include "util/error.h"
+
+#define PAGES_PER_CHUNK (PH_CHUNK_SIZE / PH_PAGE_SIZE)
+
+/* ---- log entries ---------------------------------------------------------- */
+
+static uint64_t check16(uint64_t w0, uint64_t w1lo)
+{
+    return ph_mix64(w0 ^ ph_mix64(w1lo ^ 0x5048454150455854ull)) >> 48;
+}
+
+static ph_extlog_entry encode(uint64_t page, uint64_t n, uint32_t kind, unsigned cls, uint64_t epoch)
+{
+    uint64_t w0 = page | (uint64_t)kind << 40 | (uint64_t)cls << 48;
+    uint64_t w1 = n | (epoch & 0xffff) << 32;
+    return (ph_extlog_entry){w0, w1 | check16(w0, w1) << 48};
+}
+
+typedef struct entry {
+    uint64_t page, n;
+    uint32_t kind, cls;
+} entry;
+
+/* Decodes a log entry; 0 when it is not a valid entry of `epoch`. */
+static int decode(const ph_extlog_entry *e, uint64_t epoch, entry *out)
+{
+    uint64_t w0 = ph_load_relaxed(&e->w0), w1 = ph_load_relaxed(&e->w1);
+    if ((w1 >> 48) != check16(w0, w1 & 0xffffffffffffull) || ((w1 >> 32) & 0xffff) != (epoch & 0xffff))
+        return 0;
+    *out = (entry){w0 & 0xffffffffffull, w1 & 0xffffffffull, (uint32_t)(w0 >> 40) & 0xff,
+                   (uint32_t)(w0 >> 48)};
+    return out->kind >= PH_EXT_FREE && out->kind <= PH_EXT_SLAB && out->n > 0;
+}
+
+/* ---- index ------------------------------------------------------------------ */
+
+static unsigned bin_of(uint64_t n)
+{
+    if (n < 64)
+        return (unsigned)n - 1;
+    unsigned b = 63 + (unsigned)(63 - __builtin_clzll(n)) - 6;
+    return b < PH_EXT_BINS ? b : PH_EXT_BINS - 1;
+}
+
+static void bin_insert(ph_extents *x, ph_extnode *n)
+{
+    ph_extnode **b = &x->bins[bin_of(n->npages)];
+    n->prev = NULL;
+    n->next = *b;
+    if (*b)
+        (*b)->prev = n;
+    *b = n;
+    x->free_pages += n->npages;
+}
+
+static void bin_remove(ph_extents *x, ph_extnode *n)
+{
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        x->bins[bin_of(n->npages)] = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    n->next = n->prev = NULL;
+    x->free_pages -= n->npages;
+}
+
+static void index_set(ph_extents *x, ph_extnode *n)
+{
+    x->head[n->page] = n;
+    x->last[n->page + n->npages - 1] = n;
+}
+
+static void index_clear(ph_extents *x, ph_extnode *n)
+{
+    x->head[n->page] = NULL;
+    x->last[n->page + n->npages - 1] = NULL;
+}
+
+static ph_extnode *node_new(uint64_t page, uint64_t n, uint32_t kind, unsigned cls)
+{
+    ph_extnode *e = calloc(1, sizeof(*e));
+    if (e)
+        *e = (ph_extnode){page, n, kind, cls, NULL, NULL};
+    return e;
+}
+
+/* Turns n into free space, merging it with free neighbours. */
+static void make_free(ph_extents *x, ph_extnode *n)
+{
+    n->kind = PH_EXT_FREE;
+    if (n->page > 0) {
+        ph_extnode *l = x->last[n->page - 1];
+        if (l && l->kind == PH_EXT_FREE) {
+            bin_remove(x, l);
+            index_clear(x, l);
+            index_clear(x, n);
+            n->npages += l->npages;
+            n->page = l->page;
+            index_set(x, n);
+            free(l);
+        }
+    }
+    uint64_t end = n->page + n->npages;
+    if (end < x->pages) {
+        ph_extnode *r = x->head[end];
+        if (r && r->kind == PH_EXT_FREE) {
+            bin_remove(x, r);
+            index_clear(x, r);
+            index_clear(x, n);
+            n->npages += r->npages;
+            index_set(x, n);
+            free(r);
+        }
+    }
+    bin_insert(x, n);
+}
+
+/* Carves [page, page + n) out of free node f; returns the carved node. */
+static ph_extnode *carve(ph_extents *x, ph_extnode *f, uint64_t page, uint64_t n, uint32_t kind,
+                         unsigned cls)
+{
+    bin_remove(x, f);
+    index_clear(x, f);
+    uint64_t fend = f->page + f->npages;
+    if (page > f->page) {
+        ph_extnode *l = node_new(f->page, page - f->page, PH_EXT_FREE, 0);
+        if (!l) {
+            index_set(x, f);
+            bin_insert(x, f);
+            return NULL;
+        }
+        index_set(x, l);
+        bin_insert(x, l);
+    }
+    if (page + n < fend) {
+        ph_extnode *r = node_new(page + n, fend - page - n, PH_EXT_FREE, 0);
+        if (!r) { /* give the left part back to f */
+            if (page > f->page) {
+                ph_extnode *l = x->head[f->page];
+                bin_remove(x, l);
+                index_clear(x, l);
+                free(l);
+            }
+            index_set(x, f);
+            bin_insert(x, f);
+            return NULL;
+        }
+        index_set(x, r);
+        bin_insert(x, r);
+    }
+    *f = (ph_extnode){page, n, kind, cls, NULL, NULL};
+    index_set(x, f);
+    return f;
+}
+
+/* Best fit for n pages (chunk-aligned when `aligned`); *at gets the page. */
+static ph_extnode *find_fit(ph_extents *x, uint64_t n, int aligned, uint64_t *at)
+{
+    for (unsigned b = bin_of(n); b < PH_EXT_BINS; b++) {
+        ph_extnode *best = NULL;
+        uint64_t best_at = 0;
+        for (ph_extnode *f = x->bins[b]; f; f = f->next) {
+            uint64_t start = aligned ? PH_ALIGN_UP(f->page, PAGES_PER_CHUNK) : f->page;
+            if (start + n > f->page + f->npages || (best && f->npages >= best->npages))
+                continue;
+            best = f;
+            best_at = start;
+            if (b < 63 && !aligned)
+                break; /* exact bins hold one size */
+        }
+        if (best) {
+            *at = best_at;
+            return best;
+        }
+    }
+    return NULL;
+}
+
+/* Makes [x->pages, new pages) free space after the heap grew. */
+static int add_backed(ph_extents *x)
+{
+    uint64_t pages = (ph_space_size(x->sp) - x->sp->data_off) / PH_PAGE_SIZE;
+    if (pages <= x->pages)
+        return 0;
+    ph_extnode *n = node_new(x->pages, pages - x->pages, PH_EXT_FREE, 0);
+    if (!n)
+        return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    x->pages = pages;
+    index_set(x, n);
+    make_free(x, n);
+    return 0;
+}
+
+static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
+                          ph_extnode **out)
+{
+    uint64_t n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE;
+    int aligned = kind == PH_EXT_SLAB;
+    if (n == 0 || n > x->pages_max)
+        return ph_err(PHEAP_ENOMEM, "cannot allocate %llu bytes: the heap can hold at most %llu",
+                      (unsigned long long)bytes, (unsigned long long)(x->pages_max * PH_PAGE_SIZE));
+    uint64_t at;
+    ph_extnode *f = find_fit(x, n, aligned, &at);
+    while (!f) {
+        /* Grow by what is missing beyond the free tail, at least. */
+        ph_extnode *tail = x->pages ? x->last[x->pages - 1] : NULL;
+        uint64_t have = tail && tail->kind == PH_EXT_FREE ? tail->npages : 0;
+        uint64_t need = n + (aligned ? PAGES_PER_CHUNK : 0) - PH_MIN(have, n);
+        int rc = ph_space_grow(x->sp, c, ph_space_size(x->sp) + need * PH_PAGE_SIZE);
+        if (rc)
+            return rc;
+        if ((rc = add_backed(x)) != 0)
+            return rc;
+        f = find_fit(x, n, aligned, &at);
+    }
+    *out = carve(x, f, at, n, kind, cls);
+    return *out ? 0 : ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+}
+
+static void compact(ph_extents *x, ph_pctx *c);
+
+/* Appends a durable entry; lock held.  The caller fences. */
+static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
+{
+    if (x->tail == x->half_entries)
+        compact(x, c);
+    ph_extlog_entry *e = &x->half[x->active][x->tail++];
+    ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch);
+    ph_store(&e->w0, v.w0);
+    ph_store(&e->w1, v.w1);
+    ph_persist_flush(&x->sp->persist, c, e, sizeof(*e));
+    x->appends++;
+}
+
+static void compact(ph_extents *x, ph_pctx *c)
+{
+    unsigned other = !x->active;
+    uint64_t epoch = x->epoch + 1, i = 0;
+    ph_extlog_entry *dst = x->half[other];
+    for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages) {
+        const ph_extnode *n = x->head[p];
+        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB)
+            dst[i++] = encode(n->page, n->npages, n->kind, n->cls, epoch);
+    }
+    uint64_t used = i;
+    for (; i < x->half_entries; i++)
+        if (dst[i].w0 | dst[i].w1)
+            dst[i] = (ph_extlog_entry){0, 0};
+    ph_persist_flush(&x->sp->persist, c, dst, x->half_entries * sizeof(*dst));
+    ph_persist_fence(&x->sp->persist, c);
+    ph_persist_store64(&x->sp->persist, c, &x->hdr->xactive, epoch << 1 | other);
+    x->active = other;
+    x->epoch = epoch;
+    x->tail = used;
+    x->compactions++;
+}
+
+/* ---- replay ----------------------------------------------------------------- */
+
+typedef struct live_set {
+    entry *v;       /* open addressing by page; n == 0 marks empty */
+    uint64_t cap;   /* power of two */
+    uint64_t count;
+} live_set;
+
+static entry *live_find(live_set *s, uint64_t page, int insert)
+{
+    uint64_t i = ph_mix64(page) & (s->cap - 1);
+    for (;; i = (i + 1) & (s->cap - 1)) {
+        if (s->v[i].n == 0)
+            return insert ? &s->v[i] : NULL;
+        if (s->v[i].page == page)
+            return &s->v[i];
+    }
+}
+
+static int cmp_page(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    return x->page < y->page ? -1 : x->page > y->page;
+}
+
+/* Replays the active half into a sorted array of live extents; *used gets
+ * the number of valid entries (the append position). */
+static int replay(ph_extents *x, entry **out, uint64_t *nout, uint64_t *used)
+{
+    live_set s = {NULL, 64, 0};
+    while (s.cap < 2 * x->half_entries)
+        s.cap *= 2;
+    s.v = calloc(s.cap, sizeof(*s.v));
+    if (!s.v)
+        return ph_err(PHEAP_ENOMEM, "extent log replay: out of memory");
+    int rc = 0;
+    entry e;
+    uint64_t i;
+    for (i = 0; i < x->half_entries && decode(&x->half[x->active][i], x->epoch, &e); i++) {
+        const char *why = NULL;
+        entry *slot = live_find(&s, e.page, e.kind != PH_EXT_FREE);
+        if (e.page + e.n > x->pages)
+            why = "extent beyond the heap's size";
+        else if (e.kind == PH_EXT_SLAB &&
+                 (e.n != PAGES_PER_CHUNK || e.page % PAGES_PER_CHUNK || e.cls >= PH_CLASSES))
+            why = "malformed slab extent";
+        else if (e.kind != PH_EXT_FREE && slot->n)
+            why = "extent allocated twice";
+        else if (e.kind == PH_EXT_FREE && (!slot || slot->n != e.n))
+            why = "free of an extent that is not allocated";
+        if (why) {
+            rc = ph_err(PHEAP_ECORRUPT, "extent log entry %llu (page %llu, %llu pages): %s",
+                        (unsigned long long)i, (unsigned long long)e.page, (unsigned long long)e.n, why);
+            break;
+        }
+        if (e.kind == PH_EXT_FREE) {
+            /* Backward-shift deletion keeps probe chains intact. */
+            uint64_t j = (uint64_t)(slot - s.v);
+            slot->n = 0;
+            for (uint64_t k = (j + 1) & (s.cap - 1); s.v[k].n; k = (k + 1) & (s.cap - 1)) {
+                entry moved = s.v[k];
+                s.v[k].n = 0;
+                *live_find(&s, moved.page, 1) = moved;
+            }
+            s.count--;
+        } else {
+            *slot = e;
+            s.count++;
+        }
+    }
+    uint64_t n = 0;
+    for (uint64_t k = 0; rc == 0 && k < s.cap; k++)
+        if (s.v[k].n)
+            s.v[n++] = s.v[k];
+    qsort(s.v, n, sizeof(*s.v), cmp_page);
+    for (uint64_t k = 1; rc == 0 && k < n; k++)
+        if (s.v[k - 1].page + s.v[k - 1].n > s.v[k].page)
+            rc = ph_err(PHEAP_ECORRUPT, "extent log: extents at pages %llu and %llu overlap",
+                        (unsigned long long)s.v[k - 1].page, (unsigned long long)s.v[k].page);
+    if (rc) {
+        free(s.v);
+        return rc;
+    }
+    *out = s.v;
+    *nout = n;
+    *used = i;
+    return 0;
+}
+
+static int build_index(ph_extents *x, const entry *live, uint64_t n)
+{
+    uint64_t p = 0;
+    for (uint64_t i = 0; i <= n; i++) {
+        uint64_t next = i < n ? live[i].page : x->pages;
+        if (next > p) {
+            ph_extnode *f = node_new(p, next - p, PH_EXT_FREE, 0);
+            if (!f)
+                return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+            index_set(x, f);
+            bin_insert(x, f);
+        }
+        if (i == n)
+            break;
+        ph_extnode *a = node_new(live[i].page, live[i].n, live[i].kind, live[i].cls);
+        if (!a)
+            return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+        index_set(x, a);
+        p = live[i].page + live[i].n;
+    }
+    return 0;
+}
+
+static void *alloc_map(uint64_t bytes)
+{
+    return ph_os_alloc_pages(PH_ALIGN_UP(bytes, PH_PAGE_SIZE));
+}
+
+static int extents_init(ph_space *sp, ph_extents *x)
+{
+    memset(x, 0, sizeof(*x));
+    pthread_mutex_init(&x->lock, NULL);
+    x->sp = sp;
+    x->hdr = ph_space_at(sp, sp->extlog_region);
+    x->half_entries = (sp->extlog_size - PH_PAGE_SIZE) / 2 / sizeof(ph_extlog_entry);
+    x->half[0] = ph_space_at(sp, sp->extlog_region + PH_PAGE_SIZE);
+    x->half[1] = x->half[0] + x->half_entries;
+    uint64_t v = ph_load(&x->hdr->xactive);
+    x->epoch = v ? v >> 1 : 1;
+    x->active = (unsigned)(v & 1);
+    x->pages_max = (sp->max_size - sp->data_off) / PH_PAGE_SIZE;
+    x->pages = (ph_space_size(sp) - sp->data_off) / PH_PAGE_SIZE;
+    x->head = alloc_map(x->pages_max * sizeof(*x->head));
+    x->last = alloc_map(x->pages_max * sizeof(*x->last));
+    x->freed = alloc_map((x->pages_max + 63) / 64 * 8);
+    if (!x->head || !x->last || !x->freed)
+        return ph_err(PHEAP_ENOMEM, "extent index: cannot map %llu pages",
+                      (unsigned long long)x->pages_max);
+    return 0;
+}
+
+static void extents_fini(ph_extents *x)
+{
+    if (x->head)
+        for (uint64_t p = 0; p < x->pages && x->head[p];) {
+            ph_extnode *n = x->head[p];
+            p += n->npages;
+            free(n);
+        }
+    ph_os_free_pages(x->head, PH_ALIGN_UP(x->pages_max * sizeof(*x->head), PH_PAGE_SIZE));
+    ph_os_free_pages(x->last, PH_ALIGN_UP(x->pages_max * sizeof(*x->last), PH_PAGE_SIZE));
+    ph_os_free_pages(x->freed, PH_ALIGN_UP((x->pages_max + 63) / 64 * 8, PH_PAGE_SIZE));
+    pthread_mutex_destroy(&x->lock);
+}
+
+int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg)
+{
+    ph_extents *x = malloc(sizeof(*x));
+    if (!x)
+        return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    int rc = extents_init(sp, x);
+    entry *live = NULL;
+    uint64_t n = 0;
+    if (!rc)
+        rc = replay(x, &live, &n, &x->tail);
+    if (!rc)
+        rc = build_index(x, live, n);
+    for (uint64_t i = 0; !rc && on_slab && i < n; i++)
+        if (live[i].kind == PH_EXT_SLAB)
+            on_slab(arg, sp->data_off + live[i].page * PH_PAGE_SIZE, live[i].cls);
+    free(live);
+    if (rc) {
+        extents_fini(x);
+        free(x);
+        return rc;
+    }
+    *out = x;
+    return 0;
+}
+
+void ph_extents_close(ph_extents *x)
+{
+    if (!x)
+        return;
+    extents_fini(x);
+    free(x);
+}
+
+/* ---- operations ------------------------------------------------------------- */
+
+static uint64_t page_of(const ph_extents *x, uint64_t off)
+{
+    return (off - x->sp->data_off) / PH_PAGE_SIZE;
+}
+
+static uint64_t off_of(const ph_extents *x, uint64_t page)
+{
+    return x->sp->data_off + page * PH_PAGE_SIZE;
+}
+
+static void commit_locked(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind, unsigned cls,
+                          uint64_t *dest, uint64_t dest_val)
+{
+    /* The node stays RESERVED until its entry is in the log: a compaction
+     * that append() may run first must not write it as live already. */
+    n->cls = cls;
+    x->freed[n->page / 64] &= ~(1ull << (n->page % 64));
+    append(x, c, n, kind);
+    n->kind = kind;
+    if (dest) {
+        ph_store(dest, dest_val);
+        ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
+    }
+    ph_persist_fence(&x->sp->persist, c);
+}
+
+int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
+                    uint64_t *dest, uint64_t *off)
+{
+    pthread_mutex_lock(&x->lock);
+    ph_extnode *n;
+    int rc = reserve_locked(x, c, bytes, PH_EXT_RESERVED, 0, &n);
+    if (!rc) {
+        *off = off_of(x, n->page);
+        commit_locked(x, c, n, kind, cls, dest, *off);
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, uint64_t *off)
+{
+    pthread_mutex_lock(&x->lock);
+    ph_extnode *n;
+    int rc = reserve_locked(x, c, bytes, kind == PH_EXT_SLAB ? PH_EXT_SLAB : PH_EXT_LARGE, 0, &n);
+    if (!rc) {
+        n->kind = PH_EXT_RESERVED;
+        *off = off_of(x, n->page);
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
+                      uint64_t *dest, uint64_t dest_val)
+{
+    pthread_mutex_lock(&x->lock);
+    commit_locked(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
+    pthread_mutex_unlock(&x->lock);
+}
+
+void ph_extent_cancel(ph_extents *x, uint64_t off)
+{
+    pthread_mutex_lock(&x->lock);
+    make_free(x, x->head[page_of(x, off)]);
+    pthread_mutex_unlock(&x->lock);
+}
+
+/* What is at `page` that is not the head of a live extent of `kind`. */
+static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnode **out)
+{
+    uint64_t page = page_of(x, off);
+    if (off >= ph_space_size(x->sp))
+        return ph_err(PHEAP_ERANGE, "offset %llu is beyond the heap's end", (unsigned long long)off);
+    ph_extnode *n = off % PH_PAGE_SIZE ? NULL : x->head[page];
+    if (n && n->kind == kind) {
+        *out = n;
+        return 0;
+    }
+    /* Find the extent containing the page: walk back to a head. */
+    uint64_t p = page;
+    while (!x->head[p] && p > 0)
+        p--;
+    n = x->head[p];
+    if (n && n->kind != PH_EXT_FREE && p + n->npages > page)
+        return ph_err(PHEAP_EINTERIOR, "offset %llu is inside the block at %llu",
+                      (unsigned long long)off, (unsigned long long)off_of(x, n->page));
+    if (off % PH_PAGE_SIZE == 0 && (x->freed[page / 64] >> (page % 64)) & 1)
+        return ph_err(PHEAP_EDOUBLEFREE, "double free of the large block at %llu",
+                      (unsigned long long)off);
+    return ph_err(PHEAP_ENOTALLOC, "offset %llu was never allocated", (unsigned long long)off);
+}
+
+int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
+                   uint64_t dest_val)
+{
+    pthread_mutex_lock(&x->lock);
+    ph_extnode *n;
+    int rc = classify_locked(x, off, kind, &n);
+    if (!rc) {
+        append(x, c, n, PH_EXT_FREE);
+        if (dest) {
+            ph_store(dest, dest_val);
+            ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
+        }
+        ph_persist_fence(&x->sp->persist, c);
+        uint64_t page = n->page, npages = n->npages;
+        if (kind == PH_EXT_LARGE)
+            x->freed[page / 64] |= 1ull << (page % 64);
+        make_free(x, n);
+        if (npages * PH_PAGE_SIZE >= PH_PUNCH_MIN)
+            ph_space_punch(x->sp, off_of(x, page), npages * PH_PAGE_SIZE);
+    }
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
+{
+    pthread_mutex_lock(&x->lock);
+    uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE, p = page;
+    int rc = 0;
+    while (p > 0 && !x->head[p])
+        p--;
+    ph_extnode *f = x->head[p];
+    if (f && f->page == page && f->kind == PH_EXT_LARGE && f->npages == n)
+        goto out; /* the commit was durable */
+    if (!f || f->kind != PH_EXT_FREE || page + n > f->page + f->npages) {
+        rc = ph_err(PHEAP_ECORRUPT, "recovery: extent at %llu is neither live nor free",
+                    (unsigned long long)off);
+        goto out;
+    }
+    f = carve(x, f, page, n, PH_EXT_LARGE, 0);
+    if (!f)
+        rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    else
+        commit_locked(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
+out:
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
+{
+    pthread_mutex_lock(&x->lock);
+    ph_extnode *n;
+    int rc = classify_locked(x, off, PH_EXT_LARGE, &n);
+    if (!rc)
+        *bytes = n->npages * PH_PAGE_SIZE;
+    pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg)
+{
+    pthread_mutex_lock(&x->lock);
+    for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages)
+        fn(arg, x->head[p]);
+    pthread_mutex_unlock(&x->lock);
+}
+
+uint64_t ph_extents_largest_free(ph_extents *x)
+{
+    uint64_t best = 0;
+    pthread_mutex_lock(&x->lock);
+    for (int b = PH_EXT_BINS - 1; b >= 0 && !best; b--)
+        for (ph_extnode *f = x->bins[b]; f; f = f->next)
+            best = PH_MAX(best, f->npages);
+    pthread_mutex_unlock(&x->lock);
+    return best;
+}
+
+int ph_extents_check(ph_extents *x, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&x->lock);
+    entry *live = NULL;
+    uint64_t n = 0, i = 0, free_pages = 0, p = 0, used;
+    int bad = 0;
+    if (replay(x, &live, &n, &used) != 0) {
+        snprintf(err, errlen, "%s", pheap_errmsg());
+        bad = 1;
+    }
+    for (p = 0; !bad && p < x->pages;) {
+        const ph_extnode *e = x->head[p];
+        if (!e || e->page != p || e->npages == 0 || x->last[p + e->npages - 1] != e) {
+            snprintf(err, errlen, "extent index: no extent starts at page %llu", (unsigned long long)p);
+            bad = 1;
+            break;
+        }
+        if (e->kind == PH_EXT_FREE) {
+            free_pages += e->npages;
+            if (p + e->npages < x->pages && x->head[p + e->npages]->kind == PH_EXT_FREE) {
+                snprintf(err, errlen, "extent index: free extents at page %llu not merged",
+                         (unsigned long long)p);
+                bad = 1;
+            }
+        } else if (i >= n || live[i].page != p || live[i].n != e->npages || live[i].kind != e->kind ||
+                   live[i].cls != e->cls) {
+            snprintf(err, errlen, "extent at page %llu (%llu pages, kind %u) disagrees with the log",
+                     (unsigned long long)p, (unsigned long long)e->npages, e->kind);
+            bad = 1;
+        } else {
+            i++;
+        }
+        p += e->npages;
+    }
+    if (!bad && (p != x->pages || i != n || free_pages != x->free_pages)) {
+        snprintf(err, errlen, "extent index: %llu of %llu logged extents found, %llu free pages "
+                 "counted, %llu recorded", (unsigned long long)i, (unsigned long long)n,
+                 (unsigned long long)free_pages, (unsigned long long)x->free_pages);
+        bad = 1;
+    }
+    free(live);
+    pthread_mutex_unlock(&x->lock);
+    return bad;
+}

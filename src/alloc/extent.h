@@ -1,0 +1,98 @@
+/*
+ * extent.h -- the large allocator: page-granular extents of the data
+ * region, best fit with coalescing, indexed in DRAM and made durable by the
+ * log-structured extent log (format/layout.h).  Slabs take their 64 KiB
+ * chunks from here too.  All calls lock the extent index; every log append
+ * is durable before the lock is released, so the log order is the order in
+ * which changes became durable.
+ */
+#ifndef PH_ALLOC_EXTENT_H
+#define PH_ALLOC_EXTENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "alloc/space.h"
+
+#define PH_EXT_RESERVED 4u   /* volatile kind: chosen, not yet committed */
+#define PH_EXT_BINS 128u
+#define PH_PUNCH_MIN (256u * 1024u) /* freed extents this large go back to the file system */
+
+typedef struct ph_extnode {
+    uint64_t page;             /* first page, counted from the data region */
+    uint64_t npages;
+    uint32_t kind;             /* PH_EXT_FREE, _LARGE, _SLAB or _RESERVED */
+    uint32_t cls;              /* size class of a slab */
+    struct ph_extnode *next;   /* bin list, free nodes only */
+    struct ph_extnode *prev;
+} ph_extnode;
+
+typedef struct ph_extents {
+    ph_space *sp;
+    pthread_mutex_t lock;
+    ph_extlog_header *hdr;     /* in the mapping */
+    ph_extlog_entry *half[2];  /* the two halves, in the mapping */
+    uint64_t half_entries;     /* entries per half */
+    uint64_t epoch;            /* epoch of the active half */
+    unsigned active;           /* active half */
+    uint64_t tail;             /* next free entry of the active half */
+    uint64_t pages_max;        /* data pages at max_size */
+    uint64_t pages;            /* data pages backed now */
+    ph_extnode **head;         /* [pages_max]: node starting at a page */
+    ph_extnode **last;         /* [pages_max]: node ending at a page */
+    uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
+    ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */
+    uint64_t free_pages;       /* pages in free nodes */
+    uint64_t appends;          /* log entries appended since open */
+    uint64_t compactions;      /* compactions since open */
+} ph_extents;
+
+typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);
+
+/* Builds the index by replaying the extent log of `sp` and reports every
+ * slab to on_slab.  PHEAP_ECORRUPT when the log contradicts itself. */
+int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg);
+void ph_extents_close(ph_extents *x);
+
+/* Allocates `bytes` (page-rounded) as one large block, or one chunk-aligned
+ * chunk as a slab of class `cls` (kind PH_EXT_SLAB), growing the heap when
+ * needed.  Durable on return (one log entry, one fence); if `dest` is not
+ * NULL, *dest = data offset of the extent is stored and flushed before the
+ * same fence.  Errors: PHEAP_ENOMEM. */
+int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
+                    uint64_t *dest, uint64_t *off);
+
+/* Chooses an extent like ph_extent_alloc but only in the index (nothing is
+ * durable); ph_extent_commit makes it durable, ph_extent_cancel frees it. */
+int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, uint64_t *off);
+void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
+                      uint64_t *dest, uint64_t dest_val);
+void ph_extent_cancel(ph_extents *x, uint64_t off);
+
+/* Frees the extent starting at data offset `off`, which must be of `kind`
+ * (PH_EXT_LARGE or PH_EXT_SLAB).  Durable on return (one entry, one fence;
+ * `dest`, if set, gets dest_val before the fence).  Nothing changes on error:
+ * PHEAP_EINTERIOR (inside an extent), PHEAP_EDOUBLEFREE (a freed large
+ * block's start), PHEAP_ENOTALLOC (free space). */
+int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
+                   uint64_t dest_val);
+
+/* Recovery: makes [off, off + bytes) a live large block if it is free
+ * space now (durable, one fence); 0 if it already is one. */
+int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes);
+
+/* Classifies `off` without changing anything: 0 and *bytes when it starts
+ * a live large block, else the error ph_extent_free would return. */
+int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes);
+
+/* Calls fn for every extent in address order, under the lock. */
+void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg);
+
+/* Largest free extent, pages. */
+uint64_t ph_extents_largest_free(ph_extents *x);
+
+/* Compares the index with a fresh replay of the log and checks that the
+ * extents tile the backed data region.  0 or 1 with a message. */
+int ph_extents_check(ph_extents *x, char *err, size_t errlen);
+
+#endif

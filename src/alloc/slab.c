@@ -1,0 +1,152 @@
+/*
+ * slab.c -- slab descriptors, their durable A/E bitmaps and the volatile
+ * available sets.
+ *
+ * Crash protocol of a small allocation: one atomic OR sets A|E in one
+ * bitmap word, which is then flushed and fenced.  A crash before the fence
+ * may or may not keep the bit: the call had not returned, so either is
+ * allowed (see pheap_alloc).  A free clears A the same way.  No other word
+ * changes, so there is nothing to recover.
+ *
+ * Index by multiply: for rel < 2^16 and block_size <= 2^16,
+ * floor(rel * ceil(2^32 / size) / 2^32) == floor(rel / size), because the
+ * error term rel * (magic * size - 2^32) / (size * 2^32) stays below
+ * 1 / size, and any non-multiple rel has a fractional part <= 1 - 1/size.
+ */
+#include "alloc/slab.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pheap.h"
+
+int ph_slab_clear(ph_slab *s, uint32_t i, uint64_t **word)
+{
+    uint32_t w, sh;
+    ph_slab_bitpos(i, &w, &sh);
+    uint64_t *p = &s->desc->xbits[w];
+    uint64_t cur = ph_load(p);
+    if (!((cur >> sh) & 1))
+        return ((cur >> sh) & 2) ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
+    uint64_t old = __atomic_fetch_and(p, ~(1ull << sh), __ATOMIC_ACQ_REL);
+    if (!((old >> sh) & 1))
+        return PHEAP_EDOUBLEFREE; /* another thread freed it first */
+    *word = p;
+    return 0;
+}
+
+ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
+{
+    ph_slab *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->off = off;
+    uint64_t chunk = (off - sp->data_off) / PH_CHUNK_SIZE;
+    s->desc = (ph_slab_desc *)ph_space_at(sp, sp->slab_region + chunk * PH_SLAB_DESC_SIZE);
+    return s;
+}
+
+void ph_slab_set_class(ph_slab *s, unsigned cls)
+{
+    ph_store(&s->xcls, cls);
+    s->block_size = ph_class_size[cls];
+    s->nblocks = ph_class_blocks(cls);
+    s->magic = (uint32_t)((((uint64_t)1 << 32) + s->block_size - 1) / s->block_size);
+}
+
+void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
+{
+    ph_slab_desc *d = s->desc;
+    ph_slab_set_class(s, cls);
+    d->cls = cls;
+    d->block_size = s->block_size;
+    d->nblocks = s->nblocks;
+    memset(d->reserved, 0, sizeof(d->reserved));
+    ph_persist_flush(&sp->persist, c, d, PH_LINE_SIZE);
+    /* A reused chunk keeps E bits of its past life: clear them, flushing
+     * only lines that were not zero already. */
+    for (uint32_t l = 0; l < PH_SLAB_LINES; l++) {
+        uint64_t *line = &d->xbits[l * (PH_LINE_SIZE / 8)];
+        int dirty = 0;
+        for (uint32_t k = 0; k < PH_LINE_SIZE / 8; k++)
+            dirty |= line[k] != 0;
+        if (dirty) {
+            memset(line, 0, PH_LINE_SIZE);
+            ph_persist_flush(&sp->persist, c, line, PH_LINE_SIZE);
+        }
+    }
+    memset(s->avail, 0, sizeof(s->avail));
+    for (uint32_t i = 0; i < s->nblocks; i++)
+        s->avail[i / 64] |= 1ull << (i % 64);
+    s->navail = s->nblocks;
+}
+
+void ph_slab_load(ph_slab *s)
+{
+    memset(s->avail, 0, sizeof(s->avail));
+    s->navail = 0;
+    for (uint32_t i = 0; i < s->nblocks; i++) {
+        if (!(ph_slab_bits(s, i) & 1)) {
+            s->avail[i / 64] |= 1ull << (i % 64);
+            s->navail++;
+        }
+    }
+}
+
+uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)
+{
+    uint32_t got = 0;
+    for (uint32_t w = 0; got < n && w < (s->nblocks + 63) / 64; w++) {
+        while (got < n && s->avail[w]) {
+            uint32_t b = (uint32_t)__builtin_ctzll(s->avail[w]);
+            s->avail[w] &= s->avail[w] - 1;
+            out[got++] = s->off + (uint64_t)(w * 64 + b) * s->block_size;
+        }
+    }
+    s->navail -= got;
+    return got;
+}
+
+void ph_slab_give(ph_slab *s, uint64_t off)
+{
+    uint32_t i = (uint32_t)((off - s->off) / s->block_size);
+    s->avail[i / 64] |= 1ull << (i % 64);
+    s->navail++;
+}
+
+uint32_t ph_slab_live(const ph_slab *s)
+{
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
+        n += (uint32_t)__builtin_popcountll(ph_load(&s->desc->xbits[w]) & 0x5555555555555555ull);
+    return n;
+}
+
+int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
+{
+    const ph_slab_desc *d = s->desc;
+    if (cls >= PH_CLASSES || d->cls != cls || d->block_size != ph_class_size[cls] ||
+        d->nblocks != ph_class_blocks(cls)) {
+        snprintf(err, errlen, "slab at %llu: descriptor (class %llu, size %llu, %llu blocks) "
+                 "does not match class %u", (unsigned long long)s->off, (unsigned long long)d->cls,
+                 (unsigned long long)d->block_size, (unsigned long long)d->nblocks, cls);
+        return 1;
+    }
+    /* Every bit pair beyond nblocks is zero and A implies E. */
+    uint64_t used[PH_SLAB_WORDS] = {0};
+    for (uint32_t i = 0; i < d->nblocks; i++) {
+        uint32_t w, sh;
+        ph_slab_bitpos(i, &w, &sh);
+        used[w] |= 3ull << sh;
+    }
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
+        uint64_t v = ph_load(&d->xbits[w]);
+        if ((v & ~used[w]) || ((v & 0x5555555555555555ull) & ~((v >> 1) & 0x5555555555555555ull))) {
+            snprintf(err, errlen, "slab at %llu: bitmap word %u is invalid (%#llx)",
+                     (unsigned long long)s->off, w, (unsigned long long)v);
+            return 1;
+        }
+    }
+    return 0;
+}

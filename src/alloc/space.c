@@ -1,0 +1,54 @@
+/*
+ * space.c -- heap growth and hole punching.
+ */
+#include "alloc/space.h"
+
+#include "os/os.h"
+#include "pheap.h"
+#include "util/error.h"
+
+int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->grow_lock);
+    uint64_t cur = s->xsize;
+    if (min_size <= cur)
+        goto out;
+    if (min_size > s->max_size) {
+        rc = ph_err(PHEAP_ENOMEM, "heap full: %llu bytes needed, maximum size %llu",
+                    (unsigned long long)min_size, (unsigned long long)s->max_size);
+        goto out;
+    }
+    uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), 2 * cur), s->max_size);
+    if (s->sim) {
+        /* The simulator must not touch the file before close: new space is
+         * zeroed private memory, and the durable image (reserved to
+         * max_size, zero) simply grows with it. */
+        rc = ph_os_map_anon(s->base + cur, want - cur);
+        if (!rc) {
+            pthread_mutex_lock(&s->sim->lock);
+            s->sim->size = want;
+            pthread_mutex_unlock(&s->sim->lock);
+        }
+    } else {
+        rc = ph_os_resize(s->fd, "heap file", want);
+        if (!rc)
+            rc = ph_os_map_file(s->fd, s->base + cur, want - cur, cur, PH_MAP_SHARED,
+                                s->dax, NULL);
+    }
+    if (rc)
+        goto out;
+    ph_persist_store64(&s->persist, c, &s->state->xsize, want);
+    ph_store(&s->xsize, want);
+out:
+    pthread_mutex_unlock(&s->grow_lock);
+    return rc;
+}
+
+void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
+{
+    uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);
+    if (s->sim || end <= first)
+        return;
+    (void)ph_os_punch_hole(s->fd, first, end - first);
+}

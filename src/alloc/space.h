@@ -1,0 +1,60 @@
+/*
+ * space.h -- the mapped heap file as the allocator sees it: where it is,
+ * how much of it is backed, how it grows and how pages go back to the file
+ * system.  Owned by the heap handle; every allocator module reaches the
+ * mapping and the persistence layer through it.
+ */
+#ifndef PH_ALLOC_SPACE_H
+#define PH_ALLOC_SPACE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "format/layout.h"
+#include "persist/persist.h"
+#include "persist/sim.h"
+
+/* Invariants: [base, base + xsize) is mapped and backed by the file (or, in
+ * simulation, by the private working copy); xsize <= max_size <= reserve;
+ * state->xsize == xsize once a growth has committed. */
+typedef struct ph_space {
+    char *base;               /* start of the mapping */
+    uint64_t xsize;           /* bytes mapped now; grows under grow_lock */
+    uint64_t reserve;         /* bytes of address space reserved */
+    uint64_t max_size;        /* growth limit, from the header */
+    uint64_t data_off;        /* first byte of the data region */
+    uint64_t slab_region;     /* offset of the slab descriptors */
+    uint64_t lane_region;     /* offset of the lanes */
+    uint64_t extlog_region;   /* offset and size of the extent log */
+    uint64_t extlog_size;
+    int fd;                   /* heap file */
+    unsigned dax;             /* mapped with MAP_SYNC */
+    ph_sim *sim;              /* simulation: working copy and durable image */
+    ph_persist persist;       /* the flush back end */
+    ph_state *state;          /* in the mapping */
+    pthread_mutex_t grow_lock;
+} ph_space;
+
+static inline void *ph_space_at(const ph_space *s, uint64_t off)
+{
+    return s->base + off;
+}
+
+static inline uint64_t ph_space_size(const ph_space *s)
+{
+    return ph_load(&s->xsize);
+}
+
+/* Grows the heap to at least `min_size` bytes (rounded up to a chunk, at
+ * least doubling, at most max_size).  Durable on return: the file is
+ * extended first, then state->xsize is persisted (the commit); a crash in
+ * between leaves a file longer than xsize, which open accepts.
+ * Errors: PHEAP_ENOMEM (max_size reached), PHEAP_EIO. */
+int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size);
+
+/* Returns the whole pages of [off, off+len) to the file system; they read
+ * as zero afterwards.  Best effort: failures (file systems without hole
+ * punching) are ignored.  A no-op in simulation. */
+void ph_space_punch(ph_space *s, uint64_t off, uint64_t len);
+
+#endif

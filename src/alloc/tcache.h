@@ -1,0 +1,62 @@
+/*
+ * tcache.h -- the per-thread cache of free small blocks, one stack per size
+ * class.  The common allocation and free are a pop and a push here plus
+ * one bitmap commit; no lock.  Blocks in a cache are free in the bitmap
+ * (the durable truth) and absent from their slab's available set, so after
+ * a crash they are simply free again.
+ */
+#ifndef PH_ALLOC_TCACHE_H
+#define PH_ALLOC_TCACHE_H
+
+#include <stdint.h>
+
+#include "alloc/sizeclass.h"
+#include "log/lane.h"
+
+typedef struct ph_tbin {
+    uint32_t n;            /* blocks cached */
+    uint32_t cap;          /* capacity; 0 until the cache is set up */
+    uint64_t *v;           /* block offsets, a stack */
+} ph_tbin;
+
+typedef struct ph_tcache {
+    ph_tbin bins[PH_CLASSES];
+    uint64_t *store;       /* backing array of all bins */
+    ph_lane lane;          /* this thread's lane, for logged operations */
+} ph_tcache;
+
+static inline uint64_t ph_tcache_pop(ph_tcache *t, unsigned cls)
+{
+    ph_tbin *b = &t->bins[cls];
+    if (ph_unlikely(!b->n))
+        return 0;
+    ph_store_relaxed(&b->n, b->n - 1); /* relaxed: pheap_stats reads it */
+    return b->v[b->n];
+}
+
+/* A freed block goes just below the top of the stack, so the next
+ * allocation does not hand it straight back: that would commit the same
+ * bitmap word in two consecutive fence batches (a reflush). */
+static inline int ph_tcache_push(ph_tcache *t, unsigned cls, uint64_t off)
+{
+    ph_tbin *b = &t->bins[cls];
+    if (ph_unlikely(b->n == b->cap))
+        return 0;
+    if (ph_likely(b->n)) {
+        b->v[b->n] = b->v[b->n - 1];
+        b->v[b->n - 1] = off;
+    } else {
+        b->v[0] = off;
+    }
+    ph_store_relaxed(&b->n, b->n + 1);
+    return 1;
+}
+
+/* Capacity of a class's stack: more for small blocks, at least 4. */
+static inline uint32_t ph_tcache_cap(unsigned cls)
+{
+    uint32_t c = 8192u / ph_class_size[cls];
+    return c < 4 ? 4 : c > 64 ? 64 : c;
+}
+
+#endif

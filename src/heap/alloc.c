@@ -1,0 +1,122 @@
+/*
+ * alloc.c -- the public allocation calls: argument checks that need the
+ * handle, the calling thread's record, then the engine.
+ */
+#include "heap/heap.h"
+#include "util/error.h"
+
+static int writable(pheap *h, const char *call)
+{
+    if (ph_unlikely(!h))
+        return ph_err(PHEAP_EINVAL, "%s: heap is NULL", call);
+    if (ph_unlikely(h->readonly))
+        return ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call);
+    return 0;
+}
+
+/* The offset of an 8-byte word the caller passed by address; 0 if it is
+ * not an aligned word of the data region. */
+static int word_in_heap(pheap *h, const uint64_t *w, const char *call)
+{
+    uintptr_t a = (uintptr_t)w, b = (uintptr_t)h->sp.base;
+    if (a < b + h->sp.data_off || a + 8 > b + ph_space_size(&h->sp) || a % 8)
+        return ph_err(PHEAP_ERANGE, "%s: the word at %p is not an aligned word of the heap's data "
+                      "region", call, (const void *)w);
+    return 0;
+}
+
+static int offset_in_heap(pheap *h, pheap_off off)
+{
+    if (ph_unlikely(off < h->sp.data_off || off >= ph_space_size(&h->sp)))
+        return ph_err(PHEAP_ERANGE, "offset %llu is outside the heap's data region",
+                      (unsigned long long)off);
+    return 0;
+}
+
+ph_export pheap_off pheap_alloc(pheap *h, size_t size)
+{
+    if (writable(h, "pheap_alloc"))
+        return 0;
+    if (ph_unlikely(size == 0)) {
+        ph_err(PHEAP_EINVAL, "pheap_alloc: size 0");
+        return 0;
+    }
+    ph_thread *t = ph_thread_get(h);
+    if (ph_unlikely(!t)) {
+        ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
+        return 0;
+    }
+    return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size);
+}
+
+ph_export int pheap_free(pheap *h, pheap_off off)
+{
+    int rc = writable(h, "pheap_free");
+    if (rc || off == 0)
+        return rc;
+    if ((rc = offset_in_heap(h, off)) != 0)
+        return rc;
+    ph_thread *t = ph_thread_get(h);
+    if (ph_unlikely(!t))
+        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
+    return ph_engine_free(h->engine, &t->tc, &t->pctx, off);
+}
+
+ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
+{
+    int rc = writable(h, "pheap_alloc_to");
+    if (!rc && size == 0)
+        rc = ph_err(PHEAP_EINVAL, "pheap_alloc_to: size 0");
+    if (!rc)
+        rc = word_in_heap(h, dest, "pheap_alloc_to");
+    if (rc)
+        return rc;
+    ph_thread *t = ph_thread_get(h);
+    if (ph_unlikely(!t))
+        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
+    return ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest);
+}
+
+ph_export int pheap_free_from(pheap *h, pheap_off *src)
+{
+    int rc = writable(h, "pheap_free_from");
+    if (!rc)
+        rc = word_in_heap(h, src, "pheap_free_from");
+    if (rc)
+        return rc;
+    ph_thread *t = ph_thread_get(h);
+    if (ph_unlikely(!t))
+        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
+    return ph_engine_free_from(h->engine, &t->tc, &t->pctx, src);
+}
+
+ph_export size_t pheap_usable_size(pheap *h, pheap_off off)
+{
+    uint64_t bytes = 0;
+    if (!h) {
+        ph_err(PHEAP_EINVAL, "pheap_usable_size: heap is NULL");
+        return 0;
+    }
+    if (offset_in_heap(h, off) || ph_engine_usable(h->engine, off, &bytes))
+        return 0;
+    return (size_t)bytes;
+}
+
+ph_export unsigned pheap_class_count(void)
+{
+    return PH_CLASSES;
+}
+
+ph_export int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out)
+{
+    if (!h || !out || cls >= PH_CLASSES)
+        return ph_err(PHEAP_EINVAL, "pheap_stats_class: bad argument (class %u of %u)", cls,
+                      PH_CLASSES);
+    ph_engine_stats st;
+    ph_engine_stats_get(h->engine, &st);
+    out->block_size = ph_class_size[cls];
+    out->blocks_per_slab = ph_class_blocks(cls);
+    out->slabs = st.class_slabs[cls];
+    out->live_blocks = st.class_live[cls];
+    return 0;
+}

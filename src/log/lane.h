@@ -1,0 +1,43 @@
+/*
+ * lane.h -- per-thread write-ahead logs for operations that change two
+ * places at once (pheap_alloc_to, pheap_free_from).  A lane entry is
+ * written and fenced first (the commit), the in-place changes follow and
+ * are fenced, then the entry is retired and fenced.  Recovery rolls every
+ * committed, unretired entry forward.  Entry layout: format/layout.h.
+ */
+#ifndef PH_LOG_LANE_H
+#define PH_LOG_LANE_H
+
+#include <stdint.h>
+
+#include "alloc/space.h"
+#include "format/layout.h"
+
+/* A thread's hold on one lane (volatile). */
+typedef struct ph_lane {
+    int index;            /* lane number, or -1 while the thread has none */
+    uint32_t next;        /* entry line the next operation uses */
+    uint64_t seq;         /* sequence of the last entry written */
+    ph_lane_entry *cur;   /* entry of the operation in flight, or NULL */
+} ph_lane;
+
+/* Writes an ACTIVE entry for the operation and persists it: after this
+ * returns, recovery will complete the operation. */
+void ph_lane_begin(ph_space *sp, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
+                   uint64_t size, uint64_t dest, uint64_t old);
+
+/* Retires the entry of the operation in flight and persists that: the
+ * operation's in-place changes must be durable already. */
+void ph_lane_end(ph_space *sp, ph_pctx *c, ph_lane *l);
+
+/* Calls fn for every committed (ACTIVE, checksum-valid) entry of every lane
+ * and returns how many there were.  fn must make the operation's effects
+ * durable; ph_lanes_retire_all then retires the entries. */
+typedef void (*ph_lane_replay_fn)(void *arg, const ph_lane_entry *e);
+unsigned ph_lanes_scan(ph_space *sp, ph_lane_replay_fn fn, void *arg);
+void ph_lanes_retire_all(ph_space *sp, ph_pctx *c);
+
+/* Counts ACTIVE entries (consistent only while no operation is in flight). */
+unsigned ph_lanes_active(ph_space *sp);
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * stats.c -- `pheap stats PATH [--json]`: how a heap's space is used, per
+ * size class (classes holding slabs), in large extents and free, with the
+ * fragmentation.  Opened read-only: nothing is written, no recovery runs.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+/* "123456 bytes (120.6 KiB)" into buf[48]. */
+static const char *bytes(char *buf, uint64_t v)
+{
+    static const char *unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    double d = (double)v;
+    int u = -1;
+    while (d >= 1024 && u < 3) {
+        d /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, 48, "%llu bytes", (unsigned long long)v);
+    else
+        snprintf(buf, 48, "%llu bytes (%.1f %s)", (unsigned long long)v, d, unit[u]);
+    return buf;
+}
+
+static double percent(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+static void print_classes(pheap *h, int json)
+{
+    int first = 1;
+    for (unsigned c = 0; c < pheap_class_count(); c++) {
+        pheap_class_info ci;
+        if (pheap_stats_class(h, c, &ci) || ci.slabs == 0)
+            continue;
+        uint64_t capacity = ci.slabs * ci.blocks_per_slab;
+        if (json) {
+            printf("%s{\"class\": %u, \"block_size\": %u, \"blocks_per_slab\": %u, \"slabs\": %llu, "
+                   "\"live_blocks\": %llu}", first ? "" : ", ", c, ci.block_size,
+                   ci.blocks_per_slab, (unsigned long long)ci.slabs,
+                   (unsigned long long)ci.live_blocks);
+        } else {
+            if (first)
+                printf("  class  block size  blocks/slab  slabs  live blocks   used\n");
+            printf("  %5u  %10u  %11u  %5llu  %11llu  %5.1f%%\n", c, ci.block_size,
+                   ci.blocks_per_slab, (unsigned long long)ci.slabs,
+                   (unsigned long long)ci.live_blocks, percent(ci.live_blocks, capacity));
+        }
+        first = 0;
+    }
+    if (first && !json)
+        printf("  (no slabs)\n");
+}
+
+int cmd_stats(int argc, char **argv)
+{
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (argv[i][0] != '-' && !path)
+            path = argv[i];
+        else {
+            fprintf(stderr, "pheap stats: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: pheap stats PATH [--json]\n");
+        return 2;
+    }
+    pheap_options o = {.flags = PHEAP_RDONLY};
+    pheap *h;
+    int rc = pheap_open(path, &o, &h);
+    if (rc)
+        return cli_fail(path, rc);
+    struct pheap_stats st;
+    rc = pheap_stats(h, &st);
+    if (rc) {
+        cli_fail(path, rc);
+        pheap_close(h);
+        return 1;
+    }
+    double frag = isfinite(st.fragmentation) ? st.fragmentation : 0.0;
+    char b1[48], b2[48];
+    if (json) {
+        printf("{\"path\": ");
+        json_string(path);
+        printf(", \"state\": \"%s\", \"size\": %llu, \"max_size\": %llu, \"data_size\": %llu, "
+               "\"live_blocks\": %llu, \"live_bytes\": %llu, \"classes\": [",
+               st.was_unclean ? "dirty" : "clean", (unsigned long long)st.size,
+               (unsigned long long)st.max_size, (unsigned long long)st.data_size,
+               (unsigned long long)st.live_blocks, (unsigned long long)st.live_bytes);
+        print_classes(h, 1);
+        printf("], \"slabs\": %llu, \"slab_bytes\": %llu, \"large_extents\": %llu, "
+               "\"large_bytes\": %llu, \"free_bytes\": %llu, \"largest_free\": %llu, "
+               "\"cached_blocks\": %llu, \"fragmentation\": %.4f, \"flush\": \"%s\", "
+               "\"flushes\": %llu, \"fences\": %llu, \"reflushes\": %llu}\n",
+               (unsigned long long)st.slabs, (unsigned long long)st.slab_bytes,
+               (unsigned long long)st.large_extents, (unsigned long long)st.large_bytes,
+               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free,
+               (unsigned long long)st.cached_blocks, frag, pheap_flush_name(st.flush),
+               (unsigned long long)st.flushes, (unsigned long long)st.fences,
+               (unsigned long long)st.reflushes);
+        pheap_close(h);
+        return 0;
+    }
+    printf("heap:           %s%s\n", path,
+           st.was_unclean ? " (not closed cleanly: figures as last written; recovery runs at "
+                            "the next read-write open)" : "");
+    printf("size:           %s of at most %s\n", bytes(b1, st.size), bytes(b2, st.max_size));
+    printf("data region:    %s\n", bytes(b1, st.data_size));
+    printf("live:           %llu blocks, %s\n", (unsigned long long)st.live_blocks,
+           bytes(b1, st.live_bytes));
+    printf("size classes with slabs:\n");
+    print_classes(h, 0);
+    printf("slabs:          %llu, %s (%.1f%% of the data region)\n", (unsigned long long)st.slabs,
+           bytes(b1, st.slab_bytes), percent(st.slab_bytes, st.data_size));
+    printf("large extents:  %llu, %s (%.1f%%)\n", (unsigned long long)st.large_extents,
+           bytes(b1, st.large_bytes), percent(st.large_bytes, st.data_size));
+    printf("free:           %s (%.1f%%), largest free extent %s\n", bytes(b1, st.free_bytes),
+           percent(st.free_bytes, st.data_size), bytes(b2, st.largest_free));
+    printf("fragmentation:  %.1f%% of slab and extent bytes hold no live data\n", 100.0 * frag);
+    printf("flush:          %s; this read-only open: %llu flushes, %llu fences, %llu reflushes\n",
+           pheap_flush_name(st.flush), (unsigned long long)st.flushes,
+           (unsigned long long)st.fences, (unsigned long long)st.reflushes);
+    pheap_close(h);
+    return 0;
+}
