@@ -605,7 +605,7 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
                     (unsigned long long)off);
         goto out;
     }
-    f = carve(x, f, page, n, PH_EXT_LARGE, 0);
+    f = carve(x, f, page, n, PH_EXT_RESERVED, 0);
     if (!f)
         rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
     else

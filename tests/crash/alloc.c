@@ -1,0 +1,237 @@
+/*
+ * alloc.c -- crash points of the allocator: alloc_to / free_from of small
+ * and large blocks, slab creation and release, coalescing of freed
+ * extents, heap growth, plain alloc / free, and extent-log compaction, each
+ * crashed at every fence with and without eviction.  After reopening:
+ * pheap_check passes; every operation that returned is durable; the one in
+ * flight shows its old or new state; every slot names a live block of at
+ * least the size asked for; no two blocks overlap; and no block leaks
+ * (live blocks = reachable blocks, plus at most the block of an
+ * interrupted plain pheap_alloc, the window pheap_alloc_to closes).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/header.h"
+#include "harness.h"
+
+enum { NSLOTS = 64, MAXOPS = 512 };
+enum { OP_ALLOC_TO, OP_FREE_FROM, OP_ALLOC, OP_FREE };
+
+typedef struct op {
+    int kind;
+    unsigned slot;
+    size_t size;
+} op;
+
+typedef struct workload {
+    const op *ops;
+    unsigned nops;
+    size_t sizes[NSLOTS];          /* size asked for the block now in a slot */
+    pheap_off after[MAXOPS];        /* slot value after op i (recorded by the run) */
+} workload;
+
+static pheap_off *slots_of(pheap *h)
+{
+    return pheap_direct(h, pheap_root_get(h, "slots"));
+}
+
+/* The workload of every crash run: the ops in order, recording the slot
+ * values they produce (the same in every run: the heap starts the same and
+ * the program is deterministic). */
+static void run_ops(ph_crash_ctx *c)
+{
+    workload *w = c->arg;
+    pheap *h = c->heap;
+    pheap_off *slots = slots_of(h);
+    for (unsigned i = 0; i < w->nops; i++) {
+        const op *o = &w->ops[i];
+        pheap_off *s = &slots[o->slot];
+        int rc = 0;
+        switch (o->kind) {
+        case OP_ALLOC_TO:
+            rc = pheap_alloc_to(h, o->size, s);
+            break;
+        case OP_FREE_FROM:
+            rc = pheap_free_from(h, s);
+            break;
+        case OP_ALLOC: { /* the plain way: allocate, then publish */
+            pheap_off off = pheap_alloc(h, o->size);
+            rc = off ? 0 : pheap_errno();
+            *s = off;
+            pheap_persist(h, s, sizeof(*s));
+            break;
+        }
+        case OP_FREE: { /* unpublish, then free */
+            pheap_off off = *s;
+            *s = 0;
+            pheap_persist(h, s, sizeof(*s));
+            rc = pheap_free(h, off);
+            break;
+        }
+        }
+        if (rc)
+            ph_test_fail(__FILE__, __LINE__, "op %u (kind %d, slot %u): %s", i, o->kind, o->slot,
+                         pheap_errmsg());
+        w->after[i] = *s;
+        ph_crash_mark(c);
+    }
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
+{
+    workload *w = c->arg;
+    pheap_off *slots = slots_of(h);
+    REQUIRE(slots);
+    /* Expected slot values after `done` operations; the one in flight may
+     * show either side. */
+    pheap_off expect[NSLOTS] = {0}, alt[NSLOTS];
+    size_t asked[NSLOTS] = {0};
+    for (unsigned i = 0; i < done; i++) {
+        expect[w->ops[i].slot] = w->after[i];
+        asked[w->ops[i].slot] = w->ops[i].size;
+    }
+    memcpy(alt, expect, sizeof(alt));
+    int in_flight = done < w->nops;
+    if (in_flight)
+        alt[w->ops[done].slot] = w->after[done];
+    uint64_t blocks[NSLOTS][2];
+    unsigned n = 0;
+    for (unsigned k = 0; k < NSLOTS; k++) {
+        pheap_off v = slots[k];
+        if (v != expect[k] && v != alt[k]) {
+            ph_test_fail(__FILE__, __LINE__, "slot %u = %llu, expected %llu or %llu", k,
+                         (unsigned long long)v, (unsigned long long)expect[k],
+                         (unsigned long long)alt[k]);
+            continue;
+        }
+        if (!v)
+            continue;
+        size_t want = v == expect[k] ? asked[k] : w->ops[done].size;
+        size_t usable = pheap_usable_size(h, v);
+        if (usable < want)
+            ph_test_fail(__FILE__, __LINE__, "slot %u: block %llu has %zu usable bytes, %zu asked (%s)",
+                         k, (unsigned long long)v, usable, want, pheap_errmsg());
+        blocks[n][0] = v;
+        blocks[n][1] = v + usable;
+        n++;
+    }
+    qsort(blocks, n, sizeof(blocks[0]), cmp_u64);
+    for (unsigned i = 1; i < n; i++)
+        if (blocks[i - 1][1] > blocks[i][0])
+            ph_test_fail(__FILE__, __LINE__, "blocks at %llu and %llu overlap",
+                         (unsigned long long)blocks[i - 1][0], (unsigned long long)blocks[i][0]);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    uint64_t reachable = n + 1; /* + the slot array */
+    int plain = in_flight && (w->ops[done].kind == OP_ALLOC || w->ops[done].kind == OP_FREE);
+    if (st.live_blocks != reachable && !(plain && st.live_blocks == reachable + 1))
+        ph_test_fail(__FILE__, __LINE__, "%llu live blocks, %llu reachable (op in flight: %s)",
+                     (unsigned long long)st.live_blocks, (unsigned long long)reachable,
+                     in_flight ? (plain ? "plain" : "logged") : "none");
+}
+
+/* A fresh heap with a rooted, zeroed slot array. */
+static const char *make_base(const char *name, uint64_t size, uint64_t max_size)
+{
+    const char *path = ph_test_path(name);
+    pheap_options o = {.size = size, .max_size = max_size, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h;
+    if (pheap_open(path, &o, &h) != 0) {
+        ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
+        return NULL;
+    }
+    pheap_off s = pheap_alloc(h, NSLOTS * sizeof(pheap_off));
+    memset(pheap_direct(h, s), 0, NSLOTS * sizeof(pheap_off));
+    pheap_persist(h, pheap_direct(h, s), NSLOTS * sizeof(pheap_off));
+    pheap_root_set(h, "slots", s);
+    pheap_close(h);
+    return path;
+}
+
+static void enumerate(const char *base, const op *ops, unsigned nops)
+{
+    static workload w;
+    memset(&w, 0, sizeof(w));
+    w.ops = ops;
+    w.nops = nops;
+    ph_crash_stats st = ph_crash_enumerate(base, run_ops, verify, &w);
+    fprintf(stderr, "  %u crash images checked over %llu fences of %u operations\n", st.runs,
+            (unsigned long long)st.fences, nops);
+    CHECK(st.fences > nops);
+    CHECK_EQ(st.runs, 4 * st.fences);
+}
+
+#define KiB 1024u
+
+TEST(logged_small_and_slab_creation)
+{
+    static const op ops[] = {
+        {OP_ALLOC_TO, 0, 64},  {OP_ALLOC_TO, 1, 64},  {OP_ALLOC_TO, 2, 100}, {OP_FREE_FROM, 1, 0},
+        {OP_ALLOC_TO, 1, 48},  {OP_ALLOC_TO, 3, 16384}, {OP_FREE_FROM, 0, 0}, {OP_FREE_FROM, 2, 0},
+        {OP_ALLOC_TO, 4, 8},   {OP_FREE_FROM, 3, 0},
+    };
+    const char *base = make_base("crash-small.heap", 4u << 20, 0);
+    REQUIRE(base);
+    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+}
+
+TEST(logged_large_coalescing_and_growth)
+{
+    static const op ops[] = {
+        {OP_ALLOC_TO, 0, 100 * KiB}, {OP_ALLOC_TO, 1, 100 * KiB}, {OP_ALLOC_TO, 2, 300 * KiB},
+        {OP_FREE_FROM, 1, 0},        {OP_FREE_FROM, 0, 0},          /* coalesces with slot 1's */
+        {OP_ALLOC_TO, 3, 180 * KiB}, {OP_FREE_FROM, 2, 0},          /* large: holes punched */
+        {OP_ALLOC_TO, 4, 3u << 20},                                 /* beyond the size: growth */
+        {OP_ALLOC_TO, 5, 64},        {OP_FREE_FROM, 4, 0},
+    };
+    const char *base = make_base("crash-large.heap", 2u << 20, 16u << 20);
+    REQUIRE(base);
+    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+}
+
+TEST(plain_alloc_and_free)
+{
+    static const op ops[] = {
+        {OP_ALLOC, 0, 64},        {OP_ALLOC, 1, 64},   {OP_FREE, 0, 0},    {OP_ALLOC, 2, 64},
+        {OP_ALLOC, 3, 50 * KiB},  {OP_FREE, 3, 0},     {OP_ALLOC, 4, 2000}, {OP_FREE, 1, 0},
+        {OP_FREE, 2, 0},          {OP_FREE, 4, 0},     /* slab empty: may be released */
+    };
+    const char *base = make_base("crash-plain.heap", 4u << 20, 0);
+    REQUIRE(base);
+    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+}
+
+TEST(extent_log_compaction)
+{
+    /* Fill the extent log's active half to a few entries short of full, so
+     * that the workload's large operations compact it. */
+    const char *base = make_base("crash-compact.heap", 4u << 20, 0);
+    REQUIRE(base);
+    pheap *h;
+    REQUIRE_OK(pheap_open(base, NULL, &h));
+    ph_header hdr;
+    REQUIRE_OK(ph_header_init(&hdr, 4u << 20, PH_CONSISTENCY_LOG));
+    uint64_t half = (ph_header_region(&hdr, PH_REGION_EXTLOG)->size - PH_PAGE_SIZE) / 2 /
+                    sizeof(ph_extlog_entry);
+    unsigned appends = 1; /* the slot array's slab */
+    while (appends < half - 5) {
+        pheap_off a = pheap_alloc(h, 20 * KiB);
+        REQUIRE(a);
+        REQUIRE_OK(pheap_free(h, a));
+        appends += 2;
+    }
+    pheap_close(h);
+    static const op ops[] = {
+        {OP_ALLOC_TO, 0, 20 * KiB}, {OP_ALLOC_TO, 1, 40 * KiB}, {OP_FREE_FROM, 0, 0},
+        {OP_ALLOC_TO, 2, 20 * KiB}, {OP_FREE_FROM, 1, 0},       {OP_ALLOC_TO, 3, 60 * KiB},
+        {OP_FREE_FROM, 2, 0},       {OP_ALLOC_TO, 4, 64},
+    };
+    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+}
