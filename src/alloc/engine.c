@@ -514,7 +514,7 @@ static void stats_visit(void *arg, const ph_extnode *n)
         st->live_blocks++;
         st->live_bytes += bytes;
     } else if (n->kind == PH_EXT_SLAB) {
-        ph_slab *s = w->e->chunks[(n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE];
+        ph_slab *s = ph_load(&w->e->chunks[(n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE]);
         uint64_t live = s ? ph_slab_live(s) : 0;
         st->slabs++;
         st->slab_bytes += bytes;

@@ -1,0 +1,132 @@
+/*
+ * large.c -- large blocks: best fit and coalescing seen through
+ * largest_free, pages handed back to the file system, growth up to
+ * max_size, and many extent-log compactions surviving reopen.
+ */
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MiB (1024u * 1024u)
+#define KiB 1024u
+
+static struct pheap_stats stats(pheap *h)
+{
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    return st;
+}
+
+TEST(coalescing_restores_one_free_extent)
+{
+    pheap *h = ph_test_create(ph_test_path("coalesce.heap"), 8 * MiB);
+    REQUIRE(h);
+    uint64_t largest = stats(h).largest_free;
+    pheap_off a = pheap_alloc(h, 300 * KiB), b = pheap_alloc(h, 300 * KiB),
+              c = pheap_alloc(h, 300 * KiB);
+    REQUIRE(a && b && c);
+    CHECK(a % 4096 == 0 && b % 4096 == 0 && c % 4096 == 0);
+    CHECK_EQ(b, a + 300 * KiB); /* best fit carves from the front */
+    CHECK_EQ(stats(h).largest_free, largest - 900 * KiB);
+    REQUIRE_OK(pheap_free(h, a));
+    REQUIRE_OK(pheap_free(h, c));
+    CHECK_EQ(stats(h).largest_free, largest - 600 * KiB); /* c merged with the tail */
+    /* A hole of exactly 300 KiB is the best fit for 290 KiB. */
+    pheap_off d = pheap_alloc(h, 290 * KiB);
+    CHECK_EQ(d, a);
+    REQUIRE_OK(pheap_free(h, d));
+    REQUIRE_OK(pheap_free(h, b)); /* merges a, b and the tail into one */
+    CHECK_EQ(stats(h).largest_free, largest);
+    CHECK_EQ(stats(h).large_extents, 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+static uint64_t file_blocks(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
+}
+
+TEST(freed_large_blocks_return_pages_to_the_file_system)
+{
+    const char *path = ph_test_path("punch.heap");
+    pheap *h = ph_test_create(path, 16 * MiB);
+    REQUIRE(h);
+    uint64_t before = file_blocks(path);
+    pheap_off a = pheap_alloc(h, 4 * MiB);
+    REQUIRE(a);
+    memset(pheap_direct(h, a), 0x5a, 4 * MiB);
+    pheap_persist(h, pheap_direct(h, a), 4 * MiB);
+    uint64_t used = file_blocks(path);
+    CHECK(used >= before + 4 * MiB);
+    REQUIRE_OK(pheap_free(h, a));
+    uint64_t after = file_blocks(path);
+    fprintf(stderr, "  file blocks: %llu KiB empty, %llu KiB with 4 MiB written, %llu KiB after free\n",
+            (unsigned long long)before / 1024, (unsigned long long)used / 1024,
+            (unsigned long long)after / 1024);
+    CHECK(after + 3 * MiB < used);
+    /* The pages read as zero and can be allocated again. */
+    pheap_off b = pheap_alloc(h, 4 * MiB);
+    CHECK_EQ(b, a);
+    CHECK_EQ(((unsigned char *)pheap_direct(h, b))[12345], 0);
+    pheap_close(h);
+}
+
+TEST(growth_up_to_max_size)
+{
+    const char *path = ph_test_path("grow.heap");
+    unlink(path);
+    pheap_options o = {.size = 4 * MiB, .max_size = 24 * MiB, .flags = PHEAP_CREATE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_off blocks[64];
+    unsigned n = 0;
+    while (n < 64 && (blocks[n] = pheap_alloc(h, 1 * MiB)) != 0) {
+        memset(pheap_direct(h, blocks[n]), (int)n, 4096);
+        n++;
+    }
+    CHECK_EQ(pheap_errno(), PHEAP_ENOMEM);
+    struct pheap_stats st = stats(h);
+    CHECK_EQ(st.size, 24 * MiB);
+    CHECK(n >= 20 && n < 24);
+    pheap_off small;
+    unsigned nsmall = 0;
+    while ((small = pheap_alloc(h, 64)) != 0) /* the rest goes to small blocks */
+        nsmall++;
+    CHECK(nsmall > 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    for (unsigned i = 0; i < n; i++)
+        CHECK_EQ(((unsigned char *)pheap_direct(h, blocks[i]))[100], (unsigned char)i);
+    CHECK_EQ(stats(h).live_blocks, n + nsmall);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+TEST(many_compactions)
+{
+    const char *path = ph_test_path("compact.heap");
+    pheap *h = ph_test_create(path, 4 * MiB);
+    REQUIRE(h);
+    pheap_off keep[8];
+    for (unsigned i = 0; i < 8; i++)
+        REQUIRE((keep[i] = pheap_alloc(h, (20 + i) * KiB)) != 0);
+    /* 4 MiB heaps hold 512 log entries per half: this compacts ~10 times. */
+    for (unsigned i = 0; i < 2500; i++) {
+        pheap_off a = pheap_alloc(h, (17 + i % 50) * KiB);
+        REQUIRE(a);
+        REQUIRE_OK(pheap_free(h, a));
+    }
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    for (unsigned i = 0; i < 8; i++)
+        CHECK_EQ(pheap_usable_size(h, keep[i]), ((20 + i) * KiB + 4095) / 4096 * 4096);
+    CHECK_EQ(stats(h).large_extents, 8);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
