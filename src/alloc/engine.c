@@ -133,7 +133,8 @@ static int tcache_init(ph_tcache *t)
         return ph_err(PHEAP_ENOMEM, "out of memory for a thread cache");
     uint64_t *p = t->store;
     for (unsigned k = 0; k < PH_CLASSES; k++) {
-        t->bins[k] = (ph_tbin){0, ph_tcache_cap(k), p};
+        t->bins[k].cap = ph_tcache_cap(k); /* n stays 0: pheap_stats may read it */
+        t->bins[k].v = p;
         p += ph_tcache_cap(k);
     }
     return 0;
@@ -154,7 +155,7 @@ static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsig
         ph_slab *s = a->partial[cls];
         if (!s && slab_create(e, c, ai, cls, &s) != 0)
             break;
-        b->n += ph_slab_take(s, b->v + b->n, want - b->n);
+        ph_store_relaxed(&b->n, b->n + ph_slab_take(s, b->v + b->n, want - b->n));
         if (s->navail == 0)
             partial_remove(a, s);
     }
@@ -178,7 +179,7 @@ static void cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, ui
     uint32_t half = b->n / 2;
     give_back(e, c, b->v, half);
     memmove(b->v, b->v + half, (b->n - half) * sizeof(*b->v));
-    b->n -= half;
+    ph_store_relaxed(&b->n, b->n - half);
     ph_tcache_push(t, cls, off);
 }
 
@@ -186,7 +187,7 @@ void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     for (unsigned k = 0; t->store && k < PH_CLASSES; k++) {
         give_back(e, c, t->bins[k].v, t->bins[k].n);
-        t->bins[k].n = 0;
+        ph_store_relaxed(&t->bins[k].n, 0);
     }
     free(t->store);
     t->store = NULL;
