@@ -189,8 +189,6 @@ void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
         give_back(e, c, t->bins[k].v, t->bins[k].n);
         ph_store_relaxed(&t->bins[k].n, 0);
     }
-    free(t->store);
-    t->store = NULL;
     if (t->lane.index >= 0) {
         pthread_mutex_lock(&e->lane_lock);
         e->lane_used[t->lane.index] = 0;

@@ -63,9 +63,10 @@ static inline ph_thread *ph_thread_get(pheap *h)
 }
 
 /* Registers a newly opened heap (assigns h->id); unregisters and frees
- * every thread record at close. */
+ * every thread record at close, returning cached blocks to their slabs
+ * when `keep_caches` (see fold in thread.c). */
 void ph_thread_register_heap(pheap *h);
-void ph_thread_unregister_heap(pheap *h);
+void ph_thread_unregister_heap(pheap *h, int keep_caches);
 
 /* Sums the persistence counters and cached blocks of every thread of `h`.
  * Other threads' caches are read racily: the count is a snapshot. */

@@ -173,7 +173,7 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
 static void release(pheap *h)
 {
     if (h->id)
-        ph_thread_unregister_heap(h);
+        ph_thread_unregister_heap(h, 0);
     ph_engine_close(h->engine);
     ph_sim_destroy(h->sp.sim);
     ph_os_unreserve(h->sp.base, h->sp.reserve);
@@ -257,7 +257,7 @@ ph_export int pheap_close(pheap *h)
     int rc = 0;
     /* Thread caches go back to their slabs first: that may release empty
      * slabs, which are durable changes of their own. */
-    ph_thread_unregister_heap(h);
+    ph_thread_unregister_heap(h, 1);
     h->id = 0;
     if (!h->readonly) {
         /* Everything this library wrote was persisted by the operation that

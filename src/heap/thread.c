@@ -41,10 +41,15 @@ static int registered(const pheap *h, uint64_t id)
     return 0;
 }
 
-static void fold(pheap *h, ph_thread *t)
+/* Folds a record into the heap's totals and frees it.  With `keep`, its
+ * cached blocks go back to their slabs first (thread exit, clean close);
+ * without, they are dropped with the rest of the volatile state (a
+ * simulated crash, a failed open). */
+static void fold(pheap *h, ph_thread *t, int keep)
 {
-    if (h->engine)
+    if (h->engine && keep)
         ph_engine_thread_exit(h->engine, &t->tc, &t->pctx);
+    free(t->tc.store);
     h->retired.xflushes += ph_load_relaxed(&t->pctx.xflushes);
     h->retired.xfences += ph_load_relaxed(&t->pctx.xfences);
     h->retired.xreflushes += ph_load_relaxed(&t->pctx.xreflushes);
@@ -68,7 +73,7 @@ static void tls_destructor(void *arg)
         if (!registered(e->heap, e->id))
             continue;
         pthread_mutex_lock(&e->heap->threads_lock);
-        fold(e->heap, e->thread);
+        fold(e->heap, e->thread, 1);
         pthread_mutex_unlock(&e->heap->threads_lock);
     }
     pthread_mutex_unlock(&registry_lock);
@@ -144,7 +149,7 @@ void ph_thread_register_heap(pheap *h)
     pthread_mutex_unlock(&registry_lock);
 }
 
-void ph_thread_unregister_heap(pheap *h)
+void ph_thread_unregister_heap(pheap *h, int keep_caches)
 {
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < registry_n; i++) {
@@ -156,7 +161,7 @@ void ph_thread_unregister_heap(pheap *h)
     pthread_mutex_unlock(&registry_lock);
     pthread_mutex_lock(&h->threads_lock);
     while (h->threads)
-        fold(h, h->threads);
+        fold(h, h->threads, keep_caches);
     pthread_mutex_unlock(&h->threads_lock);
     if (ph_tls.heap == h)
         memset(&ph_tls, 0, sizeof(ph_tls));
