@@ -61,7 +61,9 @@ typedef struct ph_engine_stats {
 void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out);
 
 /* Deep check of the engine's durable metadata against its index; returns
- * the number of problems and writes the first into err. */
-unsigned ph_engine_check(ph_engine *e, char *err, size_t errlen);
+ * the number of problems and writes the first into err.  With lanes_idle,
+ * an active lane entry is a problem too (no operation may be in flight:
+ * false for a read-only view of a heap that crashed). */
+unsigned ph_engine_check(ph_engine *e, int lanes_idle, char *err, size_t errlen);
 
 #endif

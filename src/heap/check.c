@@ -36,7 +36,7 @@ ph_export int pheap_check(pheap *h, pheap_check_report *out)
     if (root_errors && r.errors == 0)
         snprintf(r.first_error, sizeof(r.first_error), "%s", err);
     r.errors += (unsigned)root_errors;
-    unsigned engine_errors = ph_engine_check(h->engine, err, sizeof(err));
+    unsigned engine_errors = ph_engine_check(h->engine, !(h->readonly && h->was_unclean), err, sizeof(err));
     if (engine_errors && r.errors == 0)
         snprintf(r.first_error, sizeof(r.first_error), "%s", err);
     r.errors += engine_errors;
