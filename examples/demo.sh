@@ -22,7 +22,7 @@ echo "-- run it again: the list is found through its root and grows"
 "$build/examples/list" "$data" 5
 echo
 echo "== hashmap: a writer process inserts keys, and is killed with SIGKILL mid-way"
-"$build/examples/hashmap" "$data" 300
+"$build/examples/hashmap" "$data" 500
 echo
 echo "== pheap stats $data"
 "$build/bin/pheap" stats "$data"

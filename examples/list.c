@@ -72,7 +72,7 @@ int main(int argc, char **argv)
     const char *path = argc > 1 ? argv[1] : "/tmp/pheap-demo-data.heap";
     uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 5;
 
-    pheap_options o = {.size = 16u << 20, .max_size = 1u << 30, .flags = PHEAP_CREATE};
+    pheap_options o = {.size = 16u << 20, .max_size = 256u << 20, .flags = PHEAP_CREATE};
     pheap *h;
     if (pheap_open(path, &o, &h))
         return fail("open");

@@ -92,7 +92,7 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
         return;
     partial_remove(a, s);
     ph_store(&e->chunks[chunk_of(e, s->off)], (ph_slab *)NULL);
-    if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0) != 0) {
+    if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0) != 0) {
         /* Cannot happen while the index is consistent; keep the slab. */
         ph_store(&e->chunks[chunk_of(e, s->off)], s);
         partial_push(a, s);
@@ -239,7 +239,7 @@ int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
 {
     ph_slab *s = chunk_slab(e, off);
     if (!s)
-        return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0);
+        return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0);
     int exact;
     uint32_t i = ph_slab_index(s, off, &exact);
     if (!exact)
@@ -317,8 +317,10 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
             return rc;
         ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off);
-        rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0);
+        rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 1);
         ph_lane_end(sp, c, &t->lane); /* also when another thread freed it first */
+        if (!rc)
+            ph_extent_release(e->ext, off); /* reusable only once retired */
         return rc;
     }
     int exact;
@@ -417,7 +419,7 @@ static void roll_forward(void *arg, const ph_lane_entry *le)
         if (s && ph_slab_clear(s, i, &word) == 0)
             ph_persist_flush(&sp->persist, o->c, word, 8);
         else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
-            o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0);
+            o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
         ph_store(dest, 0);
     }
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
@@ -455,7 +457,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     }
     if (!o.rc && recover) {
         e->recovered = ph_lanes_scan(sp, roll_forward, &o);
-        if (!o.rc && e->recovered)
+        if (!o.rc) /* also torn entries, which the scan skipped */
             ph_lanes_retire_all(sp, c);
     }
     for (uint64_t ch = 0; !o.rc && ch < e->nchunks; ch++) {

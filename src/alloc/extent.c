@@ -552,6 +552,10 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
         *out = n;
         return 0;
     }
+    int was_freed = off % PH_PAGE_SIZE == 0 && (x->freed[page / 64] >> (page % 64)) & 1;
+    if (n && n->kind == PH_EXT_RESERVED && was_freed) /* held by a free_from in flight */
+        return ph_err(PHEAP_EDOUBLEFREE, "double free of the large block at %llu",
+                      (unsigned long long)off);
     /* Find the extent containing the page: walk back to a head. */
     uint64_t p = page;
     while (!x->head[p] && p > 0)
@@ -560,14 +564,23 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
     if (n && n->kind != PH_EXT_FREE && p + n->npages > page)
         return ph_err(PHEAP_EINTERIOR, "offset %llu is inside the block at %llu",
                       (unsigned long long)off, (unsigned long long)off_of(x, n->page));
-    if (off % PH_PAGE_SIZE == 0 && (x->freed[page / 64] >> (page % 64)) & 1)
+    if (was_freed)
         return ph_err(PHEAP_EDOUBLEFREE, "double free of the large block at %llu",
                       (unsigned long long)off);
     return ph_err(PHEAP_ENOTALLOC, "offset %llu was never allocated", (unsigned long long)off);
 }
 
+/* Returns a freed (durably logged) extent's pages to free space; lock held. */
+static void release_locked(ph_extents *x, ph_extnode *n)
+{
+    uint64_t page = n->page, npages = n->npages;
+    make_free(x, n);
+    if (npages * PH_PAGE_SIZE >= PH_PUNCH_MIN)
+        ph_space_punch(x->sp, off_of(x, page), npages * PH_PAGE_SIZE);
+}
+
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
-                   uint64_t dest_val)
+                   uint64_t dest_val, int hold)
 {
     pthread_mutex_lock(&x->lock);
     ph_extnode *n;
@@ -579,15 +592,22 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
             ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
         }
         ph_persist_fence(&x->sp->persist, c);
-        uint64_t page = n->page, npages = n->npages;
         if (kind == PH_EXT_LARGE)
-            x->freed[page / 64] |= 1ull << (page % 64);
-        make_free(x, n);
-        if (npages * PH_PAGE_SIZE >= PH_PUNCH_MIN)
-            ph_space_punch(x->sp, off_of(x, page), npages * PH_PAGE_SIZE);
+            x->freed[n->page / 64] |= 1ull << (n->page % 64);
+        if (hold)
+            n->kind = PH_EXT_RESERVED; /* free in the log, not yet reusable */
+        else
+            release_locked(x, n);
     }
     pthread_mutex_unlock(&x->lock);
     return rc;
+}
+
+void ph_extent_release(ph_extents *x, uint64_t off)
+{
+    pthread_mutex_lock(&x->lock);
+    release_locked(x, x->head[page_of(x, off)]);
+    pthread_mutex_unlock(&x->lock);
 }
 
 int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)

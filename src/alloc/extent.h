@@ -71,11 +71,15 @@ void ph_extent_cancel(ph_extents *x, uint64_t off);
 
 /* Frees the extent starting at data offset `off`, which must be of `kind`
  * (PH_EXT_LARGE or PH_EXT_SLAB).  Durable on return (one entry, one fence;
- * `dest`, if set, gets dest_val before the fence).  Nothing changes on error:
- * PHEAP_EINTERIOR (inside an extent), PHEAP_EDOUBLEFREE (a freed large
- * block's start), PHEAP_ENOTALLOC (free space). */
+ * `dest`, if set, gets dest_val before the fence).  With `hold`, the pages
+ * are not reusable until ph_extent_release: a logged free_from must retire
+ * its lane entry first, or a recovery could redo the free over a block
+ * that another thread allocated from those pages meanwhile.
+ * Nothing changes on error: PHEAP_EINTERIOR (inside an extent),
+ * PHEAP_EDOUBLEFREE (a freed large block's start), PHEAP_ENOTALLOC. */
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
-                   uint64_t dest_val);
+                   uint64_t dest_val, int hold);
+void ph_extent_release(ph_extents *x, uint64_t off);
 
 /* Recovery: makes [off, off + bytes) a live large block if it is free
  * space now (durable, one fence); 0 if it already is one. */

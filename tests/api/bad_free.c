@@ -143,6 +143,7 @@ TEST(double_free_large)
     REQUIRE_OK(pheap_open(s.path, &o, &s.h));
     s.slot = pheap_direct(s.h, s.keep[5]);
     int rc = pheap_free(s.h, s.freed_large);
+    printf("double free of a large block freed before a reopen: %d (%s)\n", rc, pheap_strerror(rc));
     if (rc != PHEAP_EDOUBLEFREE && rc != PHEAP_ENOTALLOC)
         ph_test_fail(__FILE__, __LINE__, "reopened: free(freed large) -> %d (%s)", rc,
                      pheap_errmsg());
@@ -207,6 +208,24 @@ TEST(space_never_allocated)
     REFUSE(&s, mid + 4096, PHEAP_ENOTALLOC);
     REFUSE(&s, mid + 64, PHEAP_ENOTALLOC);
     REFUSE(&s, s.st.size - 4096, PHEAP_ENOTALLOC);
+    pheap_close(s.h);
+}
+
+/* The last block of the slab that holds keep[0]: slabs are 64 KiB chunks
+ * of the data region (pheap.h), and only a few of its blocks were handed
+ * out, from its start. */
+TEST(slab_block_never_handed_out)
+{
+    scene s;
+    REQUIRE(setup(&s, "notalloc_small.heap") == 0);
+    pheap_class_info ci = {0};
+    for (unsigned c = 0; c < pheap_class_count() && ci.block_size != 64; c++)
+        REQUIRE_OK(pheap_stats_class(s.h, c, &ci));
+    REQUIRE(ci.block_size == 64 && ci.blocks_per_slab > 100);
+    pheap_off base = s.keep[0] - (s.keep[0] - s.st.data_offset) % 65536;
+    pheap_off last = base + (pheap_off)(ci.blocks_per_slab - 1) * 64;
+    REQUIRE(last != s.keep[0] && last != s.keep[1] && last != s.freed_small);
+    REFUSE(&s, last, PHEAP_ENOTALLOC);
     pheap_close(s.h);
 }
 

@@ -13,7 +13,7 @@
 #include "harness.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-enum { OPS = 300000 };
+enum { OPS = 600000 };
 #else
 enum { OPS = 1000000 };
 #endif

@@ -15,9 +15,9 @@
 #include "harness.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-enum { ITERS = 4000 };
+enum { ITERS = 20000 };
 #else
-enum { ITERS = 25000 };
+enum { ITERS = 100000 };
 #endif
 enum { THREADS = 16, HELD = 128, TSLOTS = 32 };
 
@@ -48,6 +48,8 @@ static pheap *h;
 static inbox boxes[THREADS];
 static worker workers[THREADS];
 static pthread_barrier_t done_barrier;
+static unsigned running = THREADS; /* threads still in their main loop */
+static uint64_t peak_live;         /* largest live_bytes seen, sampled */
 
 static uint64_t next(worker *w)
 {
@@ -191,17 +193,28 @@ static void *run(void *p)
         if (i % 997 == 0) { /* statistics read while others allocate */
             struct pheap_stats st;
             pheap_stats(h, &st);
+            uint64_t peak = __atomic_load_n(&peak_live, __ATOMIC_RELAXED);
+            while (st.live_bytes > peak &&
+                   !__atomic_compare_exchange_n(&peak_live, &peak, st.live_bytes, 0,
+                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                ;
         }
         if (w->nheld == 0 || (w->nheld < HELD && next(w) % 100 < 52))
             allocate(w);
         else
             let_go(w, (unsigned)(next(w) % w->nheld));
     }
-    pthread_barrier_wait(&done_barrier); /* nobody hands over after this */
+    /* Keep freeing what others hand over until every thread is done, so
+     * that inboxes of finished threads do not pile up. */
+    __atomic_sub_fetch(&running, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&running, __ATOMIC_SEQ_CST) > 0) {
+        drain_inbox(w);
+        nanosleep(&(struct timespec){0, 200000}, NULL);
+    }
     drain_inbox(w);
     while (w->nheld)
         let_go(w, w->nheld - 1);
-    pthread_barrier_wait(&done_barrier);
+    pthread_barrier_wait(&done_barrier); /* nobody hands over after this */
     drain_inbox(w);
     return NULL;
 }
@@ -236,7 +249,7 @@ TEST(sixteen_threads_cross_thread_frees)
 {
     const char *path = ph_test_path("alloc_threads.heap");
     unlink(path);
-    pheap_options o = {.size = 32u << 20, .max_size = 512u << 20,
+    pheap_options o = {.size = 4u << 20, .max_size = 512u << 20, /* grows while threads run */
                        .flags = PHEAP_CREATE | PHEAP_EXCL,
                        .flush = getenv("PHEAP_FLUSH") ? PHEAP_FLUSH_AUTO : PHEAP_FLUSH_NONE};
     REQUIRE_OK(pheap_open(path, &o, &h));
@@ -249,9 +262,11 @@ TEST(sixteen_threads_cross_thread_frees)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_t t[THREADS];
-    uint64_t seed = (uint64_t)time(NULL);
-    for (unsigned i = 0; i < THREADS; i++) {
+    const char *env = getenv("PHEAP_TEST_SEED"); /* sizes and choices; timing is not replayed */
+    uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+    for (unsigned i = 0; i < THREADS; i++)
         pthread_mutex_init(&boxes[i].lock, NULL);
+    for (unsigned i = 0; i < THREADS; i++) {
         workers[i] = (worker){.id = i, .rng = seed * 31 + i, .slots = slots + i * TSLOTS};
         REQUIRE(pthread_create(&t[i], NULL, run, &workers[i]) == 0);
         pin_to_two_cpus(t[i], i);
@@ -265,9 +280,14 @@ TEST(sixteen_threads_cross_thread_frees)
         received += workers[i].received;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("alloc_threads: seed %llu, %lu blocks, %lu freed by another thread, %.2f s\n",
-           (unsigned long long)seed, allocs, received,
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    printf("alloc_threads: seed %llu, %lu blocks, %lu freed by another thread, heap grew from "
+           "4 to %llu MiB (sampled peak of live data %llu MiB), %.2f s\n",
+           (unsigned long long)seed, allocs, received, (unsigned long long)(st.size >> 20),
+           (unsigned long long)(peak_live >> 20),
            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    CHECK(st.size > (4u << 20));
     CHECK_EQ(handed, received);
     CHECK_EQ(allocs, frees);
     for (unsigned i = 0; i < THREADS * TSLOTS; i++)
@@ -279,7 +299,6 @@ TEST(sixteen_threads_cross_thread_frees)
     check_empty("after reopen", slots_off);
     REQUIRE_OK(pheap_root_set(h, "slots", 0));
     REQUIRE_OK(pheap_free(h, slots_off));
-    struct pheap_stats st;
     pheap_stats(h, &st);
     CHECK_EQ(st.live_blocks, 0);
     REQUIRE_OK(pheap_check(h, NULL));

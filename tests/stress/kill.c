@@ -7,5 +7,5 @@
 
 TEST(kill_nine_a_few_times)
 {
-    kill_test("kill", (kill_params){.rounds = 6, .max_threads = 3, .max_sleep_ms = 50});
+    kill_test("kill", (kill_params){.rounds = 10, .max_threads = 3, .max_sleep_ms = 50});
 }

@@ -276,14 +276,26 @@ static int by_off(const void *a, const void *b)
     return *x < *y ? -1 : *x > *y;
 }
 
+/* "alloc_to of N bytes in flight", "free_from in flight" or "nothing in flight". */
+static const char *kill_pending_text(const krec *p)
+{
+    static char buf[64];
+    if (p->kind != KREC_BEGIN)
+        return "nothing in flight";
+    if (p->op == KOP_FREE)
+        return "free_from in flight";
+    snprintf(buf, sizeof(buf), "alloc_to of %llu bytes in flight", (unsigned long long)p->size);
+    return buf;
+}
+
 #define KFAIL(...) (ph_test_fail(__FILE__, __LINE__, __VA_ARGS__), -1)
 
 /* The recovered heap against the model. */
-static int kill_verify(pheap *h, pheap_off slots_off, unsigned round)
+static int kill_verify(pheap *h, pheap_off slots_off, unsigned round, const char *when)
 {
     pheap_check_report rep;
     if (pheap_check(h, &rep))
-        return KFAIL("round %u: pheap_check: %s", round, rep.first_error);
+        return KFAIL("round %u, %s: pheap_check: %s", round, when, rep.first_error);
     pheap_off *slots = pheap_direct(h, slots_off);
     static pheap_off ends[KILL_SLOTS + 1][2];
     unsigned n = 0;
@@ -294,8 +306,10 @@ static int kill_verify(pheap *h, pheap_off slots_off, unsigned round)
         pheap_off v = slots[i];
         size_t usable = v ? pheap_usable_size(h, v) : 0;
         if (v && usable == 0)
-            return KFAIL("round %u: slot %u: %llu is not a live block (%s)", round, i,
-                         (unsigned long long)v, pheap_errmsg());
+            return KFAIL("round %u: slot %u: %llu is not a live block (%s); %s; the child "
+                         "completed %llu (%llu bytes)", round, i, (unsigned long long)v,
+                         pheap_errmsg(), kill_pending_text(&s->pending),
+                         (unsigned long long)s->off, (unsigned long long)s->size);
         if (s->pending.kind == KREC_BEGIN && s->pending.op == KOP_ALLOC) {
             if (v && usable < s->pending.size)
                 return KFAIL("round %u: slot %u: in-flight block of %llu bytes has %zu", round, i,
@@ -406,8 +420,9 @@ static void kill_test(const char *name, kill_params p)
         if (ready && !st.was_unclean)
             ph_test_fail(__FILE__, __LINE__, "round %u: killed child had the heap open, but the "
                          "reopen found it clean", round);
-        int bad = kill_verify(h, slots_off, round) || kill_settle(h, slots_off, &tot) ||
-                  kill_verify(h, slots_off, round);
+        int bad = kill_verify(h, slots_off, round, "after recovery") ||
+                  kill_settle(h, slots_off, &tot) ||
+                  kill_verify(h, slots_off, round, "after freeing what was in flight");
         REQUIRE_OK(pheap_close(h));
         REQUIRE(!bad);
     }

@@ -6,5 +6,5 @@
 
 TEST(kill_nine_many_times)
 {
-    kill_test("kill_torture", (kill_params){.rounds = 100, .max_threads = 4, .max_sleep_ms = 50});
+    kill_test("kill_torture", (kill_params){.rounds = 300, .max_threads = 4, .max_sleep_ms = 50});
 }
