@@ -36,9 +36,10 @@ int main(int argc, char **argv)
     struct pheap_stats st;
     pheap_stats(h, &st);
 
-    /* Until the allocator is in use, place the record at the start of the
-     * data region by hand, persist it, then publish it with a root. */
-    pheap_off off = st.data_offset;
+    /* Allocate the record, fill it, persist it, then publish it with a root. */
+    pheap_off off = pheap_alloc(h, sizeof(greeting));
+    if (!off)
+        return fail("alloc");
     greeting *g = pheap_direct(h, off);
     snprintf(g->text, sizeof(g->text), "hello from a persistent heap");
     g->times_opened = 1;
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
         return fail("close");
 
     /* Take the old address range so the next mapping must land elsewhere. */
-    char *old_base = (char *)first - st.data_offset;
+    char *old_base = (char *)first - off;
     void *blocker = mmap(old_base, st.size, PROT_NONE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 

@@ -9,21 +9,6 @@
 
 #include "cli.h"
 
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 int cmd_check(int argc, char **argv)
 {
     const char *path = NULL;
@@ -58,10 +43,10 @@ int cmd_check(int argc, char **argv)
     }
     if (json) {
         printf("{\"path\": ");
-        json_string(path);
+        cli_json_string(path);
         printf(", \"consistent\": %s, \"errors\": %u, \"first_error\": ", r.errors ? "false" : "true",
                r.errors);
-        json_string(r.first_error);
+        cli_json_string(r.first_error);
         printf(", \"recovered\": %s, \"roots\": %u, \"live_blocks\": %llu, \"live_bytes\": %llu, "
                "\"slabs\": %llu, \"large_extents\": %llu, \"free_bytes\": %llu}\n",
                st.was_unclean ? "true" : "false", r.roots, (unsigned long long)r.live_blocks,

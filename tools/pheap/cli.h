@@ -21,6 +21,9 @@ int cli_parse_size(const char *s, uint64_t *out);
 /* Reports a failed library call: "pheap: what: message" on stderr. */
 int cli_fail(const char *what, int rc);
 
+/* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
+void cli_json_string(const char *s);
+
 /* Prints a uuid as 8-4-4-4-12 hex into buf[37]. */
 void cli_format_uuid(const uint8_t uuid[16], char *buf);
 

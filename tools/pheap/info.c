@@ -8,22 +8,6 @@
 
 #include "cli.h"
 
-/* Root names are 1..63 bytes of any value but NUL; escape for JSON. */
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 int cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
@@ -55,7 +39,7 @@ int cmd_info(int argc, char **argv)
     unsigned n = pheap_root_count(h);
     if (json) {
         printf("{\"path\": ");
-        json_string(path);
+        cli_json_string(path);
         printf(", \"format\": \"%u.%u\", \"library\": \"%s\", \"uuid\": \"%s\", "
                "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
                "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
@@ -85,7 +69,7 @@ int cmd_info(int argc, char **argv)
             break;
         if (json) {
             printf("%s{\"name\": ", i ? ", " : "");
-            json_string(name);
+            cli_json_string(name);
             printf(", \"offset\": %llu}", (unsigned long long)off);
         } else {
             printf("  %-40s %llu\n", name, (unsigned long long)off);

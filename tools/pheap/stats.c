@@ -9,21 +9,6 @@
 
 #include "cli.h"
 
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 /* "123456 bytes (120.6 KiB)" into buf[48]. */
 static const char *bytes(char *buf, uint64_t v)
 {
@@ -106,7 +91,7 @@ int cmd_stats(int argc, char **argv)
     char b1[48], b2[48];
     if (json) {
         printf("{\"path\": ");
-        json_string(path);
+        cli_json_string(path);
         printf(", \"state\": \"%s\", \"size\": %llu, \"max_size\": %llu, \"data_size\": %llu, "
                "\"live_blocks\": %llu, \"live_bytes\": %llu, \"classes\": [",
                st.was_unclean ? "dirty" : "clean", (unsigned long long)st.size,
