@@ -217,6 +217,20 @@ static int clear_error(int rc, uint64_t off)
                : ph_err(rc, "offset %llu was never allocated", (unsigned long long)off);
 }
 
+/* 0 and the block index when `off` starts a live block of slab s. */
+static int live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
+{
+    int exact;
+    uint32_t i = ph_slab_index(s, off, &exact);
+    if (!exact)
+        return bad_small(s, off, i);
+    unsigned bits = ph_slab_bits(s, i);
+    if (!(bits & 1))
+        return clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
+    *idx = i;
+    return 0;
+}
+
 /* ---- allocation and free ------------------------------------------------------ */
 
 uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size)
@@ -323,13 +337,9 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
             ph_extent_release(e->ext, off); /* reusable only once retired */
         return rc;
     }
-    int exact;
-    uint32_t i = ph_slab_index(s, off, &exact);
-    if (!exact)
-        return bad_small(s, off, i);
-    unsigned bits = ph_slab_bits(s, i);
-    if (!(bits & 1))
-        return clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
+    uint32_t i;
+    if ((rc = live_small(s, off, &i)) != 0)
+        return rc;
     ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
     uint64_t *word;
     rc = ph_slab_clear(s, i, &word);
@@ -350,15 +360,11 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
     ph_slab *s = chunk_slab(e, off);
     if (!s)
         return ph_extent_lookup(e->ext, off, bytes);
-    int exact;
-    uint32_t i = ph_slab_index(s, off, &exact);
-    if (!exact)
-        return bad_small(s, off, i);
-    unsigned bits = ph_slab_bits(s, i);
-    if (!(bits & 1))
-        return clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
-    *bytes = s->block_size;
-    return 0;
+    uint32_t i;
+    int rc = live_small(s, off, &i);
+    if (!rc)
+        *bytes = s->block_size;
+    return rc;
 }
 
 /* ---- open, recovery, close ------------------------------------------------------ */

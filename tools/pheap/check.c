@@ -11,23 +11,13 @@
 
 int cmd_check(int argc, char **argv)
 {
-    const char *path = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] != '-' && !path)
-            path = argv[i];
-        else {
-            fprintf(stderr, "pheap check: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "usage: pheap check PATH [--json]\n"
-                        "  opens the heap read-write (recovery runs if it was not closed cleanly)\n");
+    const char *path;
+    int json;
+    static const char usage[] =
+        "usage: pheap check PATH [--json]\n"
+        "  opens the heap read-write (recovery runs if it was not closed cleanly)\n";
+    if (cli_path_args(argc, argv, "check", usage, &path, &json))
         return 2;
-    }
     pheap *h;
     int rc = pheap_open(path, NULL, &h);
     if (rc)

@@ -10,22 +10,10 @@
 
 int cmd_info(int argc, char **argv)
 {
-    const char *path = NULL;
-    int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (argv[i][0] != '-' && !path)
-            path = argv[i];
-        else {
-            fprintf(stderr, "pheap info: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "usage: pheap info PATH [--json]\n");
+    const char *path;
+    int json;
+    if (cli_path_args(argc, argv, "info", "usage: pheap info PATH [--json]\n", &path, &json))
         return 2;
-    }
     pheap_options o = {.flags = PHEAP_RDONLY};
     pheap *h;
     int rc = pheap_open(path, &o, &h);

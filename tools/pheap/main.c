@@ -66,6 +66,28 @@ int cli_parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+int cli_path_args(int argc, char **argv, const char *cmd, const char *usage, const char **path,
+                  int *json)
+{
+    *path = NULL;
+    *json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            *json = 1;
+        } else if (argv[i][0] != '-' && !*path) {
+            *path = argv[i];
+        } else {
+            fprintf(stderr, "pheap %s: unexpected argument '%s'\n", cmd, argv[i]);
+            return 2;
+        }
+    }
+    if (!*path) {
+        fprintf(stderr, "%s", usage);
+        return 2;
+    }
+    return 0;
+}
+
 void cli_json_string(const char *s)
 {
     putchar('"');
