@@ -22,6 +22,11 @@ static void glibc_free(bench_handle h)
     free((void *)(uintptr_t)h);
 }
 
+static void *glibc_addr(bench_handle h)
+{
+    return (void *)(uintptr_t)h;
+}
+
 static int glibc_close(void)
 {
     return 0;
@@ -33,5 +38,6 @@ const bench_allocator bench_glibc = {
     .init = glibc_init,
     .alloc = glibc_alloc,
     .free = glibc_free,
+    .addr = glibc_addr,
     .close = glibc_close,
 };

@@ -37,6 +37,11 @@ static void jemalloc_free(bench_handle h)
     dallocx_fn((void *)(uintptr_t)h, 0);
 }
 
+static void *jemalloc_addr(bench_handle h)
+{
+    return (void *)(uintptr_t)h;
+}
+
 static int jemalloc_close(void)
 {
     return 0;
@@ -49,5 +54,6 @@ const bench_allocator bench_jemalloc = {
     .init = jemalloc_init,
     .alloc = jemalloc_alloc,
     .free = jemalloc_free,
+    .addr = jemalloc_addr,
     .close = jemalloc_close,
 };

@@ -36,6 +36,11 @@ static void mimalloc_free(bench_handle h)
     mi_free_fn((void *)(uintptr_t)h);
 }
 
+static void *mimalloc_addr(bench_handle h)
+{
+    return (void *)(uintptr_t)h;
+}
+
 static int mimalloc_close(void)
 {
     return 0;
@@ -48,5 +53,6 @@ const bench_allocator bench_mimalloc = {
     .init = mimalloc_init,
     .alloc = mimalloc_alloc,
     .free = mimalloc_free,
+    .addr = mimalloc_addr,
     .close = mimalloc_close,
 };

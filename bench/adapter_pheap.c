@@ -1,10 +1,10 @@
 /*
  * adapter_pheap.c -- pheap through its public API: pheap_open(PHEAP_CREATE),
  * pheap_alloc / pheap_free, pheap_stats for flushes, fences and reflushes.
+ * heap_bytes: the data-region bytes held by slabs and large extents.
  * The flush kind comes from PHEAP_FLUSH (run.sh sets it; defaulted here to
  * the best cache-line flush of the CPU) so pheap writes back lines on tmpfs
- * exactly as it would on DAX.  Built only when the library has pheap_alloc
- * (CMake PHEAP_HAVE_ALLOC).
+ * exactly as it would on DAX.
  */
 #include "bench.h"
 
@@ -49,7 +49,10 @@ static int pheap_bench_reopen(const bench_heap_conf *conf)
 
 static bench_handle pheap_bench_alloc(size_t size)
 {
-    return pheap_alloc(heap, size);
+    pheap_off off = pheap_alloc(heap, size);
+    if (!off)
+        bench_alloc_why(pheap_errmsg());
+    return off;
 }
 
 static void pheap_bench_free(bench_handle h)
@@ -57,6 +60,11 @@ static void pheap_bench_free(bench_handle h)
     int rc = pheap_free(heap, h);
     if (rc != 0 && __atomic_fetch_add(&free_errors, 1, __ATOMIC_RELAXED) == 0)
         first_free_error = rc;
+}
+
+static void *pheap_bench_addr(bench_handle h)
+{
+    return pheap_direct(heap, h);
 }
 
 /* A failed free is a bug the workload cannot see: report it here. */
@@ -79,7 +87,7 @@ static int pheap_bench_close(void)
 
 static int pheap_bench_counters(bench_counters *out)
 {
-    pheap_stats s;
+    struct pheap_stats s;
     if (pheap_stats(heap, &s) != 0)
         return -1;
     out->flushes = s.flushes;
@@ -90,10 +98,10 @@ static int pheap_bench_counters(bench_counters *out)
 
 static int pheap_bench_heap_bytes(uint64_t *out)
 {
-    pheap_stats s;
+    struct pheap_stats s;
     if (pheap_stats(heap, &s) != 0)
         return -1;
-    *out = s.data_size;
+    *out = s.slab_bytes + s.large_bytes;
     return 0;
 }
 
@@ -105,6 +113,7 @@ const bench_allocator bench_pheap = {
     .init = pheap_bench_init,
     .alloc = pheap_bench_alloc,
     .free = pheap_bench_free,
+    .addr = pheap_bench_addr,
     .close = pheap_bench_close,
     .counters = pheap_bench_counters,
     .heap_bytes = pheap_bench_heap_bytes,

@@ -77,8 +77,10 @@ static int pmemobj_reopen(const bench_heap_conf *conf)
 
 static bench_handle pmemobj_bench_alloc(size_t size)
 {
-    if (alloc_fn(pool, &dummy, size, 0, NULL, NULL) != 0)
+    if (alloc_fn(pool, &dummy, size, 0, NULL, NULL) != 0) {
+        bench_alloc_why(errormsg_fn());
         return 0;
+    }
     return dummy.off;
 }
 
@@ -86,6 +88,12 @@ static void pmemobj_bench_free(bench_handle h)
 {
     PMEMoid oid = { pool_uuid_lo, h };
     free_fn(&oid);
+}
+
+/* What pmemobj_direct computes for an oid of this pool. */
+static void *pmemobj_bench_addr(bench_handle h)
+{
+    return (char *)pool + h;
 }
 
 static int pmemobj_bench_close(void)
@@ -121,6 +129,7 @@ static int pmemobj_load(void)
 #define pmemobj_bench_alloc NULL
 #define pmemobj_bench_free NULL
 #define pmemobj_bench_close NULL
+#define pmemobj_bench_addr NULL
 #define pmemobj_heap_bytes NULL
 
 #endif
@@ -133,6 +142,7 @@ const bench_allocator bench_pmemobj = {
     .init = pmemobj_init,
     .alloc = pmemobj_bench_alloc,
     .free = pmemobj_bench_free,
+    .addr = pmemobj_bench_addr,
     .close = pmemobj_bench_close,
     .heap_bytes = pmemobj_heap_bytes,
     .reopen = pmemobj_reopen,

@@ -50,6 +50,8 @@ typedef struct bench_allocator {
     void (*thread_detach)(void);           /* optional */
     bench_handle (*alloc)(size_t size);    /* 0 when out of memory */
     void (*free)(bench_handle h);
+    /* Address of a block, so a workload can write it.  Optional. */
+    void *(*addr)(bench_handle h);
     /* Clean shutdown of the heap made by init or reopen.  0 or -1. */
     int (*close)(void);
     /* Durability counters since init/reopen.  Optional. */
@@ -158,6 +160,11 @@ int wl_recovery(const bench_run *run, bench_metrics *out);
 void bench_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *bench_error(void);
 
+/* An adapter whose alloc returns 0 may say why (the library's message);
+ * the workload then reports "alloc(size) failed after n blocks: why". */
+void bench_alloc_why(const char *why);
+void bench_fail_alloc(size_t size, uint64_t done);
+
 uint64_t bench_now_ns(void);
 
 /* splitmix64: small, fast, good enough to pick sizes and slots. */
@@ -194,22 +201,23 @@ typedef struct bench_thread {
     void *arg;               /* the workload's shared state */
     uint64_t rng;            /* seeded from params.seed and tid */
     uint64_t ops;            /* alloc + free calls done (worker sets) */
-    uint64_t end_ns;         /* set by the harness */
+    uint64_t start_ns;       /* set by the harness: left the barrier */
+    uint64_t end_ns;         /* set by the harness: worker returned */
     int failed;              /* worker sets with bench_fail on error */
-    char error[160];
+    char error[256];
 } bench_thread;
 
 typedef void (*bench_worker_fn)(bench_thread *t);
 
 typedef struct bench_timing {
-    double seconds;          /* barrier release to the last worker's end */
+    double seconds;          /* first worker's start to the last one's end */
     uint64_t ops;            /* sum of the workers' ops */
     bench_counters counters; /* durability work done inside the phase */
     int has_counters;
 } bench_timing;
 
 /* Runs fn in n threads, each attached to the allocator, released together
- * by a barrier; times from the release to the last worker's end.  Returns
+ * by a barrier; times from the first worker's start to the last one's end.  Returns
  * 0, or -1 with the first worker's error. */
 int bench_run_threads(const bench_run *run, unsigned n, bench_worker_fn fn,
                       void *arg, bench_timing *out);

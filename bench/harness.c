@@ -7,7 +7,6 @@
 
 #include <cpuid.h>
 #include <dlfcn.h>
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,6 +29,20 @@ void bench_fail(const char *fmt, ...)
 const char *bench_error(void)
 {
     return error_text[0] ? error_text : "unknown error";
+}
+
+static __thread char alloc_why[160];
+
+void bench_alloc_why(const char *why)
+{
+    snprintf(alloc_why, sizeof alloc_why, "%s", why ? why : "");
+}
+
+void bench_fail_alloc(size_t size, uint64_t done)
+{
+    bench_fail("alloc(%zu) failed after %llu blocks%s%s", size, (unsigned long long)done,
+               alloc_why[0] ? ": " : " (heap exhausted?)", alloc_why);
+    alloc_why[0] = 0;
 }
 
 uint64_t bench_now_ns(void)
@@ -158,10 +171,11 @@ static void *phase_main(void *arg)
     if (a->thread_attach)
         a->thread_attach(t->tid);
     pthread_barrier_wait(&slot->ph->start);
+    t->start_ns = bench_now_ns();
     slot->ph->fn(t);
     t->end_ns = bench_now_ns();
     if (t->failed && !t->error[0])
-        snprintf(t->error, sizeof t->error, "%s", bench_error());
+        snprintf(t->error, sizeof t->error, "%.*s", (int)sizeof t->error - 1, bench_error());
     if (a->thread_detach)
         a->thread_detach();
     return NULL;
@@ -205,10 +219,12 @@ int bench_run_threads(const bench_run *run, unsigned n, bench_worker_fn fn,
     }
     out->has_counters = a->counters && a->counters(&c0) == 0;
     pthread_barrier_wait(&ph.start);
-    uint64_t t0 = bench_now_ns(), t_end = t0;
     for (unsigned i = 0; i < n; i++)
         pthread_join(tids[i], NULL);
+    uint64_t t0 = UINT64_MAX, t_end = 0;
     for (unsigned i = 0; i < n; i++) {
+        if (ts[i].start_ns < t0)
+            t0 = ts[i].start_ns;
         if (ts[i].end_ns > t_end)
             t_end = ts[i].end_ns;
         out->ops += ts[i].ops;

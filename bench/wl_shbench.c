@@ -25,7 +25,7 @@ static int fill(bench_thread *t, bench_handle *slot, uint64_t from, uint64_t ste
         size_t size = st->sizes[(*k)++ & (SIZE_TABLE - 1)];
         slot[i] = a->alloc(size);
         if (!slot[i]) {
-            bench_fail("alloc(%zu) failed", size);
+            bench_fail_alloc(size, i);
             t->failed = 1;
             return -1;
         }

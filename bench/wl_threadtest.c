@@ -24,7 +24,7 @@ static void tt_worker(bench_thread *t)
         for (uint64_t i = 0; i < p->batch; i++) {
             slot[i] = a->alloc(size);
             if (!slot[i]) {
-                bench_fail("alloc(%zu) failed after %llu objects", size, (unsigned long long)i);
+                bench_fail_alloc(size, i);
                 while (i)
                     a->free(slot[--i]);
                 t->failed = 1;

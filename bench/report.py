@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""Turns the results of one benchmark run into a report.
+
+Input: the JSON lines pheap_bench appended (--lines) plus facts about the run
+(--meta key=value), which together become the run's JSON file (--json); or an
+existing run JSON to render again.  Output in --out: report.md (tables) and
+PNG charts drawn with gnuplot (throughput against threads per workload,
+latency percentiles of the fixed-size workloads).  --summary copies
+report.md to the committed summary file.
+
+Standard library only; gnuplot is optional (charts are skipped without it).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ORDER = ["pheap", "pmemobj", "mimalloc", "jemalloc", "glibc"]
+PEERS = ["pmemobj", "mimalloc"]          # ratio columns are against these
+COLORS = {"pheap": "#d62728", "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",
+          "jemalloc": "#ff7f0e", "glibc": "#7f7f7f"}   # the same in every chart
+LAT_KEYS = ["p50", "p99", "p999", "max"]
+LAT_LABELS = ["p50", "p99", "p99.9", "max"]
+
+
+def load_run(args):
+    if args.lines:
+        meta = {}
+        for kv in args.meta or []:
+            key, _, value = kv.partition("=")
+            meta[key] = value
+        results = []
+        with open(args.lines) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    results.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"report: {args.lines}:{n}: bad JSON line: {e}")
+        run = {"meta": meta, "results": results}
+        with open(args.json, "w") as f:
+            json.dump(run, f, indent=1)
+            f.write("\n")
+        return run
+    with open(args.json) as f:
+        return json.load(f)
+
+
+def alloc_order(results):
+    seen = {r["alloc"] for r in results}
+    return [a for a in ORDER if a in seen] + sorted(seen - set(ORDER))
+
+
+def workload_order(results):
+    out = []
+    for r in results:
+        if r["workload"] not in out:
+            out.append(r["workload"])
+    return out
+
+
+def metric(r, name, field="median"):
+    m = r.get("metrics", {}).get(name)
+    return None if m is None else m.get(field)
+
+
+def si(v, unit=""):
+    if v is None:
+        return "—"
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {prefix}{unit}"
+    return f"{v:.3g} {unit}".rstrip()
+
+
+def mib(v):
+    return "—" if v is None else f"{v / 1048576:.1f}"
+
+
+def fixed(v, digits=2):
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def index(results):
+    """(workload, threads, alloc) -> result, for results that succeeded."""
+    return {(r["workload"], r["threads"], r["alloc"]): r
+            for r in results if "error" not in r}
+
+
+def throughput_section(results, allocs, idx):
+    lines = []
+    points = sorted({(r["workload"], r["threads"]) for r in results
+                     if metric(r, "ops_per_s") is not None},
+                    key=lambda p: (workload_order(results).index(p[0]), p[1]))
+    if not points:
+        return ""
+    lines.append("## Throughput\n\nAlloc + free calls per second, median of the repetitions "
+                 "(min–max in brackets).\n\n")
+    rows = []
+    for wl, thr in points:
+        row = [wl, thr]
+        for a in allocs:
+            r = idx.get((wl, thr, a))
+            med = metric(r, "ops_per_s") if r else None
+            if med is None:
+                row.append("—")
+            else:
+                row.append(f"{si(med)} ({si(metric(r, 'ops_per_s', 'min'))}–"
+                           f"{si(metric(r, 'ops_per_s', 'max'))})")
+        rows.append(row)
+    lines.append(table(["workload", "threads"] + allocs, rows))
+
+    ratio_cols, shown = [], set()
+    for p in PEERS:
+        for a in allocs:
+            if p in allocs and a != p and frozenset((a, p)) not in shown:
+                ratio_cols.append((a, p))
+                shown.add(frozenset((a, p)))
+    if ratio_cols:
+        lines.append("\n### Ratios to the peers\n\nMedian ops/s of the allocator divided by the "
+                     "peer's at the same workload and thread count (above 1: faster).\n\n")
+        rows = []
+        for wl, thr in points:
+            row = [wl, thr]
+            for a, p in ratio_cols:
+                ra, rp = idx.get((wl, thr, a)), idx.get((wl, thr, p))
+                va = metric(ra, "ops_per_s") if ra else None
+                vp = metric(rp, "ops_per_s") if rp else None
+                row.append("—" if not va or not vp else f"{va / vp:.2f}×")
+            rows.append(row)
+        lines.append(table(["workload", "threads"] + [f"{a} ÷ {p}" for a, p in ratio_cols],
+                           rows))
+
+    counted = [a for a in allocs
+               if any(metric(r, "flushes_per_op") is not None
+                      for r in results if r["alloc"] == a)]
+    for a in counted:
+        lines.append(f"\n### Durability work of {a}\n\nCache-line flushes, fences and reflushes "
+                     "per alloc or free call (medians); these do not depend on the machine.\n\n")
+        rows = []
+        for wl, thr in points:
+            r = idx.get((wl, thr, a))
+            if r and metric(r, "flushes_per_op") is not None:
+                rows.append([wl, thr, fixed(metric(r, "flushes_per_op")),
+                             fixed(metric(r, "fences_per_op")),
+                             fixed(metric(r, "reflushes_per_op"))])
+        lines.append(table(["workload", "threads", "flushes/op", "fences/op", "reflushes/op"],
+                           rows))
+    return "".join(lines)
+
+
+def latency_section(results, allocs):
+    rows = []
+    for r in results:
+        if "error" in r or metric(r, "alloc_p50_ns") is None:
+            continue
+        row = [r["workload"], r["threads"], r["alloc"]]
+        for kind in ("alloc", "free"):
+            row.append(" / ".join(fixed(metric(r, f"{kind}_{k}_ns"), 0) for k in LAT_KEYS))
+        rows.append(row)
+    if not rows:
+        return ""
+    order = workload_order(results)
+    rows.sort(key=lambda x: (order.index(x[0]), x[1], allocs.index(x[2])))
+    timer = [metric(r, "timer_ns") for r in results if metric(r, "timer_ns") is not None]
+    note = f" Each sample includes one clock reading (about {min(timer):.0f} ns)." if timer else ""
+    return ("\n## Latency\n\nPer-call latency in ns, p50 / p99 / p99.9 / max (medians of the "
+            "repetitions)." + note + "\n\n"
+            + table(["workload", "threads", "allocator", "alloc", "free"], rows))
+
+
+def memory_section(results, allocs):
+    rows = []
+    for r in results:
+        if "error" in r or metric(r, "live_bytes") is None:
+            continue
+        live = metric(r, "live_bytes")
+        heap, file_, rss = (metric(r, k) for k in ("heap_bytes", "file_bytes", "rss_bytes"))
+        used = file_ if file_ is not None else rss
+        rows.append([r["workload"], r["threads"], r["alloc"], mib(live), mib(heap), mib(file_),
+                     mib(rss), "—" if heap is None else f"{heap / live:.2f}",
+                     "—" if used is None else f"{used / live:.2f}"])
+    if not rows:
+        return ""
+    rows.sort(key=lambda x: (x[0], x[1], allocs.index(x[2])))
+    return ("\n## Memory\n\nAt the end of fragbench's last allocation phase, in MiB. heap: the "
+            "allocator's own account of what it holds for blocks; file: storage of the heap file "
+            "(st_blocks); rss+: growth of resident memory (transient allocators).\n\n"
+            + table(["workload", "threads", "allocator", "live", "heap", "file", "rss+",
+                     "heap ÷ live", "(file or rss+) ÷ live"], rows))
+
+
+def recovery_section(results, allocs):
+    rows = []
+    for r in results:
+        if "error" in r or metric(r, "crash_open_ns") is None:
+            continue
+        ms = lambda k: fixed(metric(r, k) / 1e6, 3)
+        rows.append([r["alloc"], f"{metric(r, 'live_blocks'):.0f}", ms("crash_open_ns"),
+                     ms("crash_first_alloc_ns"), ms("clean_open_ns"), ms("clean_first_alloc_ns")])
+    if not rows:
+        return ""
+    rows.sort(key=lambda x: allocs.index(x[0]))
+    return ("\n## Recovery\n\nReopen time in ms with that many live blocks, after SIGKILL and "
+            "after a clean close, and the first allocation after the reopen (medians).\n\n"
+            + table(["allocator", "live blocks", "open after crash", "first alloc",
+                     "open after close", "first alloc"], rows))
+
+
+def failure_section(results):
+    bad = [r for r in results if "error" in r]
+    if not bad:
+        return ""
+    rows = [[r["workload"], r["threads"], r["alloc"], r["error"].replace("|", "/")] for r in bad]
+    return "\n## Failures\n\n" + table(["workload", "threads", "allocator", "error"], rows)
+
+
+# ---- charts ---------------------------------------------------------------
+
+def gnuplot(script):
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True,
+                       stdout=subprocess.DEVNULL)
+        return True
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"report: gnuplot failed: {e}", file=sys.stderr)
+        return False
+
+
+def color(a):
+    return COLORS.get(a, "#9467bd")
+
+
+def gp_quote(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def throughput_chart(out, wl, results, allocs):
+    series = []
+    for a in allocs:
+        pts = sorted((r["threads"], metric(r, "ops_per_s"), metric(r, "ops_per_s", "min"),
+                      metric(r, "ops_per_s", "max"))
+                     for r in results
+                     if r["workload"] == wl and r["alloc"] == a and "error" not in r
+                     and metric(r, "ops_per_s") is not None)
+        if pts:
+            series.append((a, pts))
+    if not series:
+        return None
+    dat = os.path.join(out, f"throughput-{wl}.dat")
+    with open(dat, "w") as f:
+        for a, pts in series:
+            f.write(f"# {a}\n")
+            for p in pts:
+                f.write("%d %.6g %.6g %.6g\n" % p)
+            f.write("\n\n")
+    threads = sorted({p[0] for _, pts in series for p in pts})
+    png = f"throughput-{wl}.png"
+    plots = ", ".join(
+        f"{gp_quote(dat)} index {i} using 1:2:3:4 with yerrorlines lw 2 pt 7 "
+        f"lc rgb {gp_quote(color(a))} title {gp_quote(a)}"
+        for i, (a, _) in enumerate(series))
+    ok = gnuplot(f"""
+set terminal pngcairo size 800,500 font "sans,10"
+set output {gp_quote(os.path.join(out, png))}
+set title {gp_quote(wl + ": throughput against threads (median, min-max bars)")}
+set xlabel "threads"
+set ylabel "alloc + free calls per second"
+set logscale y
+set format y "%.0s%c"
+set grid ytics mytics
+set key outside right top
+set xtics ({", ".join(str(t) for t in threads)})
+set xrange [{min(threads) - 0.5}:{max(threads) + 0.5}]
+plot {plots}
+""")
+    return png if ok else None
+
+
+def latency_chart(out, wl, results, allocs):
+    chosen = [r for r in results if r["workload"] == wl and "error" not in r
+              and metric(r, "alloc_p50_ns") is not None]
+    if not chosen:
+        return None
+    thr = min(r["threads"] for r in chosen)
+    rows = [(a, r) for a in allocs for r in chosen if r["alloc"] == a and r["threads"] == thr]
+    dat = os.path.join(out, f"latency-{wl}.dat")
+    with open(dat, "w") as f:
+        f.write("# percentile " + " ".join(f"{a}_alloc {a}_free" for a, _ in rows) + "\n")
+        for i, (k, label) in enumerate(zip(LAT_KEYS, LAT_LABELS)):
+            vals = []
+            for _, r in rows:
+                vals += [max(metric(r, f"alloc_{k}_ns"), 1), max(metric(r, f"free_{k}_ns"), 1)]
+            f.write(f"{label} " + " ".join("%.6g" % v for v in vals) + "\n")
+    png = f"latency-{wl}.png"
+    alloc_plot = ", ".join(f"{gp_quote(dat)} using {2 + 2 * i}:xtic(1) "
+                           f"lc rgb {gp_quote(color(a))} title {gp_quote(a)}"
+                           for i, (a, _) in enumerate(rows))
+    free_plot = ", ".join(f"{gp_quote(dat)} using {3 + 2 * i}:xtic(1) "
+                          f"lc rgb {gp_quote(color(a))} title {gp_quote(a)}"
+                          for i, (a, _) in enumerate(rows))
+    ok = gnuplot(f"""
+set terminal pngcairo size 1000,450 font "sans,10"
+set output {gp_quote(os.path.join(out, png))}
+set multiplot layout 1,2 title {gp_quote(f"{wl}: per-call latency at {thr} thread(s), ns (log scale)")}
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set logscale y
+set yrange [1:*]
+set format y "10^{{%L}}"
+set grid ytics
+set key top left
+set title "alloc"
+plot {alloc_plot}
+set title "free"
+plot {free_plot}
+unset multiplot
+""")
+    return png if ok else None
+
+
+def charts_section(out, results, allocs):
+    if shutil.which("gnuplot") is None:
+        return "\n## Charts\n\ngnuplot is not installed: no charts.\n"
+    pngs = []
+    for wl in workload_order(results):
+        p = throughput_chart(out, wl, results, allocs)
+        if p:
+            pngs.append(p)
+        p = latency_chart(out, wl, results, allocs)
+        if p:
+            pngs.append(p)
+    if not pngs:
+        return ""
+    return "\n## Charts\n\n" + "".join(f"![{p}]({p})\n" for p in pngs)
+
+
+def meta_section(meta):
+    if not meta:
+        return ""
+    return table(["fact", "value"], [[k, str(v).replace("|", "/")] for k, v in meta.items()])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", help="JSON lines written by pheap_bench --json")
+    ap.add_argument("--meta", action="append", help="key=value fact about the run")
+    ap.add_argument("--json", required=True, help="run JSON to write (with --lines) or read")
+    ap.add_argument("--out", required=True, help="directory for report.md and the charts")
+    ap.add_argument("--summary", help="also copy report.md here (charts are not copied)")
+    args = ap.parse_args()
+
+    run = load_run(args)
+    results = run["results"]
+    os.makedirs(args.out, exist_ok=True)
+    allocs = alloc_order(results)
+    idx = index(results)
+    title = run["meta"].get("run", os.path.basename(args.json))
+    body = [f"# pheap benchmarks: {title}\n\n", meta_section(run["meta"]), "\n",
+            throughput_section(results, allocs, idx), latency_section(results, allocs),
+            memory_section(results, allocs), recovery_section(results, allocs),
+            failure_section(results)]
+    text = "".join(body)
+    charts = charts_section(args.out, results, allocs)
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(text + charts)
+    if args.summary:
+        with open(args.summary, "w") as f:
+            f.write(text)
+    print(f"report: {os.path.join(args.out, 'report.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+#!/bin/sh
+# run.sh -- the benchmark run: installs the peer allocators and gnuplot when
+# missing, builds pheap_bench in BUILD_DIR-bench, runs every workload for
+# every available allocator (one process each), and writes
+#   bench/results/<run>.json      every result of the run
+#   bench/results/<run>/report.md tables, and the PNG charts beside it
+#   bench/results/SUMMARY.md      the tables of the latest full run
+#
+# usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]
+#   --quick        smaller parameters and a 512 MiB heap, under two minutes
+#   --alloc LIST   allocators to run (default pheap,pmemobj,mimalloc,jemalloc,glibc)
+#   other options go to pheap_bench (--heap-dir, --heap-size, --threads, --reps, ...)
+set -eu
+
+usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]" >&2; exit 2; }
+
+[ $# -ge 1 ] || usage
+BUILD=${1%/}; shift
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+QUICK=""
+ALLOCS="pheap,pmemobj,mimalloc,jemalloc,glibc"
+PASS=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=--quick ;;
+    --alloc|-a) [ $# -ge 2 ] || usage; ALLOCS=$2; shift ;;
+    --alloc=*) ALLOCS=${1#--alloc=} ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) PASS="$PASS $1" ;;    # options without spaces, passed through as words
+    esac
+    shift
+done
+START=$(date +%s)
+# Quick runs use a smaller heap: creating libpmemobj's pool (it allocates the
+# whole file) is most of their time.
+if [ -n "$QUICK" ]; then
+    case " $PASS " in
+    *" --heap-size"*|*" -s "*) ;;
+    *) PASS="$PASS --heap-size 512M" ;;
+    esac
+fi
+
+# ---- packages: only the missing ones, only when we may install ----------
+missing=""
+for pkg in libpmemobj-dev libmimalloc-dev libjemalloc-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+command -v gnuplot >/dev/null 2>&1 || missing="$missing gnuplot-nox"
+command -v python3 >/dev/null 2>&1 || missing="$missing python3"
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: installing$missing"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    else
+        echo "run.sh: missing$missing (not root: those peers or the charts are skipped)"
+    fi
+fi
+
+# ---- build: a separate tree, optimised, with the pheap adapter if we can --
+BDIR="$BUILD-bench"
+GEN=""
+command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
+cmake -S "$ROOT" -B "$BDIR" $GEN -DCMAKE_BUILD_TYPE=Release -DPHEAP_BUILD_BENCH=ON \
+    -DPHEAP_BUILD_TESTS=OFF >/dev/null
+cmake --build "$BDIR" --target pheap_bench -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
+    cat "$BDIR/bench-build.log" >&2
+    echo "run.sh: pheap_bench does not build" >&2
+    exit 1
+}
+BIN="$BDIR/bench/pheap_bench"
+
+# ---- same conditions for every allocator --------------------------------
+export PMEM_IS_PMEM_FORCE=1           # libpmemobj flushes cache lines on tmpfs
+if grep -qw clwb /proc/cpuinfo; then CPU_FLUSH=clwb
+elif grep -qw clflushopt /proc/cpuinfo; then CPU_FLUSH=clflushopt
+else CPU_FLUSH=clflush; fi
+export PHEAP_FLUSH="${PHEAP_FLUSH:-$CPU_FLUSH}"
+
+RUN=$(date -u +%Y%m%dT%H%M%SZ)${QUICK:+-quick}
+RES="$ROOT/bench/results"
+mkdir -p "$RES"
+LINES="$RES/$RUN.jsonl"
+: >"$LINES"
+failed=0
+for alloc in $(echo "$ALLOCS" | tr ',' ' '); do
+    rc=0
+    t0=$(date +%s)
+    # shellcheck disable=SC2086  # PASS holds separate words on purpose
+    "$BIN" --alloc "$alloc" $QUICK --json "$LINES" $PASS || rc=$?
+    case $rc in
+    0|77) ;;                          # 77: allocator not available, skipped
+    *) echo "run.sh: pheap_bench --alloc $alloc exited $rc"; failed=1 ;;
+    esac
+    echo "run.sh: $alloc took $(( $(date +%s) - t0 )) s"
+done
+
+# ---- report ---------------------------------------------------------------
+ver() { dpkg-query -W -f '${Version}' "$1" 2>/dev/null || echo none; }
+HEAP_DIR=$(echo "$PASS" | sed -n 's/.*--heap-dir[= ]\([^ ]*\).*/\1/p')
+HEAP_DIR=${HEAP_DIR:-/dev/shm}
+MODE=full
+SUMMARY="--summary $RES/SUMMARY.md"
+[ -n "$QUICK" ] && MODE=quick && SUMMARY=""
+OPTIONS=$(echo "$PASS" | sed 's/^ *//')
+# shellcheck disable=SC2086
+python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "$RES/$RUN" $SUMMARY \
+    --meta "run=$RUN" --meta "mode=$MODE" \
+    --meta "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)" \
+    --meta "cpu=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)" \
+    --meta "cores=$(nproc)" --meta "kernel=$(uname -r)" \
+    --meta "heap_dir=$HEAP_DIR ($(stat -f -c %T "$HEAP_DIR" 2>/dev/null || echo unknown))" \
+    --meta "options=${OPTIONS:-(defaults)}" \
+    --meta "PMEM_IS_PMEM_FORCE=$PMEM_IS_PMEM_FORCE" --meta "PHEAP_FLUSH=$PHEAP_FLUSH" \
+    --meta "libpmemobj=$(ver libpmemobj1)" --meta "mimalloc=$(ver libmimalloc2.0)" \
+    --meta "jemalloc=$(ver libjemalloc2)" --meta "glibc=$(ver libc6)"
+rm -f "$LINES"
+echo "run.sh: results in $RES/$RUN.json and $RES/$RUN/ ($(( $(date +%s) - START )) s)"
+exit $failed
