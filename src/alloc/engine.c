@@ -25,6 +25,7 @@
 #include "util/error.h"
 
 #define PH_ARENAS_MAX 64u
+#define PH_SLAB_BATCH 8u
 
 static ph_slab *chunk_slab(const ph_engine *e, uint64_t off)
 {
@@ -61,26 +62,69 @@ static void partial_remove(ph_arena *a, ph_slab *s)
     s->in_partial = 0;
 }
 
-/* Makes a new slab of class cls for arena a (lock held). */
-static int slab_create(ph_engine *e, ph_pctx *c, unsigned a, unsigned cls, ph_slab **out)
+/* Slabs made at once for a class whose arena has made `made` before: one
+ * at first, more for a hot class, so that its allocations pay the cost of
+ * making slabs (two fences, descriptor page faults) rarely. */
+static unsigned slab_batch(uint32_t made)
 {
-    uint64_t off;
-    int rc = ph_extent_reserve(e->ext, c, PH_CHUNK_SIZE, PH_EXT_SLAB, &off);
-    if (rc)
-        return rc;
-    uint64_t ch = chunk_of(e, off);
-    ph_slab *s = e->slabs[ch];
-    if (!s && !(s = e->slabs[ch] = ph_slab_new(e->sp, off))) {
-        ph_extent_cancel(e->ext, off);
-        return ph_err(PHEAP_ENOMEM, "out of memory for a slab");
+    return made < 2 ? 1 : made < 8 ? 2 : made < 32 ? 4 : PH_SLAB_BATCH;
+}
+
+/* Releases the empty slabs of arena a (lock held); returns how many. */
+static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
+{
+    unsigned n = 0;
+    for (unsigned cls = 0; cls < PH_CLASSES; cls++) {
+        for (ph_slab *s = a->partial[cls], *next; s; s = next) {
+            next = s->next;
+            if (s->navail != s->nblocks)
+                continue;
+            partial_remove(a, s);
+            ph_store(&e->chunks[chunk_of(e, s->off)], (ph_slab *)NULL);
+            if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0) == 0)
+                n++;
+        }
     }
-    ph_slab_format(e->sp, c, s, cls);
-    ph_persist_fence(&e->sp->persist, c); /* descriptor durable before the commit */
-    ph_extent_commit(e->ext, c, off, PH_EXT_SLAB, cls, NULL, 0);
-    s->arena = a;
-    partial_push(&e->arenas[a], s);
-    ph_store(&e->chunks[ch], s);
-    *out = s;
+    return n;
+}
+
+/* Makes new slabs of class cls for arena ai (lock held) and returns one.
+ * Crash protocol: every descriptor is written and fenced first, then the
+ * slabs' extent-log entries are appended and fenced together: a slab
+ * exists once its entry does, and its descriptor is durable by then. */
+static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_slab **out)
+{
+    ph_arena *a = &e->arenas[ai];
+    uint64_t offs[PH_SLAB_BATCH];
+    unsigned want = slab_batch(a->made[cls]), n = 0;
+    int rc = 0;
+    while (n < want) {
+        rc = ph_extent_reserve(e->ext, c, PH_CHUNK_SIZE, PH_EXT_SLAB, &offs[n]);
+        if (rc == PHEAP_ENOMEM && n == 0 && release_empty(e, c, a) > 0)
+            continue; /* this arena's empty slabs of other classes made room */
+        if (rc)
+            break;
+        uint64_t ch = chunk_of(e, offs[n]);
+        if (!e->slabs[ch] && !(e->slabs[ch] = ph_slab_new(e->sp, offs[n]))) {
+            ph_extent_cancel(e->ext, offs[n]);
+            rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
+            break;
+        }
+        ph_slab_format(e->sp, c, e->slabs[ch], cls);
+        n++;
+    }
+    if (n == 0)
+        return rc;
+    ph_persist_fence(&e->sp->persist, c); /* descriptors durable before the commit */
+    ph_extent_commit_slabs(e->ext, c, offs, n, cls);
+    for (unsigned i = 0; i < n; i++) {
+        ph_slab *s = e->slabs[chunk_of(e, offs[i])];
+        s->arena = ai;
+        partial_push(a, s);
+        ph_store(&e->chunks[chunk_of(e, offs[i])], s);
+        *out = s;
+    }
+    a->made[cls] += n;
     return 0;
 }
 
@@ -183,12 +227,18 @@ static void cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, ui
     ph_tcache_push(t, cls, off);
 }
 
-void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
+/* Returns every block of a thread cache to its slab. */
+static void tcache_drain(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     for (unsigned k = 0; t->store && k < PH_CLASSES; k++) {
         give_back(e, c, t->bins[k].v, t->bins[k].n);
         ph_store_relaxed(&t->bins[k].n, 0);
     }
+}
+
+void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
+{
+    tcache_drain(e, t, c);
     if (t->lane.index >= 0) {
         pthread_mutex_lock(&e->lane_lock);
         e->lane_used[t->lane.index] = 0;
@@ -233,11 +283,29 @@ static int live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
 
 /* ---- allocation and free ------------------------------------------------------ */
 
+/* When the heap is full: returns the calling thread's cached blocks to
+ * their slabs, then every arena's empty slabs to free space; returns
+ * whether any slab was released. */
+static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c)
+{
+    unsigned n = 0;
+    tcache_drain(e, t, c);
+    for (unsigned i = 0; i < e->narenas; i++) {
+        pthread_mutex_lock(&e->arenas[i].lock);
+        n += release_empty(e, c, &e->arenas[i]);
+        pthread_mutex_unlock(&e->arenas[i].lock);
+    }
+    return n > 0;
+}
+
 uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size)
 {
     if (size > PH_SMALL_MAX) {
         uint64_t off = 0;
-        return ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off) ? 0 : off;
+        int rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
+        if (rc == PHEAP_ENOMEM && reclaim(e, t, c))
+            rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
+        return rc ? 0 : off;
     }
     unsigned cls = ph_sizeclass(size);
     uint64_t off = ph_tcache_pop(t, cls);
@@ -293,7 +361,10 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
     if (rc)
         return rc;
     if (size > PH_SMALL_MAX) {
-        if ((rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off)) != 0)
+        rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
+        if (rc == PHEAP_ENOMEM && reclaim(e, t, c))
+            rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
+        if (rc)
             return rc;
         ph_lane_begin(sp, c, &t->lane, PH_LOG_ALLOC_TO, off, PH_ALIGN_UP(size, PH_PAGE_SIZE), dest_off,
                       ph_load(dest));

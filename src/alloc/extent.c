@@ -105,12 +105,38 @@ static void index_clear(ph_extents *x, ph_extnode *n)
     x->last[n->page + n->npages - 1] = NULL;
 }
 
-static ph_extnode *node_new(uint64_t page, uint64_t n, uint32_t kind, unsigned cls)
+/* Nodes come from pools of PH_NODE_POOL, zeroed (so faulted in) when the
+ * pool is made: allocations never take a page fault in malloc. */
+#define PH_NODE_POOL 1024u
+
+typedef struct node_pool {
+    struct node_pool *next;
+    ph_extnode nodes[PH_NODE_POOL];
+} node_pool;
+
+static ph_extnode *node_new(ph_extents *x, uint64_t page, uint64_t n, uint32_t kind, unsigned cls)
 {
-    ph_extnode *e = calloc(1, sizeof(*e));
-    if (e)
-        *e = (ph_extnode){page, n, kind, cls, NULL, NULL};
+    if (!x->spare) {
+        node_pool *p = calloc(1, sizeof(*p));
+        if (!p)
+            return NULL;
+        p->next = x->pools;
+        x->pools = p;
+        for (unsigned i = 0; i < PH_NODE_POOL; i++) {
+            p->nodes[i].next = x->spare;
+            x->spare = &p->nodes[i];
+        }
+    }
+    ph_extnode *e = x->spare;
+    x->spare = e->next;
+    *e = (ph_extnode){page, n, kind, cls, NULL, NULL};
     return e;
+}
+
+static void node_free(ph_extents *x, ph_extnode *e)
+{
+    e->next = x->spare;
+    x->spare = e;
 }
 
 /* Turns n into free space, merging it with free neighbours. */
@@ -126,7 +152,7 @@ static void make_free(ph_extents *x, ph_extnode *n)
             n->npages += l->npages;
             n->page = l->page;
             index_set(x, n);
-            free(l);
+            node_free(x, l);
         }
     }
     uint64_t end = n->page + n->npages;
@@ -138,7 +164,7 @@ static void make_free(ph_extents *x, ph_extnode *n)
             index_clear(x, n);
             n->npages += r->npages;
             index_set(x, n);
-            free(r);
+            node_free(x, r);
         }
     }
     bin_insert(x, n);
@@ -152,7 +178,7 @@ static ph_extnode *carve(ph_extents *x, ph_extnode *f, uint64_t page, uint64_t n
     index_clear(x, f);
     uint64_t fend = f->page + f->npages;
     if (page > f->page) {
-        ph_extnode *l = node_new(f->page, page - f->page, PH_EXT_FREE, 0);
+        ph_extnode *l = node_new(x, f->page, page - f->page, PH_EXT_FREE, 0);
         if (!l) {
             index_set(x, f);
             bin_insert(x, f);
@@ -162,13 +188,13 @@ static ph_extnode *carve(ph_extents *x, ph_extnode *f, uint64_t page, uint64_t n
         bin_insert(x, l);
     }
     if (page + n < fend) {
-        ph_extnode *r = node_new(page + n, fend - page - n, PH_EXT_FREE, 0);
+        ph_extnode *r = node_new(x, page + n, fend - page - n, PH_EXT_FREE, 0);
         if (!r) { /* give the left part back to f */
             if (page > f->page) {
                 ph_extnode *l = x->head[f->page];
                 bin_remove(x, l);
                 index_clear(x, l);
-                free(l);
+                node_free(x, l);
             }
             index_set(x, f);
             bin_insert(x, f);
@@ -205,13 +231,22 @@ static ph_extnode *find_fit(ph_extents *x, uint64_t n, int aligned, uint64_t *at
     return NULL;
 }
 
+/* Touches the page maps for pages [from, to) so that allocations never take
+ * a page fault on them (a tail-latency cost, not a correctness one). */
+static void prefault_maps(ph_extents *x, uint64_t from, uint64_t to)
+{
+    memset(x->head + from, 0, (to - from) * sizeof(*x->head));
+    memset(x->last + from, 0, (to - from) * sizeof(*x->last));
+}
+
 /* Makes [x->pages, new pages) free space after the heap grew. */
 static int add_backed(ph_extents *x)
 {
     uint64_t pages = (ph_space_size(x->sp) - x->sp->data_off) / PH_PAGE_SIZE;
     if (pages <= x->pages)
         return 0;
-    ph_extnode *n = node_new(x->pages, pages - x->pages, PH_EXT_FREE, 0);
+    prefault_maps(x, x->pages, pages);
+    ph_extnode *n = node_new(x, x->pages, pages - x->pages, PH_EXT_FREE, 0);
     if (!n)
         return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
     x->pages = pages;
@@ -248,12 +283,21 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
 
 static void compact(ph_extents *x, ph_pctx *c);
 
+/* Entry j (in log order) of a half.  Entries are interleaved over the
+ * half's lines -- entry j in line j mod L, L lines of 4 entries -- so that
+ * consecutive appends flush different lines (no reflush). */
+static ph_extlog_entry *slot(const ph_extents *x, unsigned half, uint64_t j)
+{
+    uint64_t lines = x->half_entries / 4;
+    return &x->half[half][(j % lines) * 4 + j / lines];
+}
+
 /* Appends a durable entry; lock held.  The caller fences. */
 static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
 {
     if (x->tail == x->half_entries)
         compact(x, c);
-    ph_extlog_entry *e = &x->half[x->active][x->tail++];
+    ph_extlog_entry *e = slot(x, x->active, x->tail++);
     ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch);
     ph_store(&e->w0, v.w0);
     ph_store(&e->w1, v.w1);
@@ -265,17 +309,18 @@ static void compact(ph_extents *x, ph_pctx *c)
 {
     unsigned other = !x->active;
     uint64_t epoch = x->epoch + 1, i = 0;
-    ph_extlog_entry *dst = x->half[other];
     for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages) {
         const ph_extnode *n = x->head[p];
         if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB)
-            dst[i++] = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            *slot(x, other, i++) = encode(n->page, n->npages, n->kind, n->cls, epoch);
     }
     uint64_t used = i;
-    for (; i < x->half_entries; i++)
-        if (dst[i].w0 | dst[i].w1)
-            dst[i] = (ph_extlog_entry){0, 0};
-    ph_persist_flush(&x->sp->persist, c, dst, x->half_entries * sizeof(*dst));
+    for (; i < x->half_entries; i++) {
+        ph_extlog_entry *e = slot(x, other, i);
+        if (e->w0 | e->w1)
+            *e = (ph_extlog_entry){0, 0};
+    }
+    ph_persist_flush(&x->sp->persist, c, x->half[other], x->half_entries * sizeof(ph_extlog_entry));
     ph_persist_fence(&x->sp->persist, c);
     ph_persist_store64(&x->sp->persist, c, &x->hdr->xactive, epoch << 1 | other);
     x->active = other;
@@ -322,7 +367,7 @@ static int replay(ph_extents *x, entry **out, uint64_t *nout, uint64_t *used)
     int rc = 0;
     entry e;
     uint64_t i;
-    for (i = 0; i < x->half_entries && decode(&x->half[x->active][i], x->epoch, &e); i++) {
+    for (i = 0; i < x->half_entries && decode(slot(x, x->active, i), x->epoch, &e); i++) {
         const char *why = NULL;
         entry *slot = live_find(&s, e.page, e.kind != PH_EXT_FREE);
         if (e.page + e.n > x->pages)
@@ -379,7 +424,7 @@ static int build_index(ph_extents *x, const entry *live, uint64_t n)
     for (uint64_t i = 0; i <= n; i++) {
         uint64_t next = i < n ? live[i].page : x->pages;
         if (next > p) {
-            ph_extnode *f = node_new(p, next - p, PH_EXT_FREE, 0);
+            ph_extnode *f = node_new(x, p, next - p, PH_EXT_FREE, 0);
             if (!f)
                 return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
             index_set(x, f);
@@ -387,7 +432,7 @@ static int build_index(ph_extents *x, const entry *live, uint64_t n)
         }
         if (i == n)
             break;
-        ph_extnode *a = node_new(live[i].page, live[i].n, live[i].kind, live[i].cls);
+        ph_extnode *a = node_new(x, live[i].page, live[i].n, live[i].kind, live[i].cls);
         if (!a)
             return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
         index_set(x, a);
@@ -421,17 +466,17 @@ static int extents_init(ph_space *sp, ph_extents *x)
     if (!x->head || !x->last || !x->freed)
         return ph_err(PHEAP_ENOMEM, "extent index: cannot map %llu pages",
                       (unsigned long long)x->pages_max);
+    prefault_maps(x, 0, x->pages);
     return 0;
 }
 
 static void extents_fini(ph_extents *x)
 {
-    if (x->head)
-        for (uint64_t p = 0; p < x->pages && x->head[p];) {
-            ph_extnode *n = x->head[p];
-            p += n->npages;
-            free(n);
-        }
+    while (x->pools) {
+        node_pool *p = x->pools;
+        x->pools = p->next;
+        free(p);
+    }
     ph_os_free_pages(x->head, PH_ALIGN_UP(x->pages_max * sizeof(*x->head), PH_PAGE_SIZE));
     ph_os_free_pages(x->last, PH_ALIGN_UP(x->pages_max * sizeof(*x->last), PH_PAGE_SIZE));
     ph_os_free_pages(x->freed, PH_ALIGN_UP((x->pages_max + 63) / 64 * 8, PH_PAGE_SIZE));
@@ -531,6 +576,20 @@ void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, un
 {
     pthread_mutex_lock(&x->lock);
     commit_locked(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
+    pthread_mutex_unlock(&x->lock);
+}
+
+void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
+                            unsigned cls)
+{
+    pthread_mutex_lock(&x->lock);
+    for (unsigned i = 0; i < n; i++) {
+        ph_extnode *e = x->head[page_of(x, offs[i])];
+        e->cls = cls;
+        append(x, c, e, PH_EXT_SLAB);
+        e->kind = PH_EXT_SLAB; /* after the append: see commit_locked */
+    }
+    ph_persist_fence(&x->sp->persist, c);
     pthread_mutex_unlock(&x->lock);
 }
 

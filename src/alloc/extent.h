@@ -42,6 +42,8 @@ typedef struct ph_extents {
     ph_extnode **last;         /* [pages_max]: node ending at a page */
     uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
     ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */
+    ph_extnode *spare;         /* unused nodes, linked by next */
+    struct node_pool *pools;   /* where nodes live */
     uint64_t free_pages;       /* pages in free nodes */
     uint64_t appends;          /* log entries appended since open */
     uint64_t compactions;      /* compactions since open */
@@ -68,6 +70,10 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val);
 void ph_extent_cancel(ph_extents *x, uint64_t off);
+
+/* Commits n reserved chunks as slabs of class cls: n entries, one fence. */
+void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
+                            unsigned cls);
 
 /* Frees the extent starting at data offset `off`, which must be of `kind`
  * (PH_EXT_LARGE or PH_EXT_SLAB).  Durable on return (one entry, one fence;

@@ -211,7 +211,10 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  *   w1: bits 0..31 pages, bits 32..47 low 16 bits of the epoch,
  *       bits 48..63 check: 16 bits of a hash of w0 and w1's low 48 bits
  * An entry counts only if its epoch matches and its check holds; replay
- * stops at the first entry that does not (the log's end). */
+ * stops at the first entry that does not (the log's end).
+ * Order: entry j of a half (j-th appended) is slot (j mod L) * 4 + j / L of
+ * the half's L lines of four slots, so consecutive entries lie in
+ * different lines. */
 #define PH_EXT_FREE 1u      /* pages returned to free space */
 #define PH_EXT_LARGE 2u     /* pages allocated as one large block */
 #define PH_EXT_SLAB 3u      /* one chunk allocated as a slab */

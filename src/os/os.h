@@ -62,6 +62,10 @@ int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int t
 /* Maps zero-filled private memory at the fixed address `addr`. */
 int ph_os_map_anon(void *addr, size_t len);
 
+/* Faults in [addr, addr+len) for writing ahead of use (file pages are
+ * allocated), so that later stores take no page fault.  Best effort. */
+void ph_os_populate(void *addr, size_t len);
+
 /* Anonymous private memory, zero-filled; NULL on failure. */
 void *ph_os_alloc_pages(size_t len);
 void ph_os_free_pages(void *addr, size_t len);

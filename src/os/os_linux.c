@@ -225,6 +225,16 @@ int ph_os_map_anon(void *addr, size_t len)
     return 0;
 }
 
+void ph_os_populate(void *addr, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    (void)madvise(addr, len, MADV_POPULATE_WRITE); /* older kernels: EINVAL, fine */
+#else
+    (void)addr;
+    (void)len;
+#endif
+}
+
 void *ph_os_alloc_pages(size_t len)
 {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
