@@ -105,24 +105,30 @@ static void index_clear(ph_extents *x, ph_extnode *n)
     x->last[n->page + n->npages - 1] = NULL;
 }
 
-/* Nodes come from pools of PH_NODE_POOL, zeroed (so faulted in) when the
- * pool is made: allocations never take a page fault in malloc. */
-#define PH_NODE_POOL 1024u
+/* Nodes come from pools that double in size (1024 nodes, then 2048, ...,
+ * at most 65536), zeroed -- so faulted in -- when made: the cost of
+ * growing the index is paid a logarithmic number of times, never as a
+ * page fault in an ordinary allocation. */
+#define PH_NODE_POOL_MIN 1024u
+#define PH_NODE_POOL_MAX 65536u
 
 typedef struct node_pool {
     struct node_pool *next;
-    ph_extnode nodes[PH_NODE_POOL];
+    uint64_t n;
+    ph_extnode nodes[];
 } node_pool;
 
 static ph_extnode *node_new(ph_extents *x, uint64_t page, uint64_t n, uint32_t kind, unsigned cls)
 {
     if (!x->spare) {
-        node_pool *p = calloc(1, sizeof(*p));
+        uint64_t cap = x->pools ? PH_MIN(2 * x->pools->n, (uint64_t)PH_NODE_POOL_MAX) : PH_NODE_POOL_MIN;
+        node_pool *p = calloc(1, sizeof(*p) + cap * sizeof(ph_extnode));
         if (!p)
             return NULL;
+        p->n = cap;
         p->next = x->pools;
         x->pools = p;
-        for (unsigned i = 0; i < PH_NODE_POOL; i++) {
+        for (uint64_t i = 0; i < cap; i++) {
             p->nodes[i].next = x->spare;
             x->spare = &p->nodes[i];
         }
