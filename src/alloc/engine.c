@@ -408,7 +408,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
             ph_extent_release(e->ext, off); /* reusable only once retired */
         return rc;
     }
-    uint32_t i;
+    uint32_t i = 0;
     if ((rc = live_small(s, off, &i)) != 0)
         return rc;
     ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
@@ -431,7 +431,7 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
     ph_slab *s = chunk_slab(e, off);
     if (!s)
         return ph_extent_lookup(e->ext, off, bytes);
-    uint32_t i;
+    uint32_t i = 0;
     int rc = live_small(s, off, &i);
     if (!rc)
         *bytes = s->block_size;
