@@ -172,8 +172,8 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     return 0;
 }
 
-/* Releases everything of a handle without touching the heap's state
- * (thread caches go back to the volatile slabs only). */
+/* Releases everything of a handle without touching the heap's state:
+ * thread caches are dropped with the rest of the volatile state. */
 static void release(pheap *h)
 {
     if (h->id)
