@@ -527,7 +527,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     } else {
         memset(e->arenas, 0, e->narenas * sizeof(ph_arena));
         for (unsigned a = 0; a < e->narenas; a++)
-            pthread_mutex_init(&e->arenas[a].lock, NULL);
+            ph_os_mutex_init(&e->arenas[a].lock);
         int rc = ph_extents_open(sp, &e->ext, on_slab, &o);
         if (rc && !o.rc)
             o.rc = rc;

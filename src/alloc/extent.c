@@ -3,19 +3,26 @@
  * backed data region, size bins of free nodes, page -> node maps for
  * coalescing) and the durable extent log behind it.
  *
- * Crash protocol.  Every durable change is one log entry: appended,
- * flushed and fenced while the index lock is held, so entries become
- * durable in log order.  An allocation commits with its entry; a free
- * commits with its entry and only then returns its pages to the index
- * (and, when large, to the file system).  Replay rebuilds the set of live
- * extents; everything else backed is free.  A torn or stale entry fails
- * its epoch or check and ends the replay: it was never fenced, so the
- * operation it describes had not returned.
+ * Crash protocol.  Every durable change is one log entry, written and
+ * flushed under the index lock and fenced by its thread after the lock is
+ * released, so that large operations of several threads fence in
+ * parallel.  Entries may therefore become durable out of log order; replay
+ * reads every slot of the active half and skips the invalid ones.  That is
+ * sound because an entry that depends on another is only appended once the
+ * other is durable: a block is freed only after its allocation returned,
+ * and freed pages go back to the index only after the free's fence.  An
+ * allocation commits with its entry; a free commits with its entry and
+ * only then returns its pages to the index (and, when large, to the file
+ * system).  Replay rebuilds the set of live extents; everything else
+ * backed is free.  A torn or stale entry fails its epoch or check: it was
+ * never fenced, so the operation it describes had not returned.
  *
  * Compaction, when the active half is full: the live extents are written
  * to the other half with the next epoch, the rest of that half is zeroed,
  * all of it is fenced, and then the 8-byte header word switches halves and
- * is persisted.  Before that store is durable the old half rules.
+ * is persisted.  Before that store is durable the old half rules.  Entries
+ * in flight (written, not yet fenced) are already reflected in the index
+ * that compaction writes out.
  */
 #include "alloc/extent.h"
 
@@ -289,6 +296,21 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
 
 static void compact(ph_extents *x, ph_pctx *c);
 
+/* Freed extents whose free is durable wait on x->xreleased (a stack linked
+ * through `next`, pushed without the lock) until the next holder of the
+ * lock returns them to free space: a free takes the lock once, not twice. */
+static void lock_index(ph_extents *x)
+{
+    pthread_mutex_lock(&x->lock);
+    ph_extnode *n = __atomic_exchange_n(&x->xreleased, NULL, __ATOMIC_ACQUIRE);
+    while (n) {
+        ph_extnode *next = n->next;
+        n->next = NULL;
+        make_free(x, n);
+        n = next;
+    }
+}
+
 /* Entry j (in log order) of a half.  Entries are interleaved over the
  * half's lines -- entry j in line j mod L, L lines of 4 entries -- so that
  * consecutive appends flush different lines (no reflush). */
@@ -372,8 +394,11 @@ static int replay(ph_extents *x, entry **out, uint64_t *nout, uint64_t *used)
         return ph_err(PHEAP_ENOMEM, "extent log replay: out of memory");
     int rc = 0;
     entry e;
-    uint64_t i;
-    for (i = 0; i < x->half_entries && decode(slot(x, x->active, i), x->epoch, &e); i++) {
+    uint64_t i, tail = 0;
+    for (i = 0; i < x->half_entries; i++) {
+        if (!decode(slot(x, x->active, i), x->epoch, &e))
+            continue; /* never written, or in flight at the crash */
+        tail = i + 1;
         const char *why = NULL;
         entry *slot = live_find(&s, e.page, e.kind != PH_EXT_FREE);
         if (e.page + e.n > x->pages)
@@ -420,7 +445,7 @@ static int replay(ph_extents *x, entry **out, uint64_t *nout, uint64_t *used)
     }
     *out = s.v;
     *nout = n;
-    *used = i;
+    *used = tail;
     return 0;
 }
 
@@ -455,7 +480,7 @@ static void *alloc_map(uint64_t bytes)
 static int extents_init(ph_space *sp, ph_extents *x)
 {
     memset(x, 0, sizeof(*x));
-    pthread_mutex_init(&x->lock, NULL);
+    ph_os_mutex_init(&x->lock);
     x->sp = sp;
     x->hdr = ph_space_at(sp, sp->extlog_region);
     x->half_entries = (sp->extlog_size - PH_PAGE_SIZE) / 2 / sizeof(ph_extlog_entry);
@@ -534,8 +559,10 @@ static uint64_t off_of(const ph_extents *x, uint64_t page)
     return x->sp->data_off + page * PH_PAGE_SIZE;
 }
 
-static void commit_locked(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind, unsigned cls,
-                          uint64_t *dest, uint64_t dest_val)
+/* Appends the commit entry of reserved node n and stores *dest (flushed,
+ * not fenced: the caller fences after dropping the lock). */
+static void stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind, unsigned cls,
+                         uint64_t *dest, uint64_t dest_val)
 {
     /* The node stays RESERVED until its entry is in the log: a compaction
      * that append() may run first must not write it as live already. */
@@ -547,26 +574,27 @@ static void commit_locked(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kin
         ph_store(dest, dest_val);
         ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
     }
-    ph_persist_fence(&x->sp->persist, c);
 }
 
 int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
                     uint64_t *dest, uint64_t *off)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     ph_extnode *n;
     int rc = reserve_locked(x, c, bytes, PH_EXT_RESERVED, 0, &n);
     if (!rc) {
         *off = off_of(x, n->page);
-        commit_locked(x, c, n, kind, cls, dest, *off);
+        stage_commit(x, c, n, kind, cls, dest, *off);
     }
     pthread_mutex_unlock(&x->lock);
+    if (!rc)
+        ph_persist_fence(&x->sp->persist, c);
     return rc;
 }
 
 int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, uint64_t *off)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     ph_extnode *n;
     int rc = reserve_locked(x, c, bytes, kind == PH_EXT_SLAB ? PH_EXT_SLAB : PH_EXT_LARGE, 0, &n);
     if (!rc) {
@@ -580,28 +608,25 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val)
 {
-    pthread_mutex_lock(&x->lock);
-    commit_locked(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
+    lock_index(x);
+    stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
     pthread_mutex_unlock(&x->lock);
+    ph_persist_fence(&x->sp->persist, c);
 }
 
 void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
                             unsigned cls)
 {
-    pthread_mutex_lock(&x->lock);
-    for (unsigned i = 0; i < n; i++) {
-        ph_extnode *e = x->head[page_of(x, offs[i])];
-        e->cls = cls;
-        append(x, c, e, PH_EXT_SLAB);
-        e->kind = PH_EXT_SLAB; /* after the append: see commit_locked */
-    }
-    ph_persist_fence(&x->sp->persist, c);
+    lock_index(x);
+    for (unsigned i = 0; i < n; i++)
+        stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
     pthread_mutex_unlock(&x->lock);
+    ph_persist_fence(&x->sp->persist, c);
 }
 
 void ph_extent_cancel(ph_extents *x, uint64_t off)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     make_free(x, x->head[page_of(x, off)]);
     pthread_mutex_unlock(&x->lock);
 }
@@ -635,49 +660,52 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
     return ph_err(PHEAP_ENOTALLOC, "offset %llu was never allocated", (unsigned long long)off);
 }
 
-/* Returns a freed (durably logged) extent's pages to free space; lock held. */
-static void release_locked(ph_extents *x, ph_extnode *n)
-{
-    uint64_t page = n->page, npages = n->npages;
-    make_free(x, n);
-    if (npages * PH_PAGE_SIZE >= PH_PUNCH_MIN)
-        ph_space_punch(x->sp, off_of(x, page), npages * PH_PAGE_SIZE);
-}
 
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                    uint64_t dest_val, int hold)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     ph_extnode *n;
     int rc = classify_locked(x, off, kind, &n);
+    uint64_t bytes = 0;
     if (!rc) {
         append(x, c, n, PH_EXT_FREE);
+        n->kind = PH_EXT_RESERVED; /* free in the log, not reusable before the fence */
+        bytes = n->npages * PH_PAGE_SIZE;
+        if (kind == PH_EXT_LARGE)
+            x->freed[n->page / 64] |= 1ull << (n->page % 64);
         if (dest) {
             ph_store(dest, dest_val);
             ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
         }
-        ph_persist_fence(&x->sp->persist, c);
-        if (kind == PH_EXT_LARGE)
-            x->freed[n->page / 64] |= 1ull << (n->page % 64);
-        if (hold)
-            n->kind = PH_EXT_RESERVED; /* free in the log, not yet reusable */
-        else
-            release_locked(x, n);
     }
     pthread_mutex_unlock(&x->lock);
-    return rc;
+    if (rc)
+        return rc;
+    ph_persist_fence(&x->sp->persist, c);
+    /* Large pages go back to the file system while still reserved (no one
+     * can have them yet) and without the lock (a punch is a system call). */
+    if (bytes >= PH_PUNCH_MIN)
+        ph_space_punch(x->sp, off, bytes);
+    if (!hold)
+        ph_extent_release(x, off);
+    return 0;
 }
 
 void ph_extent_release(ph_extents *x, uint64_t off)
 {
-    pthread_mutex_lock(&x->lock);
-    release_locked(x, x->head[page_of(x, off)]);
-    pthread_mutex_unlock(&x->lock);
+    /* The node is RESERVED, so no one else changes it or its head[] slot
+     * (only free nodes merge): read it without the lock. */
+    ph_extnode *n = x->head[page_of(x, off)];
+    n->next = __atomic_load_n(&x->xreleased, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&x->xreleased, &n->next, n, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED))
+        ;
 }
 
 int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE, p = page;
     int rc = 0;
     while (p > 0 && !x->head[p])
@@ -694,15 +722,17 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
     if (!f)
         rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
     else
-        commit_locked(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
+        stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
 out:
     pthread_mutex_unlock(&x->lock);
+    if (!rc)
+        ph_persist_fence(&x->sp->persist, c);
     return rc;
 }
 
 int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     ph_extnode *n;
     int rc = classify_locked(x, off, PH_EXT_LARGE, &n);
     if (!rc)
@@ -713,7 +743,7 @@ int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
 
 void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages)
         fn(arg, x->head[p]);
     pthread_mutex_unlock(&x->lock);
@@ -722,7 +752,7 @@ void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), 
 uint64_t ph_extents_largest_free(ph_extents *x)
 {
     uint64_t best = 0;
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     for (int b = PH_EXT_BINS - 1; b >= 0 && !best; b--)
         for (ph_extnode *f = x->bins[b]; f; f = f->next)
             best = PH_MAX(best, f->npages);
@@ -732,7 +762,7 @@ uint64_t ph_extents_largest_free(ph_extents *x)
 
 int ph_extents_check(ph_extents *x, char *err, size_t errlen)
 {
-    pthread_mutex_lock(&x->lock);
+    lock_index(x);
     entry *live = NULL;
     uint64_t n = 0, i = 0, free_pages = 0, p = 0, used;
     int bad = 0;

@@ -2,9 +2,9 @@
  * extent.h -- the large allocator: page-granular extents of the data
  * region, best fit with coalescing, indexed in DRAM and made durable by the
  * log-structured extent log (format/layout.h).  Slabs take their 64 KiB
- * chunks from here too.  All calls lock the extent index; every log append
- * is durable before the lock is released, so the log order is the order in
- * which changes became durable.
+ * chunks from here too.  All calls lock the extent index; log entries are
+ * written under the lock and fenced after it (see extent.c for why replay
+ * copes with entries that become durable out of order).
  */
 #ifndef PH_ALLOC_EXTENT_H
 #define PH_ALLOC_EXTENT_H
@@ -43,6 +43,7 @@ typedef struct ph_extents {
     uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
     ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */
     ph_extnode *spare;         /* unused nodes, linked by next */
+    ph_extnode *xreleased;     /* freed, durable, not yet free space (atomic stack) */
     struct node_pool *pools;   /* where nodes live */
     uint64_t free_pages;       /* pages in free nodes */
     uint64_t appends;          /* log entries appended since open */
@@ -85,6 +86,8 @@ void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, uns
  * PHEAP_EDOUBLEFREE (a freed large block's start), PHEAP_ENOTALLOC. */
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                    uint64_t dest_val, int hold);
+/* Makes the held extent at `off` reusable (without taking the lock: the
+ * next holder of the lock does it). */
 void ph_extent_release(ph_extents *x, uint64_t off);
 
 /* Recovery: makes [off, off + bytes) a live large block if it is free

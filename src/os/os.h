@@ -79,6 +79,11 @@ int ph_os_random(void *buf, size_t len);
 /* CLOCK_REALTIME in nanoseconds. */
 uint64_t ph_os_time_ns(void);
 
+/* A mutex for short critical sections: spins briefly before sleeping
+ * (a sleeping waiter on a small machine costs microseconds to wake). */
+#include <pthread.h>
+void ph_os_mutex_init(pthread_mutex_t *m);
+
 /* CPU features for the persistence layer. */
 typedef struct ph_cpu_features {
     int clflush;
