@@ -184,8 +184,32 @@ static int tcache_init(ph_tcache *t)
     return 0;
 }
 
-/* Fills half of a class's cache from the arena of the current CPU; returns
- * a block or 0 (heap full, error set). */
+/* Moves available blocks of class cls from arena ai into bin b, up to
+ * `want`, making slabs when `create`; returns whether any block came. */
+static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_tbin *b,
+                       uint32_t want, int create)
+{
+    ph_arena *a = &e->arenas[ai];
+    uint32_t before = b->n;
+    pthread_mutex_lock(&a->lock);
+    while (b->n < want) {
+        ph_slab *s = a->partial[cls];
+        if (!s && (!create || slab_create(e, c, ai, cls, &s) != 0))
+            break;
+        ph_store_relaxed(&b->n, b->n + ph_slab_take(s, b->v + b->n, want - b->n));
+        if (s->navail == 0)
+            partial_remove(a, s);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return b->n > before;
+}
+
+static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
+
+/* Fills half of a class's cache from the arena of the current CPU; when it
+ * has no block and no room for a slab, from the other arenas, and at last
+ * after reclaiming empty slabs.  Returns a block or 0 (heap full, error
+ * set). */
 static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls)
 {
     if (!t->store && tcache_init(t) != 0)
@@ -193,17 +217,15 @@ static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsig
     ph_tbin *b = &t->bins[cls];
     uint32_t want = b->cap / 2 ? b->cap / 2 : 1;
     unsigned ai = ph_os_current_cpu() % e->narenas;
-    ph_arena *a = &e->arenas[ai];
-    pthread_mutex_lock(&a->lock);
-    while (b->n < want) {
-        ph_slab *s = a->partial[cls];
-        if (!s && slab_create(e, c, ai, cls, &s) != 0)
-            break;
-        ph_store_relaxed(&b->n, b->n + ph_slab_take(s, b->v + b->n, want - b->n));
-        if (s->navail == 0)
-            partial_remove(a, s);
+    if (!take_blocks(e, c, ai, cls, b, want, 1)) {
+        int err = pheap_errno();
+        for (unsigned k = 1; k < e->narenas && !b->n; k++)
+            take_blocks(e, c, (ai + k) % e->narenas, cls, b, want, 0);
+        if (!b->n && reclaim(e, t, c))
+            take_blocks(e, c, ai, cls, b, want, 1);
+        if (!b->n)
+            ph_err(err, "%s", pheap_errmsg()); /* keep the heap-full message */
     }
-    pthread_mutex_unlock(&a->lock);
     return ph_tcache_pop(t, cls);
 }
 
