@@ -26,6 +26,7 @@
 
 #define PH_ARENAS_MAX 64u
 #define PH_SLAB_BATCH 8u
+_Static_assert(PH_SLAB_BATCH <= PH_EXT_COMMIT_MAX, "slab batch fits one commit");
 
 static ph_slab *chunk_slab(const ph_engine *e, uint64_t off)
 {

@@ -321,7 +321,10 @@ static ph_extlog_entry *slot(const ph_extents *x, unsigned half, uint64_t j)
 }
 
 /* Appends a durable entry; lock held.  The caller fences. */
-static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
+/* Writes the next entry of the log (lock held) and returns it; the caller
+ * flushes and fences it after dropping the lock, so that the lock is held
+ * for neither. */
+static ph_extlog_entry *append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
 {
     if (x->tail == x->half_entries)
         compact(x, c);
@@ -329,8 +332,15 @@ static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind
     ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch);
     ph_store(&e->w0, v.w0);
     ph_store(&e->w1, v.w1);
-    ph_persist_flush(&x->sp->persist, c, e, sizeof(*e));
     x->appends++;
+    return e;
+}
+
+/* After the lock: makes entry e (and nothing else) durable with the
+ * caller's other flushed lines. */
+static void persist_entry(ph_extents *x, ph_pctx *c, ph_extlog_entry *e)
+{
+    ph_persist_range(&x->sp->persist, c, e, sizeof(*e));
 }
 
 static void compact(ph_extents *x, ph_pctx *c)
@@ -561,19 +571,20 @@ static uint64_t off_of(const ph_extents *x, uint64_t page)
 
 /* Appends the commit entry of reserved node n and stores *dest (flushed,
  * not fenced: the caller fences after dropping the lock). */
-static void stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind, unsigned cls,
-                         uint64_t *dest, uint64_t dest_val)
+static ph_extlog_entry *stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind,
+                                     unsigned cls, uint64_t *dest, uint64_t dest_val)
 {
     /* The node stays RESERVED until its entry is in the log: a compaction
      * that append() may run first must not write it as live already. */
     n->cls = cls;
     x->freed[n->page / 64] &= ~(1ull << (n->page % 64));
-    append(x, c, n, kind);
+    ph_extlog_entry *e = append(x, c, n, kind);
     n->kind = kind;
     if (dest) {
         ph_store(dest, dest_val);
         ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
     }
+    return e;
 }
 
 int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
@@ -581,14 +592,15 @@ int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, un
 {
     lock_index(x);
     ph_extnode *n;
+    ph_extlog_entry *e = NULL;
     int rc = reserve_locked(x, c, bytes, PH_EXT_RESERVED, 0, &n);
     if (!rc) {
         *off = off_of(x, n->page);
-        stage_commit(x, c, n, kind, cls, dest, *off);
+        e = stage_commit(x, c, n, kind, cls, dest, *off);
     }
     pthread_mutex_unlock(&x->lock);
     if (!rc)
-        ph_persist_fence(&x->sp->persist, c);
+        persist_entry(x, c, e);
     return rc;
 }
 
@@ -609,18 +621,22 @@ void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, un
                       uint64_t *dest, uint64_t dest_val)
 {
     lock_index(x);
-    stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
+    ph_extlog_entry *e = stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
     pthread_mutex_unlock(&x->lock);
-    ph_persist_fence(&x->sp->persist, c);
+    persist_entry(x, c, e);
 }
 
 void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
                             unsigned cls)
 {
+    ph_extlog_entry *e[PH_EXT_COMMIT_MAX];
+    n = PH_MIN(n, PH_EXT_COMMIT_MAX);
     lock_index(x);
     for (unsigned i = 0; i < n; i++)
-        stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
+        e[i] = stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
     pthread_mutex_unlock(&x->lock);
+    for (unsigned i = 0; i < n; i++)
+        ph_persist_flush(&x->sp->persist, c, e[i], sizeof(*e[i]));
     ph_persist_fence(&x->sp->persist, c);
 }
 
@@ -668,8 +684,9 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
     ph_extnode *n;
     int rc = classify_locked(x, off, kind, &n);
     uint64_t bytes = 0;
+    ph_extlog_entry *e = NULL;
     if (!rc) {
-        append(x, c, n, PH_EXT_FREE);
+        e = append(x, c, n, PH_EXT_FREE);
         n->kind = PH_EXT_RESERVED; /* free in the log, not reusable before the fence */
         bytes = n->npages * PH_PAGE_SIZE;
         if (kind == PH_EXT_LARGE)
@@ -682,7 +699,7 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
     pthread_mutex_unlock(&x->lock);
     if (rc)
         return rc;
-    ph_persist_fence(&x->sp->persist, c);
+    persist_entry(x, c, e);
     /* Large pages go back to the file system while still reserved (no one
      * can have them yet) and without the lock (a punch is a system call). */
     if (bytes >= PH_PUNCH_MIN)
@@ -708,6 +725,7 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
     lock_index(x);
     uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE, p = page;
     int rc = 0;
+    ph_extlog_entry *e = NULL;
     while (p > 0 && !x->head[p])
         p--;
     ph_extnode *f = x->head[p];
@@ -722,11 +740,11 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
     if (!f)
         rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
     else
-        stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
+        e = stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
 out:
     pthread_mutex_unlock(&x->lock);
-    if (!rc)
-        ph_persist_fence(&x->sp->persist, c);
+    if (e)
+        persist_entry(x, c, e);
     return rc;
 }
 

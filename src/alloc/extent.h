@@ -72,7 +72,9 @@ void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, un
                       uint64_t *dest, uint64_t dest_val);
 void ph_extent_cancel(ph_extents *x, uint64_t off);
 
-/* Commits n reserved chunks as slabs of class cls: n entries, one fence. */
+/* Commits n (at most PH_EXT_COMMIT_MAX) reserved chunks as slabs of class
+ * cls: n entries, one fence. */
+#define PH_EXT_COMMIT_MAX 16u
 void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
                             unsigned cls);
 
