@@ -18,9 +18,8 @@
  * never fenced, so the operation it describes had not returned.
  *
  * Compaction, when the active half is full: the live extents are written
- * to the other half with the next epoch, the rest of that half is zeroed,
- * all of it is fenced, and then the 8-byte header word switches halves and
- * is persisted.  Before that store is durable the old half rules.  Entries
+ * to the other half with the next epoch and fenced, and then the 8-byte
+ * header word switches halves and is persisted.  Before that store is durable the old half rules.  Entries
  * in flight (written, not yet fenced) are already reflected in the index
  * that compaction writes out.
  */
@@ -46,7 +45,7 @@ static uint64_t check16(uint64_t w0, uint64_t w1lo)
 
 static ph_extlog_entry encode(uint64_t page, uint64_t n, uint32_t kind, unsigned cls, uint64_t epoch)
 {
-    uint64_t w0 = page | (uint64_t)kind << 40 | (uint64_t)cls << 48;
+    uint64_t w0 = page | (uint64_t)kind << 36 | (uint64_t)cls << 40 | ((epoch >> 16) & 0xffff) << 48;
     uint64_t w1 = n | (epoch & 0xffff) << 32;
     return (ph_extlog_entry){w0, w1 | check16(w0, w1) << 48};
 }
@@ -60,10 +59,11 @@ typedef struct entry {
 static int decode(const ph_extlog_entry *e, uint64_t epoch, entry *out)
 {
     uint64_t w0 = ph_load_relaxed(&e->w0), w1 = ph_load_relaxed(&e->w1);
-    if ((w1 >> 48) != check16(w0, w1 & 0xffffffffffffull) || ((w1 >> 32) & 0xffff) != (epoch & 0xffff))
+    uint64_t e32 = (w0 >> 48) << 16 | ((w1 >> 32) & 0xffff);
+    if ((w1 >> 48) != check16(w0, w1 & 0xffffffffffffull) || e32 != (epoch & 0xffffffffu))
         return 0;
-    *out = (entry){w0 & 0xffffffffffull, w1 & 0xffffffffull, (uint32_t)(w0 >> 40) & 0xff,
-                   (uint32_t)(w0 >> 48)};
+    *out = (entry){w0 & 0xfffffffffull, w1 & 0xffffffffull, (uint32_t)(w0 >> 36) & 0xf,
+                   (uint32_t)(w0 >> 40) & 0xff};
     return out->kind >= PH_EXT_FREE && out->kind <= PH_EXT_SLAB && out->n > 0;
 }
 
@@ -352,13 +352,12 @@ static void compact(ph_extents *x, ph_pctx *c)
         if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB)
             *slot(x, other, i++) = encode(n->page, n->npages, n->kind, n->cls, epoch);
     }
+    /* Slots past `used` keep entries of older epochs: replay skips them
+     * (32-bit epochs do not repeat).  Entries 0..used-1 fill the first
+     * min(used, L) lines of the half (interleaving). */
     uint64_t used = i;
-    for (; i < x->half_entries; i++) {
-        ph_extlog_entry *e = slot(x, other, i);
-        if (e->w0 | e->w1)
-            *e = (ph_extlog_entry){0, 0};
-    }
-    ph_persist_flush(&x->sp->persist, c, x->half[other], x->half_entries * sizeof(ph_extlog_entry));
+    ph_persist_flush(&x->sp->persist, c, x->half[other],
+                     PH_MIN(used, x->half_entries / 4) * PH_LINE_SIZE);
     ph_persist_fence(&x->sp->persist, c);
     ph_persist_store64(&x->sp->persist, c, &x->hdr->xactive, epoch << 1 | other);
     x->active = other;

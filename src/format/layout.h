@@ -206,12 +206,14 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  * extents are written compactly into the other half with the next epoch,
  * and one 8-byte store to xactive switches halves.
  * Entry words (little-endian):
- *   w0: bits 0..39 first page (from the data region start, 4 KiB pages)
- *       bits 40..47 kind, bits 48..63 size class (slabs)
- *   w1: bits 0..31 pages, bits 32..47 low 16 bits of the epoch,
+ *   w0: bits 0..35 first page (from the data region start, 4 KiB pages),
+ *       bits 36..39 kind, bits 40..47 size class (slabs),
+ *       bits 48..63 epoch bits 16..31
+ *   w1: bits 0..31 pages, bits 32..47 epoch bits 0..15,
  *       bits 48..63 check: 16 bits of a hash of w0 and w1's low 48 bits
- * An entry counts only if its epoch matches and its check holds; replay
- * stops at the first entry that does not (the log's end).
+ * An entry counts only if its 32-bit epoch matches the half's and its check
+ * holds; replay reads every slot of the active half and skips the others
+ * (never written, torn, or left from an older epoch).
  * Order: entry j of a half (j-th appended) is slot (j mod L) * 4 + j / L of
  * the half's L lines of four slots, so consecutive entries lie in
  * different lines. */
