@@ -5,6 +5,7 @@
 #   bench/results/<run>.json      every result of the run
 #   bench/results/<run>/report.md tables, and the PNG charts beside it
 #   bench/results/SUMMARY.md      the tables of the latest full run
+#   bench/results/charts/*.png    its charts (the README shows them)
 #
 # usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]
 #   --quick        smaller parameters and a 512 MiB heap, under two minutes
@@ -114,5 +115,9 @@ python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "
     --meta "libpmemobj=$(ver libpmemobj1)" --meta "mimalloc=$(ver libmimalloc2.0)" \
     --meta "jemalloc=$(ver libjemalloc2)" --meta "glibc=$(ver libc6)"
 rm -f "$LINES"
+# A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
+if [ "$MODE" = full ]; then
+    mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null
+fi
 echo "run.sh: results in $RES/$RUN.json and $RES/$RUN/ ($(( $(date +%s) - START )) s)"
 exit $failed
