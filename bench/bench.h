@@ -207,6 +207,11 @@ typedef struct bench_thread {
     char error[256];
 } bench_thread;
 
+/* Allocates n blocks of lo..hi bytes (drawn from t->rng when lo < hi) into
+ * slot[0..n).  On failure: reports it, frees what it allocated, marks the
+ * thread failed and returns -1. */
+int bench_alloc_batch(bench_thread *t, bench_handle *slot, uint64_t n, size_t lo, size_t hi);
+
 typedef void (*bench_worker_fn)(bench_thread *t);
 
 typedef struct bench_timing {

@@ -38,6 +38,23 @@ void bench_alloc_why(const char *why)
     snprintf(alloc_why, sizeof alloc_why, "%s", why ? why : "");
 }
 
+int bench_alloc_batch(bench_thread *t, bench_handle *slot, uint64_t n, size_t lo, size_t hi)
+{
+    const bench_allocator *a = t->run->alloc;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t size = lo < hi ? bench_rand_range(&t->rng, lo, hi) : lo;
+        slot[i] = a->alloc(size);
+        if (!slot[i]) {
+            bench_fail_alloc(size, i);
+            while (i)
+                a->free(slot[--i]);
+            t->failed = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 void bench_fail_alloc(size_t size, uint64_t done)
 {
     bench_fail("alloc(%zu) failed after %llu blocks%s%s", size, (unsigned long long)done,

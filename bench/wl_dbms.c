@@ -21,17 +21,8 @@ static void dbms_worker(bench_thread *t)
     bench_handle *slot = st->slots + (size_t)t->tid * p->batch;
 
     for (uint64_t r = 0; r < st->rounds; r++) {
-        for (uint64_t i = 0; i < p->batch; i++) {
-            size_t size = bench_rand_range(&t->rng, p->size_min, p->size_max);
-            slot[i] = a->alloc(size);
-            if (!slot[i]) {
-                bench_fail_alloc(size, i);
-                while (i)
-                    a->free(slot[--i]);
-                t->failed = 1;
-                return;
-            }
-        }
+        if (bench_alloc_batch(t, slot, p->batch, p->size_min, p->size_max))
+            return;
         for (uint64_t i = 0; i < p->batch; i++)
             a->free(slot[i]);
         t->ops += 2 * p->batch;

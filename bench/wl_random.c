@@ -26,16 +26,8 @@ static void random_worker(bench_thread *t)
 
     for (uint64_t r = 0; r < st->rounds; r++) {
         const uint32_t *order = st->order + ((r + t->tid) % ORDERS) * p->batch;
-        for (uint64_t i = 0; i < p->batch; i++) {
-            slot[i] = a->alloc(size);
-            if (!slot[i]) {
-                bench_fail_alloc(size, i);
-                while (i)
-                    a->free(slot[--i]);
-                t->failed = 1;
-                return;
-            }
-        }
+        if (bench_alloc_batch(t, slot, p->batch, size, size))
+            return;
         for (uint64_t i = 0; i < p->batch; i++)
             a->free(slot[order[i]]);
         t->ops += 2 * p->batch;

@@ -21,16 +21,8 @@ static void tt_worker(bench_thread *t)
     size_t size = p->size_min;
 
     for (uint64_t it = 0; it < st->iters; it++) {
-        for (uint64_t i = 0; i < p->batch; i++) {
-            slot[i] = a->alloc(size);
-            if (!slot[i]) {
-                bench_fail_alloc(size, i);
-                while (i)
-                    a->free(slot[--i]);
-                t->failed = 1;
-                return;
-            }
-        }
+        if (bench_alloc_batch(t, slot, p->batch, size, size))
+            return;
         for (uint64_t i = 0; i < p->batch; i++)
             a->free(slot[i]);
         t->ops += 2 * p->batch;
