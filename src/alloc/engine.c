@@ -217,7 +217,11 @@ static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsig
         return 0;
     ph_tbin *b = &t->bins[cls];
     uint32_t want = b->cap / 2 ? b->cap / 2 : 1;
-    unsigned ai = ph_os_current_cpu() % e->narenas;
+    /* A thread keeps the arena of the CPU it first refilled on: moving with
+     * the scheduler would make slabs in every arena it visits. */
+    if (t->arena < 0)
+        t->arena = (int)(ph_os_current_cpu() % e->narenas);
+    unsigned ai = (unsigned)t->arena;
     if (!take_blocks(e, c, ai, cls, b, want, 1)) {
         int err = pheap_errno();
         for (unsigned k = 1; k < e->narenas && !b->n; k++)

@@ -118,6 +118,7 @@ ph_noinline ph_thread *ph_thread_get_slow(pheap *h)
         return NULL;
     t->heap = h;
     t->tc.lane.index = -1;
+    t->tc.arena = -1;
     pthread_mutex_lock(&h->threads_lock);
     t->next = h->threads;
     if (h->threads)
