@@ -56,32 +56,6 @@ static size_t random_size(void)
     return 32769 + next() % (200 * 1024 - 32768);
 }
 
-/* Contents of a block: 8-byte words of a sequence started by `seed`. */
-static void fill(unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8, x = x * 6364136223846793005ull + 1442695040888963407ull)
-        memcpy(p + i, &x, 8);
-    for (; i < n; i++)
-        p[i] = (unsigned char)(x >> (8 * (i & 7)));
-}
-
-static int intact(const unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1, w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8, x = x * 6364136223846793005ull + 1442695040888963407ull) {
-        memcpy(&w, p + i, 8);
-        if (w != x)
-            return 0;
-    }
-    for (; i < n; i++)
-        if (p[i] != (unsigned char)(x >> (8 * (i & 7))))
-            return 0;
-    return 1;
-}
-
 #define FAILED(...) (ph_test_fail(__FILE__, __LINE__, __VA_ARGS__), -1)
 
 static int do_alloc(unsigned i, uint64_t op)
@@ -106,7 +80,7 @@ static int do_alloc(unsigned i, uint64_t op)
         return FAILED("op %llu: size %zu at %llu: usable %zu or alignment wrong",
                       (unsigned long long)op, size, (unsigned long long)off, usable);
     model[i] = (mslot){off, size, usable, ++gen};
-    fill(pheap_direct(h, off), size, gen);
+    ph_test_fill(pheap_direct(h, off), size, gen);
     nlive++;
     return 0;
 }
@@ -117,7 +91,7 @@ static int do_free(unsigned i, uint64_t op)
     if (slots[i] != m->off)
         return FAILED("op %llu: slot %u holds %llu, model %llu", (unsigned long long)op, i,
                       (unsigned long long)slots[i], (unsigned long long)m->off);
-    if (!intact(pheap_direct(h, m->off), m->size, m->gen))
+    if (!ph_test_intact(pheap_direct(h, m->off), m->size, m->gen))
         return FAILED("op %llu: slot %u: block %llu (%zu bytes) overwritten", (unsigned long long)op,
                       i, (unsigned long long)m->off, m->size);
     int from = next() & 1;
@@ -171,7 +145,7 @@ static int verify_all(const char *when)
         if (pheap_usable_size(h, m->off) != m->usable)
             return FAILED("%s: slot %u: usable %zu, was %zu", when, i,
                           pheap_usable_size(h, m->off), m->usable);
-        if (!intact(pheap_direct(h, m->off), m->size, m->gen))
+        if (!ph_test_intact(pheap_direct(h, m->off), m->size, m->gen))
             return FAILED("%s: slot %u: block %llu overwritten", when, i, (unsigned long long)m->off);
         bytes += m->usable;
         sorted[n++] = m;

@@ -70,6 +70,38 @@ pheap *ph_test_create(const char *path, uint64_t size)
     return h;
 }
 
+static uint64_t pattern_next(uint64_t x)
+{
+    return x * 6364136223846793005ull + 1442695040888963407ull;
+}
+
+void ph_test_fill(void *dst, size_t n, uint64_t seed)
+{
+    unsigned char *p = dst;
+    uint64_t x = seed;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8, x = pattern_next(x))
+        memcpy(p + i, &x, 8);
+    for (; i < n; i++)
+        p[i] = (unsigned char)(x >> (8 * (i & 7)));
+}
+
+int ph_test_intact(const void *src, size_t n, uint64_t seed)
+{
+    const unsigned char *p = src;
+    uint64_t x = seed, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8, x = pattern_next(x)) {
+        memcpy(&w, p + i, 8);
+        if (w != x)
+            return 0;
+    }
+    for (; i < n; i++)
+        if (p[i] != (unsigned char)(x >> (8 * (i & 7))))
+            return 0;
+    return 1;
+}
+
 int ph_test_copy_file(const char *from, const char *to)
 {
     int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);

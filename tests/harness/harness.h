@@ -74,6 +74,12 @@ const char *ph_test_dir(void);
 /* Creates a heap of `size` bytes at `path` (removing an old file first). */
 pheap *ph_test_create(const char *path, uint64_t size);
 
+/* Fills [p, p+n) with a pattern derived from `seed`: 8-byte words of a
+ * sequence whose first word is `seed` itself (so a block of 8 bytes or more
+ * names its seed); ph_test_intact says whether it is still there. */
+void ph_test_fill(void *p, size_t n, uint64_t seed);
+int ph_test_intact(const void *p, size_t n, uint64_t seed);
+
 /* Byte-copies a file. */
 int ph_test_copy_file(const char *from, const char *to);
 

@@ -71,37 +71,12 @@ static size_t random_size(worker *w)
     return 70000 + next(w) % 250000;
 }
 
-static void fill(unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8, x = x * 6364136223846793005ull + 1442695040888963407ull)
-        memcpy(p + i, &x, 8);
-    for (; i < n; i++)
-        p[i] = (unsigned char)(x >> (8 * (i & 7)));
-}
-
-static int intact(const unsigned char *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed, v;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8, x = x * 6364136223846793005ull + 1442695040888963407ull) {
-        memcpy(&v, p + i, 8);
-        if (v != x)
-            return 0;
-    }
-    for (; i < n; i++)
-        if (p[i] != (unsigned char)(x >> (8 * (i & 7))))
-            return 0;
-    return 1;
-}
-
 #define WFAIL(w, ...) ((w)->failed++ ? (void)0 : ph_test_fail(__FILE__, __LINE__, __VA_ARGS__))
 
 /* Checks the block's pattern and frees it (by slot when k < TSLOTS). */
 static void release(worker *w, block *b, int k)
 {
-    if (!intact(pheap_direct(h, b->off), b->size, b->seed))
+    if (!ph_test_intact(pheap_direct(h, b->off), b->size, b->seed))
         WFAIL(w, "thread %u: block %llu (%zu bytes) overwritten", w->id,
               (unsigned long long)b->off, b->size);
     int rc = k >= 0 && k < TSLOTS ? pheap_free_from(h, &w->slots[k]) : pheap_free(h, b->off);
@@ -158,7 +133,7 @@ static void allocate(worker *w)
     if (pheap_usable_size(h, b.off) < b.size)
         WFAIL(w, "thread %u: usable size of %llu below %zu", w->id, (unsigned long long)b.off,
               b.size);
-    fill(pheap_direct(h, b.off), b.size, b.seed);
+    ph_test_fill(pheap_direct(h, b.off), b.size, b.seed);
     w->held[w->nheld++] = b;
     w->allocs++;
 }

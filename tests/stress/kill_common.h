@@ -69,35 +69,6 @@ static uint64_t kill_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* Block contents: a sequence of 8-byte words starting with the generation
- * itself, so a block names its generation in its first word. */
-static uint64_t kill_word(uint64_t x)
-{
-    return x * 6364136223846793005ull + 1442695040888963407ull;
-}
-
-static void kill_fill(unsigned char *p, uint64_t n, uint64_t gen)
-{
-    uint64_t x = gen;
-    for (uint64_t i = 0; i < n; i++) {
-        if (i && i % 8 == 0)
-            x = kill_word(x);
-        p[i] = (unsigned char)(x >> (8 * (i % 8)));
-    }
-}
-
-static int kill_intact(const unsigned char *p, uint64_t n, uint64_t gen)
-{
-    uint64_t x = gen;
-    for (uint64_t i = 0; i < n; i++) {
-        if (i && i % 8 == 0)
-            x = kill_word(x);
-        if (p[i] != (unsigned char)(x >> (8 * (i % 8))))
-            return 0;
-    }
-    return 1;
-}
-
 /* ---- the child ---------------------------------------------------------- */
 
 typedef struct kchild {
@@ -140,7 +111,7 @@ static void *kchild_run(void *p)
         pheap_off off = c->slots[i];
         if (off) {
             const unsigned char *b = pheap_direct(c->h, off);
-            uint64_t gen = 0;
+            uint64_t gen = 0; /* the first word of a block is its generation */
             memcpy(&gen, b, 8);
             ksend(c->fd, (krec){.kind = KREC_BEGIN, .slot = i, .op = KOP_FREE, .gen = gen});
             int rc = pheap_free_from(c->h, &c->slots[i]);
@@ -157,7 +128,7 @@ static void *kchild_run(void *p)
             unsigned char *b = pheap_direct(c->h, off);
             if (!b || pheap_usable_size(c->h, off) < size)
                 kchild_error(c, i, pheap_errno(), __LINE__);
-            kill_fill(b, size, gen);
+            ph_test_fill(b, size, gen);
             pheap_persist(c->h, b, size);
             ksend(c->fd, (krec){.kind = KREC_END, .slot = i, .op = KOP_ALLOC, .gen = gen,
                                 .size = size, .off = off});
@@ -315,13 +286,13 @@ static int kill_verify(pheap *h, pheap_off slots_off, unsigned round, const char
                 return KFAIL("round %u: slot %u: in-flight block of %llu bytes has %zu", round, i,
                              (unsigned long long)s->pending.size, usable);
         } else if (s->pending.kind == KREC_BEGIN) { /* free in flight: done or not */
-            if (v && (v != s->off || !kill_intact(pheap_direct(h, v), s->size, s->gen)))
+            if (v && (v != s->off || !ph_test_intact(pheap_direct(h, v), s->size, s->gen)))
                 return KFAIL("round %u: slot %u: in-flight free left %llu, model %llu", round, i,
                              (unsigned long long)v, (unsigned long long)s->off);
         } else if (v != s->off) {
             return KFAIL("round %u: slot %u holds %llu, the child completed %llu", round, i,
                          (unsigned long long)v, (unsigned long long)s->off);
-        } else if (v && (usable < s->size || !kill_intact(pheap_direct(h, v), s->size, s->gen))) {
+        } else if (v && (usable < s->size || !ph_test_intact(pheap_direct(h, v), s->size, s->gen))) {
             return KFAIL("round %u: slot %u: block %llu (gen %llu) lost its contents", round, i,
                          (unsigned long long)v, (unsigned long long)s->gen);
         }
