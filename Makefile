@@ -18,7 +18,8 @@ CTEST_ARGS ?= --output-on-failure -j $(JOBS)
 all: build
 
 deps:
-	@command -v $(CMAKE) >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 || \
+	@command -v $(CMAKE) >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 && \
+	  command -v pkg-config >/dev/null 2>&1 || \
 	  { apt-get update && apt-get install -y cmake build-essential pkg-config; }
 
 build: | deps
