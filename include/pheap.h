@@ -241,7 +241,10 @@ pheap_off pheap_alloc(pheap *h, size_t size);
  * crash.  Nothing changes on error.
  * Errors: PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a
  * block), PHEAP_EDOUBLEFREE (already free), PHEAP_ENOTALLOC (never
- * allocated), PHEAP_ERDONLY.  Freeing 0 is a no-op returning 0. */
+ * allocated), PHEAP_ERDONLY.  Freeing 0 is a no-op returning 0.  A block of
+ * more than PHEAP_SMALL_MAX bytes freed twice across a reopen of the heap
+ * reports PHEAP_ENOTALLOC (its past is not kept on media); small blocks
+ * always report PHEAP_EDOUBLEFREE. */
 int pheap_free(pheap *h, pheap_off off);
 
 /* Allocates and stores the block's offset into *dest as one failure-atomic
