@@ -123,9 +123,10 @@ enum pheap_flush_kind {
 const char *pheap_flush_name(unsigned kind);
 
 typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
-    uint64_t size;              /* bytes, when creating (0 = 64 MiB; rounded up to
-                                   64 KiB and to the minimum for max_size, which is
-                                   the metadata, about 1.7% of max_size, + 64 KiB) */
+    uint64_t size;              /* bytes, when creating (0 = 64 MiB); rounded up to
+                                   64 KiB and to the minimum for max_size: the
+                                   metadata (about 1.9% of max_size + 1.3 MiB)
+                                   plus one 64 KiB data chunk */
     unsigned flags;             /* PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE */
     unsigned mode;              /* permission bits when creating (0 = 0600) */
     uint64_t sim_crash_fence;   /* with PHEAP_SIMULATE: just before this fence (1-based) */
