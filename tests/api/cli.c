@@ -5,7 +5,6 @@
  */
 #include <ctype.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,197 +14,8 @@
 #include "harness.h"
 
 #define FAIL(...) ph_test_fail(__FILE__, __LINE__, __VA_ARGS__)
-
-/* ---- running the tool ----------------------------------------------------- */
-
-typedef struct run_result {
-    int code;        /* exit status; -1 if it did not exit normally */
-    char out[32768]; /* stdout, NUL-terminated (truncated if longer) */
-    char err[8192];  /* stderr */
-} run_result;
-
-static void slurp(const char *path, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return;
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = '\0';
-    close(fd);
-}
-
-/* Runs PHEAP_TOOL with the NULL-terminated arguments; fills *r. */
-static run_result *run(const char *arg, ...)
-{
-    static run_result r;
-    const char *argv[32] = {PHEAP_TOOL};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, arg);
-    for (const char *a = arg; a && argc < 31; a = va_arg(ap, const char *))
-        argv[argc++] = a;
-    va_end(ap);
-    argv[argc] = NULL;
-
-    char out_path[512], err_path[512];
-    snprintf(out_path, sizeof(out_path), "%s/tool.stdout", ph_test_dir());
-    snprintf(err_path, sizeof(err_path), "%s/tool.stderr", ph_test_dir());
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
-            _exit(126);
-        unsetenv("PHEAP_FLUSH");
-        execv(PHEAP_TOOL, (char *const *)argv);
-        _exit(127);
-    }
-    int status = 0;
-    r.code = -1;
-    if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
-        r.code = WEXITSTATUS(status);
-    slurp(out_path, r.out, sizeof(r.out));
-    slurp(err_path, r.err, sizeof(r.err));
-    return &r;
-}
-
-/* Reports the command's output along with a failed expectation. */
-#define EXPECT(cond, r)                                                                 \
-    do {                                                                                \
-        if (!(cond))                                                                    \
-            FAIL("%s\n    exit %d\n    stdout: %s\n    stderr: %s", #cond, (r)->code,   \
-                 (r)->out, (r)->err);                                                   \
-    } while (0)
-
-/* ---- a small JSON syntax checker ----------------------------------------- */
-
-static const char *json_value(const char *p, int depth);
-
-static const char *json_ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    return p;
-}
-
-static const char *json_string(const char *p)
-{
-    if (*p++ != '"')
-        return NULL;
-    while (*p != '"') {
-        unsigned char c = (unsigned char)*p;
-        if (c == '\0' || c < 0x20)
-            return NULL;
-        if (c == '\\') {
-            p++;
-            if (*p == 'u') {
-                for (int i = 1; i <= 4; i++)
-                    if (!isxdigit((unsigned char)p[i]))
-                        return NULL;
-                p += 4;
-            } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
-                return NULL;
-            }
-        }
-        p++;
-    }
-    return p + 1;
-}
-
-static const char *json_number(const char *p)
-{
-    const char *start = p;
-    if (*p == '-')
-        p++;
-    if (*p == '0')
-        p++;
-    else if (isdigit((unsigned char)*p))
-        while (isdigit((unsigned char)*p))
-            p++;
-    else
-        return NULL;
-    if (*p == '.') {
-        if (!isdigit((unsigned char)*++p))
-            return NULL;
-        while (isdigit((unsigned char)*p))
-            p++;
-    }
-    if (*p == 'e' || *p == 'E') {
-        p++;
-        if (*p == '+' || *p == '-')
-            p++;
-        if (!isdigit((unsigned char)*p))
-            return NULL;
-        while (isdigit((unsigned char)*p))
-            p++;
-    }
-    return p > start ? p : NULL;
-}
-
-static const char *json_list(const char *p, char close, int depth, int object)
-{
-    p = json_ws(p + 1);
-    if (*p == close)
-        return p + 1;
-    for (;;) {
-        if (object) {
-            if (!(p = json_string(p)))
-                return NULL;
-            p = json_ws(p);
-            if (*p++ != ':')
-                return NULL;
-        }
-        if (!(p = json_value(p, depth + 1)))
-            return NULL;
-        p = json_ws(p);
-        if (*p == close)
-            return p + 1;
-        if (*p++ != ',')
-            return NULL;
-        p = json_ws(p);
-    }
-}
-
-static const char *json_value(const char *p, int depth)
-{
-    if (depth > 32)
-        return NULL;
-    p = json_ws(p);
-    switch (*p) {
-    case '{': return json_list(p, '}', depth, 1);
-    case '[': return json_list(p, ']', depth, 0);
-    case '"': return json_string(p);
-    case 't': return strncmp(p, "true", 4) ? NULL : p + 4;
-    case 'f': return strncmp(p, "false", 5) ? NULL : p + 5;
-    case 'n': return strncmp(p, "null", 4) ? NULL : p + 4;
-    default: return json_number(p);
-    }
-}
-
-/* 1 if `s` is exactly one JSON object (surrounding white space allowed). */
-static int json_valid_object(const char *s)
-{
-    s = json_ws(s);
-    if (*s != '{')
-        return 0;
-    const char *end = json_value(s, 0);
-    return end && *json_ws(end) == '\0';
-}
-
-/* The unsigned number after "key": in s; 0 with *found = 0 if absent. */
-static unsigned long long json_u64(const char *s, const char *key, int *found)
-{
-    char pat[64];
-    snprintf(pat, sizeof(pat), "\"%s\":", key);
-    const char *p = strstr(s, pat);
-    *found = p != NULL;
-    return p ? strtoull(json_ws(p + strlen(pat)), NULL, 10) : 0;
-}
+#define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
+typedef ph_tool_result run_result;
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -245,9 +55,9 @@ TEST(create_and_refuse_again)
 {
     const char *path = ph_test_path("created.heap");
     run_result *r = run("create", path, "--size", "16M", NULL);
-    EXPECT(r->code == 0, r);
-    EXPECT(strstr(r->out, "created") && strstr(r->out, path), r);
-    EXPECT(strstr(r->out, "16777216"), r);
+    CHECK_TOOL(r->code == 0, r);
+    CHECK_TOOL(strstr(r->out, "created") && strstr(r->out, path), r);
+    CHECK_TOOL(strstr(r->out, "16777216"), r);
 
     pheap *h;
     pheap_options ro = {.flags = PHEAP_RDONLY};
@@ -262,8 +72,8 @@ TEST(create_and_refuse_again)
     const char *copy = ph_test_path("created.copy");
     REQUIRE(ph_test_copy_file(path, copy) == 0);
     r = run("create", path, "--size", "32M", NULL);
-    EXPECT(r->code != 0 && r->code != 2, r); /* the operation failed, not the usage */
-    EXPECT(strstr(r->err, path), r);
+    CHECK_TOOL(r->code != 0 && r->code != 2, r); /* the operation failed, not the usage */
+    CHECK_TOOL(strstr(r->err, path), r);
     CHECK(same_file(path, copy));
 }
 
@@ -271,12 +81,12 @@ TEST(create_mode)
 {
     const char *path = ph_test_path("mode.heap");
     run_result *r = run("create", path, "--size", "4M", "--mode", "0640", NULL);
-    EXPECT(r->code == 0, r);
+    CHECK_TOOL(r->code == 0, r);
     struct stat st;
     REQUIRE(stat(path, &st) == 0);
     CHECK_EQ(st.st_mode & 07777, 0640);
     r = run("create", ph_test_path("mode2.heap"), "--size", "4M", "--mode", "rw", NULL);
-    EXPECT(r->code == 2, r);
+    CHECK_TOOL(r->code == 2, r);
 }
 
 /* `pheap create --size S [--max-size M]`, then the sizes info reports. */
@@ -298,11 +108,11 @@ static void check_sizes(const char *size, const char *max_size, unsigned long lo
         return;
     }
     int found;
-    unsigned long long got = json_u64(r->out, "size", &found);
+    unsigned long long got = ph_test_json_u64(r->out, "size", &found);
     if (!found || got != want_size)
         FAIL("--size %s: info says \"size\": %llu, expected %llu\n    %s", size, got, want_size,
              r->out);
-    got = json_u64(r->out, "max_size", &found);
+    got = ph_test_json_u64(r->out, "max_size", &found);
     if (!found || got != want_max)
         FAIL("--size %s --max-size %s: info says \"max_size\": %llu, expected %llu", size,
              max_size ? max_size : "-", got, want_max);
@@ -346,11 +156,11 @@ TEST(bad_sizes)
         CHECK(access(path, F_OK) != 0);
     }
     run_result *r = run("create", path, "--size", NULL);
-    EXPECT(r->code == 2, r);
+    CHECK_TOOL(r->code == 2, r);
     r = run("create", path, NULL);
-    EXPECT(r->code == 2, r);
+    CHECK_TOOL(r->code == 2, r);
     r = run("create", "--size", "4M", NULL);
-    EXPECT(r->code == 2, r);
+    CHECK_TOOL(r->code == 2, r);
     CHECK(access(path, F_OK) != 0);
 }
 
@@ -391,17 +201,17 @@ TEST(info_text)
     const char *copy = ph_test_path("info.copy");
     REQUIRE(ph_test_copy_file(path, copy) == 0);
     run_result *r = run("info", path, NULL);
-    EXPECT(r->code == 0, r);
+    CHECK_TOOL(r->code == 0, r);
     const char *v;
-    EXPECT((v = text_field(r->out, "state:")) && strncmp(v, "clean", 5) == 0, r);
-    EXPECT(!strstr(r->out, "dirty"), r);
-    EXPECT((v = text_field(r->out, "uuid:")) && strncmp(v, u, 36) == 0, r);
-    EXPECT((v = text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
-    EXPECT((v = text_field(r->out, "format:")) && strncmp(v, "1.0", 3) == 0, r);
-    EXPECT((v = text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
+    CHECK_TOOL((v = text_field(r->out, "state:")) && strncmp(v, "clean", 5) == 0, r);
+    CHECK_TOOL(!strstr(r->out, "dirty"), r);
+    CHECK_TOOL((v = text_field(r->out, "uuid:")) && strncmp(v, u, 36) == 0, r);
+    CHECK_TOOL((v = text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
+    CHECK_TOOL((v = text_field(r->out, "format:")) && strncmp(v, "1.0", 3) == 0, r);
+    CHECK_TOOL((v = text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
     for (int i = 0; i < 3; i++) {
         const char *line = strstr(r->out, names[i]);
-        EXPECT(line, r);
+        CHECK_TOOL(line, r);
         char num[32];
         snprintf(num, sizeof(num), "%llu", (unsigned long long)offs[i]);
         if (line) {
@@ -426,13 +236,13 @@ TEST(info_json)
     uuid_text(uuid, u);
 
     run_result *r = run("info", path, "--json", NULL);
-    EXPECT(r->code == 0, r);
-    EXPECT(json_valid_object(r->out), r);
-    EXPECT(strstr(r->out, "\"state\": \"clean\""), r);
-    EXPECT(strstr(r->out, "\"format\": \"1.0\""), r);
+    CHECK_TOOL(r->code == 0, r);
+    CHECK_TOOL(ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"state\": \"clean\""), r);
+    CHECK_TOOL(strstr(r->out, "\"format\": \"1.0\""), r);
     snprintf(want, sizeof(want), "\"uuid\": \"%s\"", u);
-    EXPECT(strstr(r->out, want), r);
-    EXPECT(strstr(r->out, "\"roots\": ["), r);
+    CHECK_TOOL(strstr(r->out, want), r);
+    CHECK_TOOL(strstr(r->out, "\"roots\": ["), r);
     static const char *const escaped[] = {"\"plain\"", "\"quote\\\"back\\\\slash\"",
                                           "\"tab\\u0009here\"", "\"ctl\\u0001\""};
     for (int i = 0; i < 4; i++) {
@@ -443,9 +253,9 @@ TEST(info_json)
             FAIL("no root entry %s in\n%s", entry, r->out);
     }
     int found;
-    CHECK_EQ(json_u64(r->out, "size", &found), 4u << 20);
+    CHECK_EQ(ph_test_json_u64(r->out, "size", &found), 4u << 20);
     CHECK(found);
-    CHECK_EQ(json_u64(r->out, "unclean_count", &found), 0);
+    CHECK_EQ(ph_test_json_u64(r->out, "unclean_count", &found), 0);
     CHECK(found);
 
     /* A heap without roots: an empty array, still valid. */
@@ -454,8 +264,8 @@ TEST(info_json)
     REQUIRE(h);
     REQUIRE_OK(pheap_close(h));
     r = run("info", "--json", bare, NULL);
-    EXPECT(r->code == 0 && json_valid_object(r->out), r);
-    EXPECT(strstr(r->out, "\"roots\": []"), r);
+    CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"roots\": []"), r);
 }
 
 TEST(info_dirty)
@@ -479,20 +289,20 @@ TEST(info_dirty)
     REQUIRE(ph_test_copy_file(path, copy) == 0);
     run_result *r = run("info", path, NULL);
     const char *v = text_field(r->out, "state:");
-    EXPECT(r->code == 0 && v && strncmp(v, "dirty", 5) == 0, r);
+    CHECK_TOOL(r->code == 0 && v && strncmp(v, "dirty", 5) == 0, r);
     r = run("info", path, "--json", NULL);
-    EXPECT(r->code == 0 && json_valid_object(r->out), r);
-    EXPECT(strstr(r->out, "\"state\": \"dirty\""), r);
+    CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"state\": \"dirty\""), r);
     CHECK(same_file(path, copy)); /* info is read-only: no recovery ran */
 
     /* A read-write open recovers; then it is clean again. */
     REQUIRE_OK(pheap_open(path, NULL, &h));
     REQUIRE_OK(pheap_close(h));
     r = run("info", path, "--json", NULL);
-    EXPECT(r->code == 0 && strstr(r->out, "\"state\": \"clean\""), r);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\""), r);
     int found;
-    CHECK_EQ(json_u64(r->out, "unclean_count", &found), 1);
-    CHECK_EQ(json_u64(r->out, "open_count", &found), 3); /* create, child, recovery */
+    CHECK_EQ(ph_test_json_u64(r->out, "unclean_count", &found), 1);
+    CHECK_EQ(ph_test_json_u64(r->out, "open_count", &found), 3); /* create, child, recovery */
 }
 
 TEST(info_failures)
@@ -503,23 +313,23 @@ TEST(info_failures)
     fputs("just some text, not a heap\n", f);
     fclose(f);
     run_result *r = run("info", text, NULL);
-    EXPECT(r->code == 1, r);
-    EXPECT(strstr(r->err, text), r);
-    EXPECT(r->out[0] == '\0', r);
+    CHECK_TOOL(r->code == 1, r);
+    CHECK_TOOL(strstr(r->err, text), r);
+    CHECK_TOOL(r->out[0] == '\0', r);
     r = run("info", text, "--json", NULL);
-    EXPECT(r->code == 1 && strstr(r->err, text), r);
+    CHECK_TOOL(r->code == 1 && strstr(r->err, text), r);
 
     const char *missing = ph_test_path("missing.heap");
     r = run("info", missing, NULL);
-    EXPECT(r->code == 1 && strstr(r->err, missing), r);
+    CHECK_TOOL(r->code == 1 && strstr(r->err, missing), r);
 
     r = run("info", ph_test_dir(), NULL);
-    EXPECT(r->code == 1 && strstr(r->err, ph_test_dir()), r);
+    CHECK_TOOL(r->code == 1 && strstr(r->err, ph_test_dir()), r);
 
     r = run("info", NULL);
-    EXPECT(r->code == 2, r);
+    CHECK_TOOL(r->code == 2, r);
     r = run("info", text, "--yaml", NULL);
-    EXPECT(r->code == 2, r);
+    CHECK_TOOL(r->code == 2, r);
 }
 
 /* ---- dispatch ------------------------------------------------------------------ */
@@ -527,12 +337,12 @@ TEST(info_failures)
 TEST(commands)
 {
     run_result *r = run("frobnicate", NULL);
-    EXPECT(r->code == 2, r);
-    EXPECT(strstr(r->err, "frobnicate"), r);
+    CHECK_TOOL(r->code == 2, r);
+    CHECK_TOOL(strstr(r->err, "frobnicate"), r);
     r = run(NULL);
-    EXPECT(r->code == 2 && strstr(r->err, "usage"), r);
+    CHECK_TOOL(r->code == 2 && strstr(r->err, "usage"), r);
     r = run("--help", NULL);
-    EXPECT(r->code == 0 && strstr(r->out, "create") && strstr(r->out, "info"), r);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "create") && strstr(r->out, "info"), r);
     r = run("--version", NULL);
-    EXPECT(r->code == 0 && strstr(r->out, pheap_version()) && strstr(r->out, "1.0"), r);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, pheap_version()) && strstr(r->out, "1.0"), r);
 }

@@ -85,6 +85,31 @@ int ph_test_copy_file(const char *from, const char *to);
 
 #endif
 
+/* ---- running programs (tool.c) ---- */
+typedef struct ph_tool_result {
+    int code;        /* exit status; -1 if it did not exit normally */
+    char out[32768]; /* stdout, NUL-terminated (truncated if longer) */
+    char err[8192];  /* stderr */
+} ph_tool_result;
+
+/* Runs `prog` with the NULL-terminated arguments (PHEAP_FLUSH unset) and
+ * returns its exit status and output, valid until the next call. */
+ph_tool_result *ph_test_run_tool(const char *prog, const char *arg, ...);
+
+/* A failed expectation about a run, reported with the run's output. */
+#define CHECK_TOOL(cond, r)                                                            \
+    do {                                                                               \
+        if (!(cond))                                                                   \
+            ph_test_fail(__FILE__, __LINE__, "%s\n    exit %d\n    stdout: %s\n    stderr: %s", \
+                         #cond, (r)->code, (r)->out, (r)->err);                        \
+    } while (0)
+
+/* 1 if `s` is exactly one JSON object (surrounding white space allowed). */
+int ph_test_json_object(const char *s);
+
+/* The unsigned number after "key": in s; 0 with *found = 0 if absent. */
+unsigned long long ph_test_json_u64(const char *s, const char *key, int *found);
+
 /* ---- crash-point enumeration (crash.c) ----
  * The workload runs on a simulated heap; it may call ph_crash_mark(op)
  * after each operation returns, so that verify knows which operations had
