@@ -16,12 +16,10 @@ int cmd_check(int argc, char **argv)
     static const char usage[] =
         "usage: pheap check PATH [--json]\n"
         "  opens the heap read-write (recovery runs if it was not closed cleanly)\n";
-    if (cli_path_args(argc, argv, "check", usage, &path, &json))
-        return 2;
     pheap *h;
-    int rc = pheap_open(path, NULL, &h);
+    int rc = cli_open_path(argc, argv, "check", usage, 0, &path, &json, &h);
     if (rc)
-        return cli_fail(path, rc);
+        return rc;
     struct pheap_stats st;
     pheap_stats(h, &st);
     pheap_check_report r;

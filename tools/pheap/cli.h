@@ -21,10 +21,11 @@ int cli_parse_size(const char *s, uint64_t *out);
 /* Reports a failed library call: "pheap: what: message" on stderr. */
 int cli_fail(const char *what, int rc);
 
-/* Parses "PATH [--json]" for subcommand `cmd`; prints `usage` and returns 2
- * when the arguments are wrong, else 0. */
-int cli_path_args(int argc, char **argv, const char *cmd, const char *usage, const char **path,
-                  int *json);
+/* Parses "PATH [--json]" for subcommand `cmd` and opens the heap with
+ * `flags`.  Returns 0, or the exit status after printing why: 2 for wrong
+ * arguments (with `usage`), 1 when the heap does not open. */
+int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, unsigned flags,
+                  const char **path, int *json, pheap **h);
 
 /* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
 void cli_json_string(const char *s);

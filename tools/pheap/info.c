@@ -12,13 +12,11 @@ int cmd_info(int argc, char **argv)
 {
     const char *path;
     int json;
-    if (cli_path_args(argc, argv, "info", "usage: pheap info PATH [--json]\n", &path, &json))
-        return 2;
-    pheap_options o = {.flags = PHEAP_RDONLY};
     pheap *h;
-    int rc = pheap_open(path, &o, &h);
+    int rc = cli_open_path(argc, argv, "info", "usage: pheap info PATH [--json]\n", PHEAP_RDONLY,
+                           &path, &json, &h);
     if (rc)
-        return cli_fail(path, rc);
+        return rc;
     struct pheap_stats st;
     pheap_stats(h, &st);
     char uuid[37];

@@ -66,8 +66,8 @@ int cli_parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
-int cli_path_args(int argc, char **argv, const char *cmd, const char *usage, const char **path,
-                  int *json)
+int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, unsigned flags,
+                  const char **path, int *json, pheap **h)
 {
     *path = NULL;
     *json = 0;
@@ -85,7 +85,9 @@ int cli_path_args(int argc, char **argv, const char *cmd, const char *usage, con
         fprintf(stderr, "%s", usage);
         return 2;
     }
-    return 0;
+    pheap_options o = {.flags = flags};
+    int rc = pheap_open(*path, &o, h);
+    return rc ? cli_fail(*path, rc) : 0;
 }
 
 void cli_json_string(const char *s)
