@@ -142,13 +142,12 @@ extern const bench_workload bench_workloads[];   /* ends with name == NULL */
 const bench_workload *bench_workload_find(const char *name);
 
 /* The workloads (one file each). */
-int wl_threadtest(const bench_run *run, bench_metrics *out);
+int wl_batches(const bench_run *run, bench_metrics *out);  /* threadtest, dbmstest */
 int wl_shbench(const bench_run *run, bench_metrics *out);
 int wl_larson(const bench_run *run, bench_metrics *out);
 int wl_prodcon(const bench_run *run, bench_metrics *out);
 int wl_fixed(const bench_run *run, bench_metrics *out);
 int wl_random(const bench_run *run, bench_metrics *out);
-int wl_dbms(const bench_run *run, bench_metrics *out);
 int wl_frag(const bench_run *run, bench_metrics *out);
 int wl_recovery(const bench_run *run, bench_metrics *out);
 

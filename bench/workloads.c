@@ -19,7 +19,7 @@
 
 const bench_workload bench_workloads[] = {
     { "threadtest", "batches of fixed-size objects allocated then freed per thread (Hoard; Ralloc, NVAlloc)",
-      wl_threadtest, BENCH_P_OPS | BENCH_P_SIZE | BENCH_P_BATCH, 0,
+      wl_batches, BENCH_P_OPS | BENCH_P_SIZE | BENCH_P_BATCH, 0,
       P(5000000, 64, 64, 1000, 0, 0, 0), P(200000, 64, 64, 1000, 0, 0, 0),
       P(4000, 64, 64, 100, 0, 0, 0) },
     { "shbench", "mixed sizes, small ones most frequent, partial frees and refills (MicroQuill shbench; Ralloc, NVAlloc)",
@@ -59,7 +59,7 @@ const bench_workload bench_workloads[] = {
       P(2000000, 4 * KiB, 4 * KiB, 100, 0, 0, 0), P(200000, 4 * KiB, 4 * KiB, 100, 0, 0, 0),
       P(2000, 4 * KiB, 4 * KiB, 100, 0, 0, 0) },
     { "dbmstest", "batches of large buffers, random 32-512 KiB, released in order (NVAlloc DBMStest)",
-      wl_dbms, BENCH_P_OPS | BENCH_P_SIZE | BENCH_P_BATCH, 0,
+      wl_batches, BENCH_P_OPS | BENCH_P_SIZE | BENCH_P_BATCH, 0,
       P(300000, 32 * KiB, 512 * KiB, 16, 0, 0, 0), P(10000, 32 * KiB, 512 * KiB, 16, 0, 0, 0),
       P(200, 32 * KiB, 512 * KiB, 8, 0, 0, 0) },
     { "fragbench", "size-changing phases that allocate, free most, allocate another size; memory against live bytes (NVAlloc fragbench)",

@@ -1,7 +1,9 @@
 /*
- * wl_threadtest.c -- threadtest (Hoard; used by Ralloc and NVAlloc): every
- * thread allocates a batch of fixed-size objects, then frees them all, over
- * and over; no sharing between threads.
+ * wl_batches.c -- batches: every thread allocates a batch of objects of
+ * size_min..size_max bytes, then frees them in allocation order, over and
+ * over, with no sharing between threads.  With one size this is threadtest
+ * (Hoard; used by Ralloc and NVAlloc); with 32-512 KiB buffers it is
+ * NVAlloc's DBMStest, a query operator's allocations.
  */
 #include "bench.h"
 
@@ -18,10 +20,9 @@ static void tt_worker(bench_thread *t)
     const bench_allocator *a = t->run->alloc;
     tt_state *st = t->arg;
     bench_handle *slot = st->slots + (size_t)t->tid * p->batch;
-    size_t size = p->size_min;
 
     for (uint64_t it = 0; it < st->iters; it++) {
-        if (bench_alloc_batch(t, slot, p->batch, size, size))
+        if (bench_alloc_batch(t, slot, p->batch, p->size_min, p->size_max))
             return;
         for (uint64_t i = 0; i < p->batch; i++)
             a->free(slot[i]);
@@ -29,7 +30,7 @@ static void tt_worker(bench_thread *t)
     }
 }
 
-int wl_threadtest(const bench_run *run, bench_metrics *out)
+int wl_batches(const bench_run *run, bench_metrics *out)
 {
     const bench_params *p = run->p;
     tt_state st;
