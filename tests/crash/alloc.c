@@ -165,7 +165,7 @@ static void enumerate(const char *base, const op *ops, unsigned nops)
     fprintf(stderr, "  %u crash images checked over %llu fences of %u operations\n", st.runs,
             (unsigned long long)st.fences, nops);
     CHECK(st.fences > nops);
-    CHECK_EQ(st.runs, 4 * st.fences);
+    CHECK_EQ(st.runs, PH_CRASH_VARIANTS * st.fences);
 }
 
 #define KiB 1024u
@@ -234,4 +234,19 @@ TEST(extent_log_compaction)
         {OP_FREE_FROM, 2, 0},       {OP_ALLOC_TO, 4, 64},
     };
     enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+}
+
+TEST(slab_batches_and_release)
+{
+    /* 16 KiB blocks, four to a slab: the class quickly counts as hot, so
+     * slabs are made two at a time; freeing everything releases them. */
+    enum { N = 16 };
+    static op ops[2 * N];
+    for (unsigned i = 0; i < N; i++) {
+        ops[i] = (op){OP_ALLOC_TO, i, 16384};
+        ops[N + i] = (op){OP_FREE_FROM, i, 0};
+    }
+    const char *base = make_base("crash-slabs.heap", 4u << 20, 0);
+    REQUIRE(base);
+    enumerate(base, ops, 2 * N);
 }

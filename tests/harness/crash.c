@@ -38,7 +38,7 @@ ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workloa
     static const struct {
         double evict;
         uint64_t seed;
-    } variants[] = {{0.0, 0}, {0.5, 1}, {0.5, 2}, {1.0, 0}};
+    } variants[] = {{0.0, 0}, {0.5, 1}, {0.5, 2}, {0.5, 3}, {1.0, 0}};
     ph_crash_stats st = {0, 0};
     ph_crash_ctx *c = calloc(1, sizeof(*c));
     c->arg = arg;
@@ -52,7 +52,9 @@ ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workloa
     for (uint64_t k = 1; k <= total; k++) {
         for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
             unlink(image);
-            if (run(base, k, image, variants[v].evict, variants[v].seed, workload, c) != 0)
+            /* A fresh subset of evicted lines at every fence, reproducible. */
+            uint64_t seed = variants[v].seed ? variants[v].seed + 16 * k : 0;
+            if (run(base, k, image, variants[v].evict, seed, workload, c) != 0)
                 goto out;
             if (access(image, F_OK) != 0)
                 continue; /* fence k never came: nothing to check */
@@ -63,7 +65,7 @@ ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workloa
             if (pheap_open(image, NULL, &h) != 0) {
                 ph_test_fail(__FILE__, __LINE__, "fence %llu evict %.1f seed %llu: reopen: %s",
                              (unsigned long long)k, variants[v].evict,
-                             (unsigned long long)variants[v].seed, pheap_errmsg());
+                             (unsigned long long)seed, pheap_errmsg());
                 goto out;
             }
             pheap_check_report r;
@@ -75,7 +77,7 @@ ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workloa
             if (ph_test_failed != before)
                 fprintf(stderr, "  ... at fence %llu of %llu, evict %.1f seed %llu, %u ops done\n",
                         (unsigned long long)k, (unsigned long long)total, variants[v].evict,
-                        (unsigned long long)variants[v].seed, done);
+                        (unsigned long long)seed, done);
             pheap_close(h);
             st.runs++;
             if (ph_test_failed > 20)

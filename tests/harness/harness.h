@@ -139,6 +139,8 @@ typedef struct ph_crash_stats {
 } ph_crash_stats;
 
 /* Enumerates the crash points of `workload` on a copy of heap `base`
- * with eviction probabilities 0, 0.5 (two seeds) and 1. */
+ * with eviction probabilities 0, 0.5 (three seeds, drawn afresh at every
+ * fence) and 1: PH_CRASH_VARIANTS images per fence. */
+#define PH_CRASH_VARIANTS 5
 ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workload,
                                   ph_crash_verify_fn verify, void *arg);
