@@ -353,11 +353,9 @@ int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
     uint32_t i = ph_slab_index(s, off, &exact);
     if (!exact)
         return bad_small(s, off, i);
-    uint64_t *word;
-    int rc = ph_slab_clear(s, i, &word);
+    int rc = ph_slab_unmark(e->sp, c, s, i);
     if (rc)
         return clear_error(rc, off);
-    ph_persist_range(&e->sp->persist, c, word, 8);
     cache_block(e, t, c, s->xcls, off);
     return 0;
 }
@@ -405,9 +403,11 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
                       ph_load(dest));
         ph_slab *s = chunk_slab(e, off);
         int exact;
-        ph_persist_flush(&sp->persist, c, ph_slab_set(s, ph_slab_index(s, off, &exact)), 8);
+        uint32_t sh, w = ph_slab_lock(s, ph_slab_index(s, off, &exact), &sh);
+        ph_slab_set_locked(sp, c, s, w, sh);
         ph_store(dest, off);
         ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
+        ph_slab_unlock(s, w);
     }
     ph_lane_end(sp, c, &t->lane);
     return 0;
@@ -439,13 +439,13 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     if ((rc = live_small(s, off, &i)) != 0)
         return rc;
     ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
-    uint64_t *word;
-    rc = ph_slab_clear(s, i, &word);
+    uint32_t sh, w = ph_slab_lock(s, i, &sh);
+    rc = ph_slab_clear_locked(sp, c, s, w, sh);
     if (!rc) {
-        ph_persist_flush(&sp->persist, c, word, 8);
         ph_store(src, 0);
         ph_persist_range(&sp->persist, c, src, sizeof(*src));
     }
+    ph_slab_unlock(s, w);
     ph_lane_end(sp, c, &t->lane);
     if (rc)
         return clear_error(rc, off);
@@ -484,6 +484,7 @@ static void on_slab(void *arg, uint64_t off, unsigned cls)
         return;
     }
     ph_slab_set_class(s, cls);
+    ph_slab_load(s); /* the bitmap copy, before roll-forward changes it */
     s->arena = e->next_arena++ % e->narenas;
     e->slabs[ch] = e->chunks[ch] = s;
 }
@@ -512,21 +513,24 @@ static void roll_forward(void *arg, const ph_lane_entry *le)
                        (unsigned long long)le->block);
         return;
     }
+    uint32_t sh, w = s ? ph_slab_lock(s, i, &sh) : 0;
     if (le->op == PH_LOG_ALLOC_TO) {
         if (s)
-            ph_persist_flush(&sp->persist, o->c, ph_slab_set(s, i), 8);
+            ph_slab_set_locked(sp, o->c, s, w, sh);
         else
             o->rc = ph_extent_claim(e->ext, o->c, le->block, le->size);
         ph_store(dest, le->block);
     } else {
-        uint64_t *word, bytes;
-        if (s && ph_slab_clear(s, i, &word) == 0)
-            ph_persist_flush(&sp->persist, o->c, word, 8);
-        else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
+        uint64_t bytes;
+        if (s)
+            (void)ph_slab_clear_locked(sp, o->c, s, w, sh); /* already clear: done before */
+        else if (ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
         ph_store(dest, 0);
     }
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
+    if (s)
+        ph_slab_unlock(s, w);
 }
 
 static void *alloc_map(uint64_t bytes)
@@ -568,7 +572,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
         ph_slab *s = e->chunks[ch];
         if (!s)
             continue;
-        ph_slab_load(s);
+        ph_slab_find_avail(s);
         if (s->navail)
             partial_push(&e->arenas[s->arena], s);
     }

@@ -2,11 +2,12 @@
  * slab.c -- slab descriptors, their durable A/E bitmaps and the volatile
  * available sets.
  *
- * Crash protocol of a small allocation: one atomic OR sets A|E in one
- * bitmap word, which is then flushed and fenced.  A crash before the fence
- * may or may not keep the bit: the call had not returned, so either is
- * allowed (see pheap_alloc).  A free clears A the same way.  No other word
- * changes, so there is nothing to recover.
+ * Crash protocol of a small allocation: A|E set in one bitmap word, whose
+ * new value is stored to the descriptor (non-temporal) and fenced under the
+ * word's lock.  A crash before the fence may or may not keep the bit: the
+ * call had not returned, so either is allowed (see pheap_alloc).  A free
+ * clears A the same way.  No other word changes, so there is nothing to
+ * recover.
  *
  * Index by multiply: for rel < 2^16 and block_size <= 2^16,
  * floor(rel * ceil(2^32 / size) / 2^32) == floor(rel / size), because the
@@ -15,25 +16,25 @@
  */
 #include "alloc/slab.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pheap.h"
 
-int ph_slab_clear(ph_slab *s, uint32_t i, uint64_t **word)
+void ph_slab_lock_wait(uint8_t *lock)
 {
-    uint32_t w, sh;
-    ph_slab_bitpos(i, &w, &sh);
-    uint64_t *p = &s->desc->xbits[w];
-    uint64_t cur = ph_load(p);
-    if (!((cur >> sh) & 1))
-        return ((cur >> sh) & 2) ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
-    uint64_t old = __atomic_fetch_and(p, ~(1ull << sh), __ATOMIC_ACQ_REL);
-    if (!((old >> sh) & 1))
-        return PHEAP_EDOUBLEFREE; /* another thread freed it first */
-    *word = p;
-    return 0;
+    for (unsigned spins = 0;; spins++) {
+        if (!ph_load_relaxed(lock) && !__atomic_exchange_n(lock, 1, __ATOMIC_ACQUIRE))
+            return;
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else
+            sched_yield(); /* the holder may be preempted: more threads than CPUs */
+    }
 }
 
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
@@ -76,6 +77,7 @@ void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
             ph_persist_flush(&sp->persist, c, line, PH_LINE_SIZE);
         }
     }
+    memset(s->bits, 0, sizeof(s->bits));
     memset(s->avail, 0, sizeof(s->avail));
     for (uint32_t i = 0; i < s->nblocks; i++)
         s->avail[i / 64] |= 1ull << (i % 64);
@@ -83,6 +85,12 @@ void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
 }
 
 void ph_slab_load(ph_slab *s)
+{
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
+        s->bits[w] = ph_load(&s->desc->xbits[w]);
+}
+
+void ph_slab_find_avail(ph_slab *s)
 {
     memset(s->avail, 0, sizeof(s->avail));
     s->navail = 0;
@@ -119,7 +127,7 @@ uint32_t ph_slab_live(const ph_slab *s)
 {
     uint32_t n = 0;
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
-        n += (uint32_t)__builtin_popcountll(ph_load(&s->desc->xbits[w]) & 0x5555555555555555ull);
+        n += (uint32_t)__builtin_popcountll(ph_load(&s->bits[w]) & 0x5555555555555555ull);
     return n;
 }
 
@@ -145,6 +153,12 @@ int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
         if ((v & ~used[w]) || ((v & 0x5555555555555555ull) & ~((v >> 1) & 0x5555555555555555ull))) {
             snprintf(err, errlen, "slab at %llu: bitmap word %u is invalid (%#llx)",
                      (unsigned long long)s->off, w, (unsigned long long)v);
+            return 1;
+        }
+        if (v != ph_load(&s->bits[w])) {
+            snprintf(err, errlen, "slab at %llu: bitmap word %u is %#llx, its copy %#llx",
+                     (unsigned long long)s->off, w, (unsigned long long)v,
+                     (unsigned long long)ph_load(&s->bits[w]));
             return 1;
         }
     }

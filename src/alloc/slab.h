@@ -2,9 +2,17 @@
  * slab.h -- slabs: 64 KiB chunks of blocks of one size class.  The durable
  * part is the descriptor in the slab region (format/layout.h): class and
  * the interleaved A/E bitmap, the truth about which blocks are allocated.
- * The volatile part (ph_slab) says which free blocks are available to hand
- * out -- free blocks sitting in a thread cache are neither allocated nor
- * available -- and links the slab into its arena's partial list.
+ * The volatile part (ph_slab) keeps a copy of that bitmap (bits[], what the
+ * code reads), says which free blocks are available to hand out -- free
+ * blocks sitting in a thread cache are neither allocated nor available --
+ * and links the slab into its arena's partial list.
+ *
+ * Writing a bitmap word: lock the word, change the copy, write the new
+ * value to the descriptor with a non-temporal store, fence, unlock.  The
+ * lock keeps non-temporal stores of one word in the order of their changes
+ * (they are weakly ordered); the copy spares a read of a line the store
+ * left uncached.  Locks are per word, so threads meet only on the same 32
+ * blocks.
  */
 #ifndef PH_ALLOC_SLAB_H
 #define PH_ALLOC_SLAB_H
@@ -14,6 +22,8 @@
 #include "alloc/sizeclass.h"
 #include "alloc/space.h"
 #include "format/layout.h"
+#include "pheap.h"
+#include "persist/persist.h"
 
 typedef struct ph_slab {
     uint64_t off;              /* data offset of the chunk (immutable) */
@@ -28,6 +38,9 @@ typedef struct ph_slab {
     int in_partial;            /* on the arena's partial list */
     struct ph_slab *next, *prev;
     uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block */
+    /* under the word's lock (read anywhere with ph_load): */
+    uint64_t bits[PH_SLAB_WORDS];  /* copy of desc->xbits */
+    uint8_t wlock[PH_SLAB_WORDS];  /* word locks */
 } ph_slab;
 
 /* Word and shift of block i's A bit (E is the next bit): interleaved so
@@ -49,35 +62,78 @@ static inline uint32_t ph_slab_index(const ph_slab *s, uint64_t off, int *exact)
     return i;
 }
 
-/* Sets A and E of block i; returns the bitmap word for the caller to
- * persist. */
-static inline uint64_t *ph_slab_set(ph_slab *s, uint32_t i)
+void ph_slab_lock_wait(uint8_t *lock);
+
+/* Locks the bitmap word of block i; returns the word, and A's shift in it
+ * in *shift. */
+static inline uint32_t ph_slab_lock(ph_slab *s, uint32_t i, uint32_t *shift)
 {
-    uint32_t w, sh;
-    ph_slab_bitpos(i, &w, &sh);
-    __atomic_fetch_or(&s->desc->xbits[w], 3ull << sh, __ATOMIC_ACQ_REL);
-    return &s->desc->xbits[w];
+    uint32_t w;
+    ph_slab_bitpos(i, &w, shift);
+    if (ph_unlikely(__atomic_exchange_n(&s->wlock[w], 1, __ATOMIC_ACQUIRE)))
+        ph_slab_lock_wait(&s->wlock[w]);
+    return w;
 }
 
-/* The commit of a small allocation: set the bits, persist the word (one
- * flush, one fence, no other store). */
+/* Unlocks word w; the caller has fenced since its last change to it. */
+static inline void ph_slab_unlock(ph_slab *s, uint32_t w)
+{
+    __atomic_store_n(&s->wlock[w], 0, __ATOMIC_RELEASE);
+}
+
+/* With word w locked: sets A and E at `shift` and writes the word back,
+ * durable at the caller's next fence (before it unlocks). */
+static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
+                                      uint32_t shift)
+{
+    uint64_t v = s->bits[w] | 3ull << shift;
+    ph_store(&s->bits[w], v);
+    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
+}
+
+/* With word w locked: clears A at `shift` and writes the word back as
+ * above.  Returns 0, or PHEAP_EDOUBLEFREE (A clear, E set) /
+ * PHEAP_ENOTALLOC (never allocated) with nothing changed. */
+static inline int ph_slab_clear_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
+                                       uint32_t shift)
+{
+    uint64_t v = s->bits[w];
+    if (!((v >> shift) & 1))
+        return ((v >> shift) & 2) ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
+    v &= ~(1ull << shift);
+    ph_store(&s->bits[w], v);
+    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
+    return 0;
+}
+
+/* The commit of a small allocation: block i's A and E set and persisted
+ * (one non-temporal store, one fence). */
 static inline void ph_slab_mark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i)
 {
-    ph_persist_range(&sp->persist, c, ph_slab_set(s, i), 8);
+    uint32_t sh, w = ph_slab_lock(s, i, &sh);
+    ph_slab_set_locked(sp, c, s, w, sh);
+    ph_persist_fence(&sp->persist, c);
+    ph_slab_unlock(s, w);
 }
 
-/* Clears A of block i unless it is already clear and stores the word's
- * address in *word for the caller to persist.  Returns 0, or
- * PHEAP_EDOUBLEFREE (A clear, E set) / PHEAP_ENOTALLOC (never allocated)
- * with nothing changed. */
-int ph_slab_clear(ph_slab *s, uint32_t i, uint64_t **word);
+/* The commit of a small free: block i's A cleared and persisted; errors as
+ * ph_slab_clear_locked, with nothing written. */
+static inline int ph_slab_unmark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i)
+{
+    uint32_t sh, w = ph_slab_lock(s, i, &sh);
+    int rc = ph_slab_clear_locked(sp, c, s, w, sh);
+    if (rc == 0)
+        ph_persist_fence(&sp->persist, c);
+    ph_slab_unlock(s, w);
+    return rc;
+}
 
 /* A and E of block i, read atomically (bit 0 = A, bit 1 = E). */
 static inline unsigned ph_slab_bits(const ph_slab *s, uint32_t i)
 {
     uint32_t w, sh;
     ph_slab_bitpos(i, &w, &sh);
-    return (unsigned)(ph_load(&s->desc->xbits[w]) >> sh) & 3u;
+    return (unsigned)(ph_load(&s->bits[w]) >> sh) & 3u;
 }
 
 /* Volatile part for chunk `off` (calloc'ed); the descriptor is not read. */
@@ -91,8 +147,12 @@ void ph_slab_set_class(ph_slab *s, unsigned cls);
  * extent log. */
 void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls);
 
-/* Rebuilds the available set from the durable bitmap (after open). */
+/* Copies the durable bitmap into the volatile copy (at open). */
 void ph_slab_load(ph_slab *s);
+
+/* Rebuilds the available set from the bitmap copy (at open, after
+ * recovery). */
+void ph_slab_find_avail(ph_slab *s);
 
 /* Takes up to n available blocks (offsets into out[]); returns how many. */
 uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n);
@@ -103,8 +163,9 @@ void ph_slab_give(ph_slab *s, uint64_t off);
 /* Allocated blocks (A bits), counted from the descriptor. */
 uint32_t ph_slab_live(const ph_slab *s);
 
-/* Checks the descriptor against its class; returns 0 or writes a message
- * to err and returns 1. */
+/* Checks the descriptor against its class and the bitmap copy (no
+ * operation may be in flight); returns 0 or writes a message to err and
+ * returns 1. */
 int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen);
 
 #endif

@@ -31,6 +31,20 @@ static void clflush_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
         __asm__ volatile("clflush %0" : "+m"(*(volatile char *)line));
 }
 
+static void movnti_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    (void)p;
+    (void)c;
+    __asm__ volatile("movnti %1, %0" : "=m"(*word) : "r"(v) : "memory");
+}
+
+/* clflush back end: the store, then the ordered flush of its line. */
+static void clflush_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    ph_store(word, v);
+    clflush_flush(p, c, (uintptr_t)word & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+}
+
 static void sfence(ph_persist *p, ph_pctx *c)
 {
     (void)p;
@@ -47,9 +61,9 @@ static void compiler_fence(ph_persist *p, ph_pctx *c)
     __asm__ volatile("" ::: "memory");
 }
 
-const ph_persist_ops ph_flush_clwb_ops = {"clwb", clwb_flush, sfence};
-const ph_persist_ops ph_flush_clflushopt_ops = {"clflushopt", clflushopt_flush, sfence};
-const ph_persist_ops ph_flush_clflush_ops = {"clflush", clflush_flush, compiler_fence};
+const ph_persist_ops ph_flush_clwb_ops = {"clwb", clwb_flush, sfence, movnti_store};
+const ph_persist_ops ph_flush_clflushopt_ops = {"clflushopt", clflushopt_flush, sfence, movnti_store};
+const ph_persist_ops ph_flush_clflush_ops = {"clflush", clflush_flush, compiler_fence, clflush_store};
 #else
 static void no_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
 {
@@ -59,7 +73,12 @@ static void no_fence(ph_persist *p, ph_pctx *c)
 {
     (void)p; (void)c;
 }
-const ph_persist_ops ph_flush_clwb_ops = {"clwb", no_flush, no_fence};
-const ph_persist_ops ph_flush_clflushopt_ops = {"clflushopt", no_flush, no_fence};
-const ph_persist_ops ph_flush_clflush_ops = {"clflush", no_flush, no_fence};
+static void plain_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    (void)p; (void)c;
+    ph_store(word, v);
+}
+const ph_persist_ops ph_flush_clwb_ops = {"clwb", no_flush, no_fence, plain_store};
+const ph_persist_ops ph_flush_clflushopt_ops = {"clflushopt", no_flush, no_fence, plain_store};
+const ph_persist_ops ph_flush_clflush_ops = {"clflush", no_flush, no_fence, plain_store};
 #endif

@@ -65,8 +65,21 @@ static void nop_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
     (void)n;
 }
 
-static const ph_persist_ops msync_ops = {"msync", msync_flush, nop_fence};
-static const ph_persist_ops none_ops = {"none", nop_flush, nop_fence};
+static void msync_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    ph_store(word, v);
+    msync_flush(p, c, (uintptr_t)word & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+}
+
+static void plain_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    (void)p;
+    (void)c;
+    ph_store(word, v);
+}
+
+static const ph_persist_ops msync_ops = {"msync", msync_flush, nop_fence, msync_store};
+static const ph_persist_ops none_ops = {"none", nop_flush, nop_fence, plain_store};
 
 static const struct {
     const char *name;

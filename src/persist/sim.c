@@ -4,7 +4,8 @@
  * snapshots into the durable image under the simulator lock.  Snapshots
  * are taken at flush time: a store made after the flush but before the
  * fence is not covered by that flush (it is only a dirty line, which
- * eviction may or may not write back).
+ * eviction may or may not write back).  A non-temporal store is a pending
+ * snapshot of its one word.
  */
 #include "persist/sim.h"
 
@@ -19,6 +20,9 @@
 
 typedef struct ph_sim_line {
     uint64_t index;                 /* line number from the heap start */
+    uint32_t from, len;             /* bytes of the line covered: all for a
+                                       flush, one word for a non-temporal
+                                       store */
     uint8_t data[PH_CACHE_LINE];    /* contents at flush time */
 } ph_sim_line;
 
@@ -132,9 +136,8 @@ int ph_sim_write_durable(ph_sim *s, int fd)
     return rc;
 }
 
-static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
+static ph_sim_line *pending_add(ph_sim *s, ph_pctx *c)
 {
-    ph_sim *s = p->sim;
     struct ph_sim_pending *q = c->pending;
     if (!q) {
         q = calloc(1, sizeof(*q));
@@ -143,19 +146,48 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
         q->owner = s;
         c->pending = q;
     }
+    if (q->n == q->cap) {
+        q->cap = q->cap ? q->cap * 2 : 64;
+        q->lines = realloc(q->lines, q->cap * sizeof(*q->lines));
+        if (!q->lines)
+            abort();
+    }
+    return &q->lines[q->n++];
+}
+
+static int in_working(const ph_sim *s, uintptr_t addr)
+{
+    return addr >= (uintptr_t)s->working && addr < (uintptr_t)s->working + s->size;
+}
+
+static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
+{
+    ph_sim *s = p->sim;
     for (uint64_t i = 0; i < n; i++, line += PH_CACHE_LINE) {
-        if (line < (uintptr_t)s->working || line >= (uintptr_t)s->working + s->size)
+        if (!in_working(s, line))
             continue;
-        if (q->n == q->cap) {
-            q->cap = q->cap ? q->cap * 2 : 64;
-            q->lines = realloc(q->lines, q->cap * sizeof(*q->lines));
-            if (!q->lines)
-                abort();
-        }
-        ph_sim_line *sl = &q->lines[q->n++];
+        ph_sim_line *sl = pending_add(s, c);
         sl->index = (line - (uintptr_t)s->working) / PH_CACHE_LINE;
+        sl->from = 0;
+        sl->len = PH_CACHE_LINE;
         memcpy(sl->data, (const void *)line, PH_CACHE_LINE);
     }
+}
+
+/* A non-temporal store reaches memory by itself: only its own word becomes
+ * durable at the fence, not the rest of its line. */
+static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    ph_sim *s = p->sim;
+    ph_store(word, v);
+    if (!in_working(s, (uintptr_t)word))
+        return;
+    uint64_t at = (uint64_t)((uintptr_t)word - (uintptr_t)s->working);
+    ph_sim_line *sl = pending_add(s, c);
+    sl->index = at / PH_CACHE_LINE;
+    sl->from = (uint32_t)(at % PH_CACHE_LINE);
+    sl->len = sizeof(v);
+    memcpy(sl->data + sl->from, &v, sizeof(v));
 }
 
 static void sim_fence(ph_persist *p, ph_pctx *c)
@@ -169,8 +201,10 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
         if (rc && !s->crash_error)
             s->crash_error = rc;
     }
-    for (size_t i = 0; q && i < q->n; i++)
-        memcpy(s->durable + q->lines[i].index * PH_CACHE_LINE, q->lines[i].data, PH_CACHE_LINE);
+    for (size_t i = 0; q && i < q->n; i++) {
+        const ph_sim_line *sl = &q->lines[i];
+        memcpy(s->durable + sl->index * PH_CACHE_LINE + sl->from, sl->data + sl->from, sl->len);
+    }
     if (q)
         q->n = 0;
     pthread_mutex_unlock(&s->lock);
@@ -184,4 +218,4 @@ void ph_sim_pending_free(struct ph_sim_pending *q)
     free(q);
 }
 
-const ph_persist_ops ph_sim_ops = {"sim", sim_flush, sim_fence};
+const ph_persist_ops ph_sim_ops = {"sim", sim_flush, sim_fence, sim_store_nt};

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "heap/heap.h"
 #include "persist/sim.h"
 
 #define HEAP_SIZE (4u << 20)
@@ -105,6 +106,27 @@ TEST(flush_snapshots_contents)
     uint64_t v;
     read_image(img, d, &v, 8);
     CHECK_EQ(v, 1);
+}
+
+/* A non-temporal store is durable at the fence by itself: the rest of its
+ * line, dirty in the cache, is not carried along (a flush would carry it). */
+TEST(nt_store_covers_only_its_word)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *line = pheap_direct(h, d);
+    line[1] = 0x5555; /* dirty, never flushed */
+    ph_persist_store_nt(&h->sp.persist, ph_heap_pctx(h), &line[0], 0x4444);
+    ph_persist_fence(&h->sp.persist, ph_heap_pctx(h));
+    ph_persist_store_nt(&h->sp.persist, ph_heap_pctx(h), &line[2], 0x6666); /* not fenced */
+    const char *img = ph_test_path("img-nt");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
+    uint64_t v[3];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 0x4444);
+    CHECK_EQ(v[1], 0);
+    CHECK_EQ(v[2], 0);
 }
 
 /* Dirties `n` lines with a pattern and crashes with eviction p. */
