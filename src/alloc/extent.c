@@ -69,6 +69,17 @@ static int decode(const ph_extlog_entry *e, uint64_t epoch, entry *out)
 
 /* ---- index ------------------------------------------------------------------ */
 
+static uint64_t page_of(const ph_extents *x, uint64_t off)
+{
+    return (off - x->sp->data_off) / PH_PAGE_SIZE;
+}
+
+static uint64_t off_of(const ph_extents *x, uint64_t page)
+{
+    return x->sp->data_off + page * PH_PAGE_SIZE;
+}
+
+
 static unsigned bin_of(uint64_t n)
 {
     if (n < 64)
@@ -152,10 +163,12 @@ static void node_free(ph_extents *x, ph_extnode *e)
     x->spare = e;
 }
 
-/* Turns n into free space, merging it with free neighbours. */
-static void make_free(ph_extents *x, ph_extnode *n)
+/* Turns n into free space, merging it with free neighbours; `dirty`: its
+ * pages may be backed (see purge). */
+static void make_free(ph_extents *x, ph_extnode *n, int dirty)
 {
     n->kind = PH_EXT_FREE;
+    n->dirty = (uint32_t)dirty;
     if (n->page > 0) {
         ph_extnode *l = x->last[n->page - 1];
         if (l && l->kind == PH_EXT_FREE) {
@@ -164,6 +177,7 @@ static void make_free(ph_extents *x, ph_extnode *n)
             index_clear(x, n);
             n->npages += l->npages;
             n->page = l->page;
+            n->dirty |= l->dirty;
             index_set(x, n);
             node_free(x, l);
         }
@@ -176,6 +190,7 @@ static void make_free(ph_extents *x, ph_extnode *n)
             index_clear(x, r);
             index_clear(x, n);
             n->npages += r->npages;
+            n->dirty |= r->dirty;
             index_set(x, n);
             node_free(x, r);
         }
@@ -192,6 +207,8 @@ static ph_extnode *carve(ph_extents *x, ph_extnode *f, uint64_t page, uint64_t n
     uint64_t fend = f->page + f->npages;
     if (page > f->page) {
         ph_extnode *l = node_new(x, f->page, page - f->page, PH_EXT_FREE, 0);
+        if (l)
+            l->dirty = f->dirty;
         if (!l) {
             index_set(x, f);
             bin_insert(x, f);
@@ -202,6 +219,8 @@ static ph_extnode *carve(ph_extents *x, ph_extnode *f, uint64_t page, uint64_t n
     }
     if (page + n < fend) {
         ph_extnode *r = node_new(x, page + n, fend - page - n, PH_EXT_FREE, 0);
+        if (r)
+            r->dirty = f->dirty;
         if (!r) { /* give the left part back to f */
             if (page > f->page) {
                 ph_extnode *l = x->head[f->page];
@@ -264,7 +283,7 @@ static int add_backed(ph_extents *x)
         return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
     x->pages = pages;
     index_set(x, n);
-    make_free(x, n);
+    make_free(x, n, 0); /* the file grew with holes */
     return 0;
 }
 
@@ -296,19 +315,55 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
 
 static void compact(ph_extents *x, ph_pctx *c);
 
+/* Punches the dirty free extents of PH_PUNCH_MIN or more (lock held: no
+ * one can allocate them meanwhile).  Rare by design; see extent.h. */
+static void purge(ph_extents *x)
+{
+    for (unsigned b = bin_of(PH_PUNCH_MIN / PH_PAGE_SIZE); b < PH_EXT_BINS; b++) {
+        for (ph_extnode *f = x->bins[b]; f; f = f->next) {
+            if (f->dirty && f->npages * PH_PAGE_SIZE >= PH_PUNCH_MIN) {
+                ph_space_punch(x->sp, off_of(x, f->page), f->npages * PH_PAGE_SIZE);
+                f->dirty = 0;
+            }
+        }
+    }
+    x->dirty_bytes = 0;
+    x->dirty_since = 0;
+    x->purges++;
+}
+
+static void maybe_purge(ph_extents *x)
+{
+    if (ph_likely(!x->dirty_since))
+        return;
+    uint64_t now = ph_os_coarse_ns();
+    uint64_t budget = PH_MAX((uint64_t)PH_PURGE_BUDGET_MIN, ph_space_size(x->sp) / 16);
+    if (x->dirty_bytes >= budget || now - x->dirty_since >= PH_PURGE_DELAY_NS)
+        purge(x);
+}
+
 /* Freed extents whose free is durable wait on x->xreleased (a stack linked
  * through `next`, pushed without the lock) until the next holder of the
  * lock returns them to free space: a free takes the lock once, not twice. */
-static void lock_index(ph_extents *x)
+static void drain_released(ph_extents *x)
 {
-    pthread_mutex_lock(&x->lock);
     ph_extnode *n = __atomic_exchange_n(&x->xreleased, NULL, __ATOMIC_ACQUIRE);
+    if (n && !x->dirty_since)
+        x->dirty_since = ph_os_coarse_ns();
     while (n) {
         ph_extnode *next = n->next;
         n->next = NULL;
-        make_free(x, n);
+        x->dirty_bytes += n->npages * PH_PAGE_SIZE;
+        make_free(x, n, 1);
         n = next;
     }
+}
+
+static void lock_index(ph_extents *x)
+{
+    ph_spin_lock(&x->xlock);
+    drain_released(x);
+    maybe_purge(x);
 }
 
 /* Entry j (in log order) of a half.  Entries are interleaved over the
@@ -467,6 +522,7 @@ static int build_index(ph_extents *x, const entry *live, uint64_t n)
             ph_extnode *f = node_new(x, p, next - p, PH_EXT_FREE, 0);
             if (!f)
                 return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+            f->dirty = 1; /* not known: a crash may have come before a purge */
             index_set(x, f);
             bin_insert(x, f);
         }
@@ -489,7 +545,6 @@ static void *alloc_map(uint64_t bytes)
 static int extents_init(ph_space *sp, ph_extents *x)
 {
     memset(x, 0, sizeof(*x));
-    ph_os_mutex_init(&x->lock);
     x->sp = sp;
     x->hdr = ph_space_at(sp, sp->extlog_region);
     x->half_entries = (sp->extlog_size - PH_PAGE_SIZE) / 2 / sizeof(ph_extlog_entry);
@@ -520,7 +575,6 @@ static void extents_fini(ph_extents *x)
     ph_os_free_pages(x->head, PH_ALIGN_UP(x->pages_max * sizeof(*x->head), PH_PAGE_SIZE));
     ph_os_free_pages(x->last, PH_ALIGN_UP(x->pages_max * sizeof(*x->last), PH_PAGE_SIZE));
     ph_os_free_pages(x->freed, PH_ALIGN_UP((x->pages_max + 63) / 64 * 8, PH_PAGE_SIZE));
-    pthread_mutex_destroy(&x->lock);
 }
 
 int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg)
@@ -552,21 +606,14 @@ void ph_extents_close(ph_extents *x)
 {
     if (!x)
         return;
+    drain_released(x);
+    if (x->dirty_since) /* something was freed in this open: purge it now */
+        purge(x);
     extents_fini(x);
     free(x);
 }
 
 /* ---- operations ------------------------------------------------------------- */
-
-static uint64_t page_of(const ph_extents *x, uint64_t off)
-{
-    return (off - x->sp->data_off) / PH_PAGE_SIZE;
-}
-
-static uint64_t off_of(const ph_extents *x, uint64_t page)
-{
-    return x->sp->data_off + page * PH_PAGE_SIZE;
-}
 
 /* Appends the commit entry of reserved node n and stores *dest (flushed,
  * not fenced: the caller fences after dropping the lock). */
@@ -597,7 +644,7 @@ int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, un
         *off = off_of(x, n->page);
         e = stage_commit(x, c, n, kind, cls, dest, *off);
     }
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     if (!rc)
         persist_entry(x, c, e);
     return rc;
@@ -612,7 +659,7 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
         n->kind = PH_EXT_RESERVED;
         *off = off_of(x, n->page);
     }
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     return rc;
 }
 
@@ -621,7 +668,7 @@ void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, un
 {
     lock_index(x);
     ph_extlog_entry *e = stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     persist_entry(x, c, e);
 }
 
@@ -633,7 +680,7 @@ void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, uns
     lock_index(x);
     for (unsigned i = 0; i < n; i++)
         e[i] = stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     for (unsigned i = 0; i < n; i++)
         ph_persist_flush(&x->sp->persist, c, e[i], sizeof(*e[i]));
     ph_persist_fence(&x->sp->persist, c);
@@ -642,8 +689,8 @@ void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, uns
 void ph_extent_cancel(ph_extents *x, uint64_t off)
 {
     lock_index(x);
-    make_free(x, x->head[page_of(x, off)]);
-    pthread_mutex_unlock(&x->lock);
+    make_free(x, x->head[page_of(x, off)], 1);
+    ph_spin_unlock(&x->xlock);
 }
 
 /* What is at `page` that is not the head of a live extent of `kind`. */
@@ -675,19 +722,18 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
     return ph_err(PHEAP_ENOTALLOC, "offset %llu was never allocated", (unsigned long long)off);
 }
 
-
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                    uint64_t dest_val, int hold)
 {
     lock_index(x);
     ph_extnode *n;
     int rc = classify_locked(x, off, kind, &n);
-    uint64_t bytes = 0;
     ph_extlog_entry *e = NULL;
     if (!rc) {
         e = append(x, c, n, PH_EXT_FREE);
         n->kind = PH_EXT_RESERVED; /* free in the log, not reusable before the fence */
-        bytes = n->npages * PH_PAGE_SIZE;
+        if (!x->dirty_since) /* the purge delay counts from the first free */
+            x->dirty_since = ph_os_coarse_ns();
         if (kind == PH_EXT_LARGE)
             x->freed[n->page / 64] |= 1ull << (n->page % 64);
         if (dest) {
@@ -695,14 +741,10 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
             ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
         }
     }
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     if (rc)
         return rc;
     persist_entry(x, c, e);
-    /* Large pages go back to the file system while still reserved (no one
-     * can have them yet) and without the lock (a punch is a system call). */
-    if (bytes >= PH_PUNCH_MIN)
-        ph_space_punch(x->sp, off, bytes);
     if (!hold)
         ph_extent_release(x, off);
     return 0;
@@ -741,7 +783,7 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
     else
         e = stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
 out:
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     if (e)
         persist_entry(x, c, e);
     return rc;
@@ -754,7 +796,7 @@ int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
     int rc = classify_locked(x, off, PH_EXT_LARGE, &n);
     if (!rc)
         *bytes = n->npages * PH_PAGE_SIZE;
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     return rc;
 }
 
@@ -763,7 +805,7 @@ void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), 
     lock_index(x);
     for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages)
         fn(arg, x->head[p]);
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
 }
 
 uint64_t ph_extents_largest_free(ph_extents *x)
@@ -773,7 +815,7 @@ uint64_t ph_extents_largest_free(ph_extents *x)
     for (int b = PH_EXT_BINS - 1; b >= 0 && !best; b--)
         for (ph_extnode *f = x->bins[b]; f; f = f->next)
             best = PH_MAX(best, f->npages);
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     return best;
 }
 
@@ -818,6 +860,6 @@ int ph_extents_check(ph_extents *x, char *err, size_t errlen)
         bad = 1;
     }
     free(live);
-    pthread_mutex_unlock(&x->lock);
+    ph_spin_unlock(&x->xlock);
     return bad;
 }

@@ -2,9 +2,17 @@
  * extent.h -- the large allocator: page-granular extents of the data
  * region, best fit with coalescing, indexed in DRAM and made durable by the
  * log-structured extent log (format/layout.h).  Slabs take their 64 KiB
- * chunks from here too.  All calls lock the extent index; log entries are
- * written under the lock and fenced after it (see extent.c for why replay
- * copes with entries that become durable out of order).
+ * chunks from here too.  All calls lock the extent index (a spin lock:
+ * short sections); log entries are written under the lock and fenced after
+ * it (see extent.c for why replay copes with entries that become durable
+ * out of order).
+ *
+ * Free extents of PH_PUNCH_MIN or more are handed back to the file system
+ * (hole punch) in purges, not at each free: a block freed and allocated
+ * again soon -- the common case -- keeps its pages and costs no system
+ * call and no page faults.  A purge runs when the bytes freed since the
+ * last one reach the budget (size / 16, at least PH_PURGE_BUDGET_MIN), when
+ * PH_PURGE_DELAY_NS passed since a free, and at close.
  */
 #ifndef PH_ALLOC_EXTENT_H
 #define PH_ALLOC_EXTENT_H
@@ -13,10 +21,13 @@
 #include <stdint.h>
 
 #include "alloc/space.h"
+#include "util/spin.h"
 
 #define PH_EXT_RESERVED 4u   /* volatile kind: chosen, not yet committed */
 #define PH_EXT_BINS 128u
-#define PH_PUNCH_MIN (256u * 1024u) /* freed extents this large go back to the file system */
+#define PH_PUNCH_MIN (256u * 1024u) /* free extents this large go back to the file system */
+#define PH_PURGE_DELAY_NS (100u * 1000u * 1000u) /* ... this long after a free at the latest */
+#define PH_PURGE_BUDGET_MIN (32u << 20) /* ... or when this much (or size/16) was freed */
 
 typedef struct ph_extnode {
     uint64_t page;             /* first page, counted from the data region */
@@ -25,11 +36,12 @@ typedef struct ph_extnode {
     uint32_t cls;              /* size class of a slab */
     struct ph_extnode *next;   /* bin list, free nodes only */
     struct ph_extnode *prev;
+    uint32_t dirty;            /* free node whose pages may be backed */
 } ph_extnode;
 
 typedef struct ph_extents {
     ph_space *sp;
-    pthread_mutex_t lock;
+    uint8_t xlock;             /* the index lock (util/spin.h) */
     ph_extlog_header *hdr;     /* in the mapping */
     ph_extlog_entry *half[2];  /* the two halves, in the mapping */
     uint64_t half_entries;     /* entries per half */
@@ -48,6 +60,9 @@ typedef struct ph_extents {
     uint64_t free_pages;       /* pages in free nodes */
     uint64_t appends;          /* log entries appended since open */
     uint64_t compactions;      /* compactions since open */
+    uint64_t dirty_bytes;      /* freed since the last purge */
+    uint64_t dirty_since;      /* first free since then (coarse clock), 0: none */
+    uint64_t purges;           /* purges since open */
 } ph_extents;
 
 typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);

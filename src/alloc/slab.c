@@ -16,26 +16,11 @@
  */
 #include "alloc/slab.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pheap.h"
-
-void ph_slab_lock_wait(uint8_t *lock)
-{
-    for (unsigned spins = 0;; spins++) {
-        if (!ph_load_relaxed(lock) && !__atomic_exchange_n(lock, 1, __ATOMIC_ACQUIRE))
-            return;
-        if (spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        } else
-            sched_yield(); /* the holder may be preempted: more threads than CPUs */
-    }
-}
 
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
 {

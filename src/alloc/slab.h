@@ -24,6 +24,7 @@
 #include "format/layout.h"
 #include "pheap.h"
 #include "persist/persist.h"
+#include "util/spin.h"
 
 typedef struct ph_slab {
     uint64_t off;              /* data offset of the chunk (immutable) */
@@ -62,23 +63,20 @@ static inline uint32_t ph_slab_index(const ph_slab *s, uint64_t off, int *exact)
     return i;
 }
 
-void ph_slab_lock_wait(uint8_t *lock);
-
 /* Locks the bitmap word of block i; returns the word, and A's shift in it
  * in *shift. */
 static inline uint32_t ph_slab_lock(ph_slab *s, uint32_t i, uint32_t *shift)
 {
     uint32_t w;
     ph_slab_bitpos(i, &w, shift);
-    if (ph_unlikely(__atomic_exchange_n(&s->wlock[w], 1, __ATOMIC_ACQUIRE)))
-        ph_slab_lock_wait(&s->wlock[w]);
+    ph_spin_lock(&s->wlock[w]);
     return w;
 }
 
 /* Unlocks word w; the caller has fenced since its last change to it. */
 static inline void ph_slab_unlock(ph_slab *s, uint32_t w)
 {
-    __atomic_store_n(&s->wlock[w], 0, __ATOMIC_RELEASE);
+    ph_spin_unlock(&s->wlock[w]);
 }
 
 /* With word w locked: sets A and E at `shift` and writes the word back,

@@ -79,6 +79,9 @@ int ph_os_random(void *buf, size_t len);
 /* CLOCK_REALTIME in nanoseconds. */
 uint64_t ph_os_time_ns(void);
 
+/* Monotonic clock at scheduler-tick resolution (cheap: no system call). */
+uint64_t ph_os_coarse_ns(void);
+
 /* A mutex for short critical sections: spins briefly before sleeping
  * (a sleeping waiter on a small machine costs microseconds to wake). */
 #include <pthread.h>

@@ -50,28 +50,84 @@ static uint64_t file_blocks(const char *path)
     return stat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
 }
 
-TEST(freed_large_blocks_return_pages_to_the_file_system)
+/* Allocates a large block and writes all of it (so its pages are backed). */
+static pheap_off written_block(pheap *h, uint64_t bytes, int byte)
+{
+    pheap_off a = pheap_alloc(h, bytes);
+    if (a) {
+        memset(pheap_direct(h, a), byte, bytes);
+        pheap_persist(h, pheap_direct(h, a), bytes);
+    }
+    return a;
+}
+
+/* Freed pages are purged after a delay, not at the free: a free followed
+ * by an allocation of the same size reuses backed pages. */
+TEST(freed_large_blocks_return_pages_after_the_purge_delay)
 {
     const char *path = ph_test_path("punch.heap");
     pheap *h = ph_test_create(path, 16 * MiB);
     REQUIRE(h);
     uint64_t before = file_blocks(path);
-    pheap_off a = pheap_alloc(h, 4 * MiB);
+    pheap_off a = written_block(h, 4 * MiB, 0x5a);
     REQUIRE(a);
-    memset(pheap_direct(h, a), 0x5a, 4 * MiB);
-    pheap_persist(h, pheap_direct(h, a), 4 * MiB);
     uint64_t used = file_blocks(path);
     CHECK(used >= before + 4 * MiB);
     REQUIRE_OK(pheap_free(h, a));
+    CHECK(file_blocks(path) >= used); /* not yet */
+    usleep(150 * 1000);               /* past the delay; the next large call purges */
+    pheap_off b = pheap_alloc(h, 1 * MiB);
+    REQUIRE(b);
     uint64_t after = file_blocks(path);
-    fprintf(stderr, "  file blocks: %llu KiB empty, %llu KiB with 4 MiB written, %llu KiB after free\n",
+    fprintf(stderr, "  file blocks: %llu KiB empty, %llu KiB with 4 MiB written, %llu KiB after the purge\n",
             (unsigned long long)before / 1024, (unsigned long long)used / 1024,
             (unsigned long long)after / 1024);
     CHECK(after + 3 * MiB < used);
     /* The pages read as zero and can be allocated again. */
-    pheap_off b = pheap_alloc(h, 4 * MiB);
     CHECK_EQ(b, a);
     CHECK_EQ(((unsigned char *)pheap_direct(h, b))[12345], 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+/* Without a pause, frees purge once their bytes reach the budget (32 MiB
+ * here: more than size / 16). */
+TEST(freed_large_blocks_return_pages_past_the_purge_budget)
+{
+    const char *path = ph_test_path("budget.heap");
+    pheap *h = ph_test_create(path, 128 * MiB);
+    REQUIRE(h);
+    pheap_off v[48];
+    for (unsigned i = 0; i < 48; i++)
+        REQUIRE((v[i] = written_block(h, 1 * MiB, (int)i + 1)) != 0);
+    uint64_t used = file_blocks(path);
+    for (unsigned i = 0; i < 48; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    REQUIRE(pheap_alloc(h, 1 * MiB)); /* takes the index lock once more */
+    uint64_t after = file_blocks(path);
+    fprintf(stderr, "  file blocks: %llu KiB with 48 MiB written, %llu KiB after 48 frees\n",
+            (unsigned long long)used / 1024, (unsigned long long)after / 1024);
+    CHECK(after + 30 * MiB < used);
+    pheap_close(h);
+}
+
+/* Frees right before close are purged by the close; a reopen finds the
+ * heap intact. */
+TEST(close_purges_freed_large_blocks)
+{
+    const char *path = ph_test_path("close-punch.heap");
+    pheap *h = ph_test_create(path, 16 * MiB);
+    REQUIRE(h);
+    pheap_off keep = written_block(h, 2 * MiB, 0x11), drop = written_block(h, 4 * MiB, 0x22);
+    REQUIRE(keep && drop);
+    uint64_t used = file_blocks(path);
+    REQUIRE_OK(pheap_free(h, drop));
+    REQUIRE_OK(pheap_root_set(h, "keep", keep));
+    REQUIRE_OK(pheap_close(h));
+    CHECK(file_blocks(path) + 3 * MiB < used);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    CHECK_EQ(((unsigned char *)pheap_direct(h, pheap_root_get(h, "keep")))[2 * MiB - 1], 0x11);
+    REQUIRE_OK(pheap_check(h, NULL));
     pheap_close(h);
 }
 
