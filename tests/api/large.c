@@ -1,8 +1,10 @@
 /*
  * large.c -- large blocks: best fit and coalescing seen through
- * largest_free, pages handed back to the file system, growth up to
- * max_size, and many extent-log compactions surviving reopen.
+ * largest_free, pages handed back to the file system by purges (never
+ * pages of a live block), growth up to max_size, and many extent-log
+ * compactions surviving reopen.
  */
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -128,6 +130,75 @@ TEST(close_purges_freed_large_blocks)
     REQUIRE_OK(pheap_open(path, NULL, &h));
     CHECK_EQ(((unsigned char *)pheap_direct(h, pheap_root_get(h, "keep")))[2 * MiB - 1], 0x11);
     REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+/* Two threads allocate, fill, check and free large blocks (256 KiB to
+ * 1 MiB) in rounds, some with a pause past the purge delay: purges punch
+ * free extents while the other thread's blocks are live, and never a byte
+ * of them.  The file ends up holding about the live bytes. */
+enum { PURGE_SLOTS = 24, PURGE_ROUNDS = 40 };
+
+typedef struct purge_arg {
+    pheap *h;
+    unsigned id;
+    int failed;
+} purge_arg;
+
+static void *purge_worker(void *p)
+{
+    purge_arg *a = p;
+    pheap_off off[PURGE_SLOTS] = {0};
+    size_t size[PURGE_SLOTS] = {0};
+    uint64_t gen[PURGE_SLOTS] = {0}, rng = 0x1234567ull + a->id, g = (uint64_t)a->id << 32;
+    for (unsigned round = 0; round < PURGE_ROUNDS && !a->failed; round++) {
+        for (unsigned i = 0; i < PURGE_SLOTS && !a->failed; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            if (off[i] && (rng >> 33) % 2) {
+                a->failed |= !ph_test_intact(pheap_direct(a->h, off[i]), size[i], gen[i]);
+                a->failed |= pheap_free(a->h, off[i]) != 0;
+                off[i] = 0;
+            } else if (!off[i]) {
+                size[i] = 256 * KiB + (size_t)((rng >> 20) % (768 * KiB));
+                gen[i] = ++g;
+                if ((off[i] = pheap_alloc(a->h, size[i])) == 0) {
+                    a->failed = 1;
+                    break;
+                }
+                ph_test_fill(pheap_direct(a->h, off[i]), size[i], gen[i]);
+            }
+        }
+        if (round % 8 == 7)
+            usleep(120 * 1000);
+    }
+    for (unsigned i = 0; i < PURGE_SLOTS; i++) {
+        if (off[i]) {
+            a->failed |= !ph_test_intact(pheap_direct(a->h, off[i]), size[i], gen[i]);
+            a->failed |= pheap_free(a->h, off[i]) != 0;
+        }
+    }
+    return NULL;
+}
+
+TEST(purges_never_touch_live_blocks)
+{
+    const char *path = ph_test_path("purge-mt.heap");
+    pheap *h = ph_test_create(path, 128 * MiB);
+    REQUIRE(h);
+    pthread_t t[2];
+    purge_arg arg[2] = {{h, 1, 0}, {h, 2, 0}};
+    for (unsigned i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, purge_worker, &arg[i]);
+    for (unsigned i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    CHECK(!arg[0].failed && !arg[1].failed);
+    CHECK_EQ(stats(h).large_extents, 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    usleep(120 * 1000);
+    REQUIRE(pheap_alloc(h, 300 * KiB)); /* the purge after the delay */
+    uint64_t blocks = file_blocks(path);
+    fprintf(stderr, "  file blocks after the last purge: %llu KiB\n", (unsigned long long)blocks / 1024);
+    CHECK(blocks < 8 * MiB);
     pheap_close(h);
 }
 
