@@ -3,10 +3,10 @@
  * backed data region, size bins of free nodes, page -> node maps for
  * coalescing) and the durable extent log behind it.
  *
- * Crash protocol.  Every durable change is one log entry, written and
- * flushed under the index lock and fenced by its thread after the lock is
- * released, so that large operations of several threads fence in
- * parallel.  Entries may therefore become durable out of log order; replay
+ * Crash protocol.  Every durable change is one log entry, written with
+ * non-temporal stores under the index lock and fenced by its thread after
+ * the lock is released, so that large operations of several threads fence
+ * in parallel.  Entries may therefore become durable out of log order; replay
  * reads every slot of the active half and skips the invalid ones.  That is
  * sound because an entry that depends on another is only appended once the
  * other is durable: a block is freed only after its allocation returned,
@@ -375,27 +375,25 @@ static ph_extlog_entry *slot(const ph_extents *x, unsigned half, uint64_t j)
     return &x->half[half][(j % lines) * 4 + j / lines];
 }
 
-/* Appends a durable entry; lock held.  The caller fences. */
-/* Writes the next entry of the log (lock held) and returns it; the caller
- * flushes and fences it after dropping the lock, so that the lock is held
- * for neither. */
-static ph_extlog_entry *append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
+/* Writes the next entry of the log (lock held); the caller fences it after
+ * dropping the lock, so that the lock is not held for the fence. */
+static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
 {
     if (x->tail == x->half_entries)
         compact(x, c);
     ph_extlog_entry *e = slot(x, x->active, x->tail++);
     ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch);
-    ph_store(&e->w0, v.w0);
-    ph_store(&e->w1, v.w1);
+    /* Non-temporal: the slot is this call's alone, so no lock is needed
+     * until the fence; replay and check read the log from memory. */
+    ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
     x->appends++;
-    return e;
 }
 
-/* After the lock: makes entry e (and nothing else) durable with the
+/* After the lock: makes the entry stored by append durable with the
  * caller's other flushed lines. */
-static void persist_entry(ph_extents *x, ph_pctx *c, ph_extlog_entry *e)
+static void persist_entry(ph_extents *x, ph_pctx *c)
 {
-    ph_persist_range(&x->sp->persist, c, e, sizeof(*e));
+    ph_persist_fence(&x->sp->persist, c);
 }
 
 static void compact(ph_extents *x, ph_pctx *c)
@@ -617,20 +615,19 @@ void ph_extents_close(ph_extents *x)
 
 /* Appends the commit entry of reserved node n and stores *dest (flushed,
  * not fenced: the caller fences after dropping the lock). */
-static ph_extlog_entry *stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind,
-                                     unsigned cls, uint64_t *dest, uint64_t dest_val)
+static void stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind, unsigned cls,
+                         uint64_t *dest, uint64_t dest_val)
 {
     /* The node stays RESERVED until its entry is in the log: a compaction
      * that append() may run first must not write it as live already. */
     n->cls = cls;
     x->freed[n->page / 64] &= ~(1ull << (n->page % 64));
-    ph_extlog_entry *e = append(x, c, n, kind);
+    append(x, c, n, kind);
     n->kind = kind;
     if (dest) {
         ph_store(dest, dest_val);
         ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
     }
-    return e;
 }
 
 int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
@@ -638,15 +635,14 @@ int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, un
 {
     lock_index(x);
     ph_extnode *n;
-    ph_extlog_entry *e = NULL;
     int rc = reserve_locked(x, c, bytes, PH_EXT_RESERVED, 0, &n);
     if (!rc) {
         *off = off_of(x, n->page);
-        e = stage_commit(x, c, n, kind, cls, dest, *off);
+        stage_commit(x, c, n, kind, cls, dest, *off);
     }
     ph_spin_unlock(&x->xlock);
     if (!rc)
-        persist_entry(x, c, e);
+        persist_entry(x, c);
     return rc;
 }
 
@@ -667,22 +663,19 @@ void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, un
                       uint64_t *dest, uint64_t dest_val)
 {
     lock_index(x);
-    ph_extlog_entry *e = stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
+    stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
     ph_spin_unlock(&x->xlock);
-    persist_entry(x, c, e);
+    persist_entry(x, c);
 }
 
 void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
                             unsigned cls)
 {
-    ph_extlog_entry *e[PH_EXT_COMMIT_MAX];
     n = PH_MIN(n, PH_EXT_COMMIT_MAX);
     lock_index(x);
     for (unsigned i = 0; i < n; i++)
-        e[i] = stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
+        stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
     ph_spin_unlock(&x->xlock);
-    for (unsigned i = 0; i < n; i++)
-        ph_persist_flush(&x->sp->persist, c, e[i], sizeof(*e[i]));
     ph_persist_fence(&x->sp->persist, c);
 }
 
@@ -728,9 +721,8 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
     lock_index(x);
     ph_extnode *n;
     int rc = classify_locked(x, off, kind, &n);
-    ph_extlog_entry *e = NULL;
     if (!rc) {
-        e = append(x, c, n, PH_EXT_FREE);
+        append(x, c, n, PH_EXT_FREE);
         n->kind = PH_EXT_RESERVED; /* free in the log, not reusable before the fence */
         if (!x->dirty_since) /* the purge delay counts from the first free */
             x->dirty_since = ph_os_coarse_ns();
@@ -744,7 +736,7 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
     ph_spin_unlock(&x->xlock);
     if (rc)
         return rc;
-    persist_entry(x, c, e);
+    persist_entry(x, c);
     if (!hold)
         ph_extent_release(x, off);
     return 0;
@@ -765,8 +757,7 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
 {
     lock_index(x);
     uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE, p = page;
-    int rc = 0;
-    ph_extlog_entry *e = NULL;
+    int rc = 0, staged = 0;
     while (p > 0 && !x->head[p])
         p--;
     ph_extnode *f = x->head[p];
@@ -778,14 +769,16 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
         goto out;
     }
     f = carve(x, f, page, n, PH_EXT_RESERVED, 0);
-    if (!f)
+    if (!f) {
         rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
-    else
-        e = stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
+    } else {
+        stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
+        staged = 1;
+    }
 out:
     ph_spin_unlock(&x->xlock);
-    if (e)
-        persist_entry(x, c, e);
+    if (staged)
+        persist_entry(x, c);
     return rc;
 }
 

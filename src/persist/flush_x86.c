@@ -31,18 +31,20 @@ static void clflush_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
         __asm__ volatile("clflush %0" : "+m"(*(volatile char *)line));
 }
 
-static void movnti_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+static void movnti_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
     (void)p;
     (void)c;
-    __asm__ volatile("movnti %1, %0" : "=m"(*word) : "r"(v) : "memory");
+    for (unsigned i = 0; i < n; i++)
+        __asm__ volatile("movnti %1, %0" : "=m"(dst[i]) : "r"(src[i]) : "memory");
 }
 
-/* clflush back end: the store, then the ordered flush of its line. */
-static void clflush_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+/* clflush back end: the stores, then the ordered flush of their line. */
+static void clflush_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
-    ph_store(word, v);
-    clflush_flush(p, c, (uintptr_t)word & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+    for (unsigned i = 0; i < n; i++)
+        ph_store(&dst[i], src[i]);
+    clflush_flush(p, c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
 }
 
 static void sfence(ph_persist *p, ph_pctx *c)
@@ -73,10 +75,11 @@ static void no_fence(ph_persist *p, ph_pctx *c)
 {
     (void)p; (void)c;
 }
-static void plain_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+static void plain_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
     (void)p; (void)c;
-    ph_store(word, v);
+    for (unsigned i = 0; i < n; i++)
+        ph_store(&dst[i], src[i]);
 }
 const ph_persist_ops ph_flush_clwb_ops = {"clwb", no_flush, no_fence, plain_store};
 const ph_persist_ops ph_flush_clflushopt_ops = {"clflushopt", no_flush, no_fence, plain_store};

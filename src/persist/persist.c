@@ -65,17 +65,18 @@ static void nop_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
     (void)n;
 }
 
-static void msync_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
-{
-    ph_store(word, v);
-    msync_flush(p, c, (uintptr_t)word & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
-}
-
-static void plain_store(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+static void plain_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
     (void)p;
     (void)c;
-    ph_store(word, v);
+    for (unsigned i = 0; i < n; i++)
+        ph_store(&dst[i], src[i]);
+}
+
+static void msync_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
+{
+    plain_store(p, c, dst, src, n);
+    msync_flush(p, c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
 }
 
 static const ph_persist_ops msync_ops = {"msync", msync_flush, nop_fence, msync_store};

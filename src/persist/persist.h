@@ -46,9 +46,9 @@ typedef struct ph_persist_ops {
     /* Writes back `n` lines starting at line-aligned `line`. */
     void (*flush)(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n);
     void (*fence)(ph_persist *p, ph_pctx *c);
-    /* Stores v to the 8-byte durable word: bypassing the cache where the
-     * CPU can (movnti), else a store and a flush of its line. */
-    void (*store_nt)(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v);
+    /* Stores n words src[] to dst[] (all in one line), bypassing the cache
+     * where the CPU can (movnti), else stores and a flush of the line. */
+    void (*store_nt)(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n);
 } ph_persist_ops;
 
 struct ph_persist {
@@ -111,18 +111,24 @@ static inline void ph_persist_store64(ph_persist *p, ph_pctx *c, uint64_t *word,
     ph_persist_range(p, c, word, sizeof(*word));
 }
 
-/* Non-temporal store of a durable word: writes v to memory without pulling
- * the line into the cache (on this layer's x86 back ends, movnti, which
+/* Non-temporal store of a durable word (or of n words of one line: _words):
+ * writes v to memory without pulling the line into the cache (on this layer's x86 back ends, movnti, which
  * costs about half of a store + clwb when followed by a fence).  Durable
  * after the thread's next fence; counted as one flush.  Non-temporal stores
  * are weakly ordered, so no other thread may write the word between this
  * store and that fence: callers hold a lock over the word until then, and
  * read the word from a volatile copy (reading it back would miss the
  * cache). */
+static inline void ph_persist_store_nt_words(ph_persist *p, ph_pctx *c, uint64_t *dst,
+                                             const uint64_t *src, unsigned n)
+{
+    ph_persist_track(c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+    p->ops->store_nt(p, c, dst, src, n);
+}
+
 static inline void ph_persist_store_nt(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
 {
-    ph_persist_track(c, (uintptr_t)word & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
-    p->ops->store_nt(p, c, word, v);
+    ph_persist_store_nt_words(p, c, word, &v, 1);
 }
 
 #endif /* PH_PERSIST_H */

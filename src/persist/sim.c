@@ -21,7 +21,7 @@
 typedef struct ph_sim_line {
     uint64_t index;                 /* line number from the heap start */
     uint32_t from, len;             /* bytes of the line covered: all for a
-                                       flush, one word for a non-temporal
+                                       flush, its words for a non-temporal
                                        store */
     uint8_t data[PH_CACHE_LINE];    /* contents at flush time */
 } ph_sim_line;
@@ -174,20 +174,21 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
     }
 }
 
-/* A non-temporal store reaches memory by itself: only its own word becomes
- * durable at the fence, not the rest of its line. */
-static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+/* Non-temporal stores reach memory by themselves: only their own words
+ * become durable at the fence, not the rest of the line. */
+static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
     ph_sim *s = p->sim;
-    ph_store(word, v);
-    if (!in_working(s, (uintptr_t)word))
+    for (unsigned i = 0; i < n; i++)
+        ph_store(&dst[i], src[i]);
+    if (!in_working(s, (uintptr_t)dst))
         return;
-    uint64_t at = (uint64_t)((uintptr_t)word - (uintptr_t)s->working);
+    uint64_t at = (uint64_t)((uintptr_t)dst - (uintptr_t)s->working);
     ph_sim_line *sl = pending_add(s, c);
     sl->index = at / PH_CACHE_LINE;
     sl->from = (uint32_t)(at % PH_CACHE_LINE);
-    sl->len = sizeof(v);
-    memcpy(sl->data + sl->from, &v, sizeof(v));
+    sl->len = n * (uint32_t)sizeof(*src);
+    memcpy(sl->data + sl->from, src, sl->len);
 }
 
 static void sim_fence(ph_persist *p, ph_pctx *c)

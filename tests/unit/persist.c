@@ -127,6 +127,12 @@ static void sequences(unsigned kind)
     CHECK_EQ(w[1], 7);
     CHECK_DELTA(h, c, 2, 1, 1);
 
+    c = now(h); /* two words of one line in one store: one flush */
+    ph_persist_store_nt_words(ps, pc, w + 64, (const uint64_t[2]){11, 12}, 2);
+    ph_persist_fence(ps, pc);
+    CHECK(w[64] == 11 && w[65] == 12);
+    CHECK_DELTA(h, c, 1, 1, 0);
+
     c = now(h); /* batches are per thread; an exited thread's counts remain */
     pthread_t t;
     pthread_create(&t, NULL, thread_flush, h);

@@ -119,14 +119,21 @@ TEST(nt_store_covers_only_its_word)
     line[1] = 0x5555; /* dirty, never flushed */
     ph_persist_store_nt(&h->sp.persist, ph_heap_pctx(h), &line[0], 0x4444);
     ph_persist_fence(&h->sp.persist, ph_heap_pctx(h));
+    ph_persist_store_nt_words(&h->sp.persist, ph_heap_pctx(h), &line[4],
+                              (const uint64_t[2]){0x7777, 0x8888}, 2);
+    line[6] = 0x9999; /* dirty, never flushed */
+    ph_persist_fence(&h->sp.persist, ph_heap_pctx(h));
     ph_persist_store_nt(&h->sp.persist, ph_heap_pctx(h), &line[2], 0x6666); /* not fenced */
     const char *img = ph_test_path("img-nt");
     REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
-    uint64_t v[3];
+    uint64_t v[7];
     read_image(img, d, v, sizeof(v));
     CHECK_EQ(v[0], 0x4444);
     CHECK_EQ(v[1], 0);
     CHECK_EQ(v[2], 0);
+    CHECK_EQ(v[4], 0x7777);
+    CHECK_EQ(v[5], 0x8888);
+    CHECK_EQ(v[6], 0);
 }
 
 /* Dirties `n` lines with a pattern and crashes with eviction p. */
