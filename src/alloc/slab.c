@@ -45,24 +45,25 @@ void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
 {
     ph_slab_desc *d = s->desc;
     ph_slab_set_class(s, cls);
-    d->cls = cls;
-    d->block_size = s->block_size;
-    d->nblocks = s->nblocks;
-    memset(d->reserved, 0, sizeof(d->reserved));
-    ph_persist_flush(&sp->persist, c, d, PH_LINE_SIZE);
-    /* A reused chunk keeps E bits of its past life: clear them, flushing
-     * only lines that were not zero already. */
+    /* Every line goes out with non-temporal stores, and none is read: a
+     * descriptor line left in the cache would make the first commit to it
+     * twice as slow (a non-temporal store to a cached line evicts it). */
+    const uint64_t head[PH_LINE_SIZE / 8] = {cls, s->block_size, s->nblocks};
+    static const uint64_t zero[PH_LINE_SIZE / 8];
+    ph_persist_store_nt_words(&sp->persist, c, (uint64_t *)d, head, PH_LINE_SIZE / 8);
+    /* A reused chunk keeps E bits of its past life: clear the lines the
+     * copy says are not zero -- all of them when the copy was never
+     * loaded (the chunk's last life as a slab may be older than the open). */
     for (uint32_t l = 0; l < PH_SLAB_LINES; l++) {
-        uint64_t *line = &d->xbits[l * (PH_LINE_SIZE / 8)];
-        int dirty = 0;
+        const uint32_t w0 = l * (PH_LINE_SIZE / 8);
+        int dirty = !s->bits_known;
         for (uint32_t k = 0; k < PH_LINE_SIZE / 8; k++)
-            dirty |= line[k] != 0;
-        if (dirty) {
-            memset(line, 0, PH_LINE_SIZE);
-            ph_persist_flush(&sp->persist, c, line, PH_LINE_SIZE);
-        }
+            dirty |= s->bits[w0 + k] != 0;
+        if (dirty)
+            ph_persist_store_nt_words(&sp->persist, c, &d->xbits[w0], zero, PH_LINE_SIZE / 8);
     }
     memset(s->bits, 0, sizeof(s->bits));
+    s->bits_known = 1;
     memset(s->avail, 0, sizeof(s->avail));
     for (uint32_t i = 0; i < s->nblocks; i++)
         s->avail[i / 64] |= 1ull << (i % 64);
@@ -73,6 +74,7 @@ void ph_slab_load(ph_slab *s)
 {
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
         s->bits[w] = ph_load(&s->desc->xbits[w]);
+    s->bits_known = 1;
 }
 
 void ph_slab_find_avail(ph_slab *s)

@@ -37,6 +37,7 @@ typedef struct ph_slab {
     uint32_t arena;            /* owning arena */
     uint32_t navail;           /* blocks free and in no thread cache */
     int in_partial;            /* on the arena's partial list */
+    int bits_known;            /* bits[] equals the descriptor's bitmap */
     struct ph_slab *next, *prev;
     uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block */
     /* under the word's lock (read anywhere with ph_load): */
@@ -140,8 +141,8 @@ ph_slab *ph_slab_new(ph_space *sp, uint64_t off);
 /* Sets class-derived fields of the volatile part. */
 void ph_slab_set_class(ph_slab *s, unsigned cls);
 
-/* Writes a fresh descriptor for class `cls` (bitmap zero) and flushes the
- * lines that changed; the caller fences, then commits the slab in the
+/* Writes a fresh descriptor for class `cls` (bitmap zero) with
+ * non-temporal stores; the caller fences, then commits the slab in the
  * extent log. */
 void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls);
 
