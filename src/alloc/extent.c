@@ -79,7 +79,6 @@ static uint64_t off_of(const ph_extents *x, uint64_t page)
     return x->sp->data_off + page * PH_PAGE_SIZE;
 }
 
-
 static unsigned bin_of(uint64_t n)
 {
     if (n < 64)

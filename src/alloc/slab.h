@@ -159,7 +159,7 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n);
 /* Marks block `off` available again (it is free and leaves a cache). */
 void ph_slab_give(ph_slab *s, uint64_t off);
 
-/* Allocated blocks (A bits), counted from the descriptor. */
+/* Allocated blocks (A bits), counted from the bitmap copy. */
 uint32_t ph_slab_live(const ph_slab *s);
 
 /* Checks the descriptor against its class and the bitmap copy (no
