@@ -207,6 +207,25 @@ static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_t
 
 static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
 
+/* A thread's home arena: the current CPU's, unless another arena has fewer
+ * threads -- threads that first run on the same CPU (as new threads often
+ * do) would otherwise share one arena for life, and its slabs' words. */
+static unsigned pick_arena(ph_engine *e)
+{
+    unsigned best = ph_os_current_cpu() % e->narenas;
+    uint32_t least = ph_load_relaxed(&e->arenas[best].xthreads);
+    for (unsigned k = 1; k < e->narenas && least > 0; k++) {
+        unsigned a = (best + k) % e->narenas;
+        uint32_t n = ph_load_relaxed(&e->arenas[a].xthreads);
+        if (n < least) {
+            least = n;
+            best = a;
+        }
+    }
+    __atomic_fetch_add(&e->arenas[best].xthreads, 1, __ATOMIC_RELAXED);
+    return best;
+}
+
 /* Fills half of a class's cache from the arena of the current CPU; when it
  * has no block and no room for a slab, from the other arenas, and at last
  * after reclaiming empty slabs.  Returns a block or 0 (heap full, error
@@ -217,10 +236,10 @@ static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsig
         return 0;
     ph_tbin *b = &t->bins[cls];
     uint32_t want = b->cap / 2 ? b->cap / 2 : 1;
-    /* A thread keeps the arena of the CPU it first refilled on: moving with
-     * the scheduler would make slabs in every arena it visits. */
+    /* A thread keeps the arena it first refilled from: moving with the
+     * scheduler would make slabs in every arena it visits. */
     if (t->arena < 0)
-        t->arena = (int)(ph_os_current_cpu() % e->narenas);
+        t->arena = (int)pick_arena(e);
     unsigned ai = (unsigned)t->arena;
     if (!take_blocks(e, c, ai, cls, b, want, 1)) {
         int err = pheap_errno();
@@ -266,6 +285,10 @@ static void tcache_drain(ph_engine *e, ph_tcache *t, ph_pctx *c)
 void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     tcache_drain(e, t, c);
+    if (t->arena >= 0) {
+        __atomic_fetch_sub(&e->arenas[t->arena].xthreads, 1, __ATOMIC_RELAXED);
+        t->arena = -1;
+    }
     if (t->lane.index >= 0) {
         pthread_mutex_lock(&e->lane_lock);
         e->lane_used[t->lane.index] = 0;

@@ -20,6 +20,7 @@ typedef struct ph_arena {
     pthread_mutex_t lock;
     ph_slab *partial[PH_CLASSES];  /* slabs with available blocks, under lock */
     uint32_t made[PH_CLASSES];     /* slabs made per class, under lock */
+    uint32_t xthreads;             /* threads whose home this is (atomic) */
 } __attribute__((aligned(64))) ph_arena;
 
 typedef struct ph_engine {

@@ -23,7 +23,7 @@ typedef struct ph_tcache {
     ph_tbin bins[PH_CLASSES];
     uint64_t *store;       /* backing array of all bins */
     ph_lane lane;          /* this thread's lane, for logged operations */
-    int arena;             /* home arena: the CPU's at first refill; -1 before */
+    int arena;             /* home arena, chosen at first refill; -1 before */
 } ph_tcache;
 
 static inline uint64_t ph_tcache_pop(ph_tcache *t, unsigned cls)
