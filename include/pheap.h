@@ -245,7 +245,11 @@ pheap_off pheap_alloc(pheap *h, size_t size);
  * allocated), PHEAP_ERDONLY.  Freeing 0 is a no-op returning 0.  A block of
  * more than PHEAP_SMALL_MAX bytes freed twice across a reopen of the heap
  * reports PHEAP_ENOTALLOC (its past is not kept on media); small blocks
- * always report PHEAP_EDOUBLEFREE. */
+ * always report PHEAP_EDOUBLEFREE.  Free space of 256 KiB or more goes back
+ * to the file system (hole punch) in batches: within about 100 ms of the
+ * free, once freed bytes reach size / 16 (at least 32 MiB), or at
+ * pheap_close -- not at the free itself, so that a block freed and soon
+ * allocated again keeps its pages. */
 int pheap_free(pheap *h, pheap_off off);
 
 /* Allocates and stores the block's offset into *dest as one failure-atomic
