@@ -111,14 +111,15 @@ static inline void ph_persist_store64(ph_persist *p, ph_pctx *c, uint64_t *word,
     ph_persist_range(p, c, word, sizeof(*word));
 }
 
-/* Non-temporal store of a durable word (or of n words of one line: _words):
- * writes v to memory without pulling the line into the cache (on this layer's x86 back ends, movnti, which
- * costs about half of a store + clwb when followed by a fence).  Durable
- * after the thread's next fence; counted as one flush.  Non-temporal stores
- * are weakly ordered, so no other thread may write the word between this
- * store and that fence: callers hold a lock over the word until then, and
- * read the word from a volatile copy (reading it back would miss the
- * cache). */
+/* Non-temporal store of durable words (n words of one line, or one word):
+ * writes them to memory without pulling the line into the cache (movnti on
+ * the x86 back ends: with the fence, about half the cost of a store, clwb
+ * and sfence).  Durable after the thread's next fence; counted as one
+ * flush.  Non-temporal stores are weakly ordered, so no other thread may
+ * write these words between this store and that fence (the slab code holds
+ * the word's lock until then; an extent-log slot has one writer), and the
+ * current value must come from a volatile copy: reading it back would miss
+ * the cache. */
 static inline void ph_persist_store_nt_words(ph_persist *p, ph_pctx *c, uint64_t *dst,
                                              const uint64_t *src, unsigned n)
 {

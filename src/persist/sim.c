@@ -5,7 +5,7 @@
  * are taken at flush time: a store made after the flush but before the
  * fence is not covered by that flush (it is only a dirty line, which
  * eviction may or may not write back).  A non-temporal store is a pending
- * snapshot of its one word.
+ * snapshot of its own words only.
  */
 #include "persist/sim.h"
 
