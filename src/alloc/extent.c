@@ -328,7 +328,6 @@ static void purge(ph_extents *x)
     }
     x->dirty_bytes = 0;
     x->dirty_since = 0;
-    x->purges++;
 }
 
 static void maybe_purge(ph_extents *x)
@@ -385,7 +384,6 @@ static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind
     /* Non-temporal: the slot is this call's alone, so no lock is needed
      * until the fence; replay and check read the log from memory. */
     ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
-    x->appends++;
 }
 
 /* After the lock: makes the entry stored by append durable with the
@@ -415,7 +413,6 @@ static void compact(ph_extents *x, ph_pctx *c)
     x->active = other;
     x->epoch = epoch;
     x->tail = used;
-    x->compactions++;
 }
 
 /* ---- replay ----------------------------------------------------------------- */

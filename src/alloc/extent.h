@@ -58,11 +58,8 @@ typedef struct ph_extents {
     ph_extnode *xreleased;     /* freed, durable, not yet free space (atomic stack) */
     struct node_pool *pools;   /* where nodes live */
     uint64_t free_pages;       /* pages in free nodes */
-    uint64_t appends;          /* log entries appended since open */
-    uint64_t compactions;      /* compactions since open */
     uint64_t dirty_bytes;      /* freed since the last purge */
     uint64_t dirty_since;      /* first free since then (coarse clock), 0: none */
-    uint64_t purges;           /* purges since open */
 } ph_extents;
 
 typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);

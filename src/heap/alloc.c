@@ -14,6 +14,18 @@ static int writable(pheap *h, const char *call)
     return 0;
 }
 
+/* The calling thread's record, for a call that writes: NULL with the
+ * error set when the handle is NULL or read-only, or memory ran out. */
+static ph_thread *writer(pheap *h, const char *call)
+{
+    if (writable(h, call))
+        return NULL;
+    ph_thread *t = ph_thread_get(h);
+    if (ph_unlikely(!t))
+        ph_err(PHEAP_ENOMEM, "%s: out of memory for a thread record", call);
+    return t;
+}
+
 /* The offset of an 8-byte word the caller passed by address; 0 if it is
  * not an aligned word of the data region. */
 static int word_in_heap(pheap *h, const uint64_t *w, const char *call)
@@ -35,15 +47,11 @@ static int offset_in_heap(pheap *h, pheap_off off)
 
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
-    if (writable(h, "pheap_alloc"))
+    ph_thread *t = writer(h, "pheap_alloc");
+    if (ph_unlikely(!t))
         return 0;
     if (ph_unlikely(size == 0)) {
         ph_err(PHEAP_EINVAL, "pheap_alloc: size 0");
-        return 0;
-    }
-    ph_thread *t = ph_thread_get(h);
-    if (ph_unlikely(!t)) {
-        ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
         return 0;
     }
     return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size);
@@ -51,43 +59,33 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
-    int rc = writable(h, "pheap_free");
-    if (rc || off == 0)
-        return rc;
-    if ((rc = offset_in_heap(h, off)) != 0)
-        return rc;
-    ph_thread *t = ph_thread_get(h);
+    if (off == 0)
+        return writable(h, "pheap_free");
+    ph_thread *t = writer(h, "pheap_free");
     if (ph_unlikely(!t))
-        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
-    return ph_engine_free(h->engine, &t->tc, &t->pctx, off);
+        return pheap_errno();
+    int rc = offset_in_heap(h, off);
+    return rc ? rc : ph_engine_free(h->engine, &t->tc, &t->pctx, off);
 }
 
 ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
 {
-    int rc = writable(h, "pheap_alloc_to");
-    if (!rc && size == 0)
-        rc = ph_err(PHEAP_EINVAL, "pheap_alloc_to: size 0");
-    if (!rc)
-        rc = word_in_heap(h, dest, "pheap_alloc_to");
-    if (rc)
-        return rc;
-    ph_thread *t = ph_thread_get(h);
+    ph_thread *t = writer(h, "pheap_alloc_to");
     if (ph_unlikely(!t))
-        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
-    return ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest);
+        return pheap_errno();
+    if (size == 0)
+        return ph_err(PHEAP_EINVAL, "pheap_alloc_to: size 0");
+    int rc = word_in_heap(h, dest, "pheap_alloc_to");
+    return rc ? rc : ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest);
 }
 
 ph_export int pheap_free_from(pheap *h, pheap_off *src)
 {
-    int rc = writable(h, "pheap_free_from");
-    if (!rc)
-        rc = word_in_heap(h, src, "pheap_free_from");
-    if (rc)
-        return rc;
-    ph_thread *t = ph_thread_get(h);
+    ph_thread *t = writer(h, "pheap_free_from");
     if (ph_unlikely(!t))
-        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
-    return ph_engine_free_from(h->engine, &t->tc, &t->pctx, src);
+        return pheap_errno();
+    int rc = word_in_heap(h, src, "pheap_free_from");
+    return rc ? rc : ph_engine_free_from(h->engine, &t->tc, &t->pctx, src);
 }
 
 ph_export size_t pheap_usable_size(pheap *h, pheap_off off)

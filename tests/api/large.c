@@ -153,13 +153,13 @@ static void *purge_worker(void *p)
     uint64_t gen[PURGE_SLOTS] = {0}, rng = 0x1234567ull + a->id, g = (uint64_t)a->id << 32;
     for (unsigned round = 0; round < PURGE_ROUNDS && !a->failed; round++) {
         for (unsigned i = 0; i < PURGE_SLOTS && !a->failed; i++) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            if (off[i] && (rng >> 33) % 2) {
+            uint64_t r = ph_test_rand(&rng);
+            if (off[i] && r % 2) {
                 a->failed |= !ph_test_intact(pheap_direct(a->h, off[i]), size[i], gen[i]);
                 a->failed |= pheap_free(a->h, off[i]) != 0;
                 off[i] = 0;
             } else if (!off[i]) {
-                size[i] = 256 * KiB + (size_t)((rng >> 20) % (768 * KiB));
+                size[i] = 256 * KiB + (size_t)((r >> 1) % (768 * KiB));
                 gen[i] = ++g;
                 if ((off[i] = pheap_alloc(a->h, size[i])) == 0) {
                     a->failed = 1;

@@ -37,10 +37,7 @@ static uint64_t counts[4]; /* alloc, alloc_to, free, free_from done */
 
 static uint64_t next(void)
 {
-    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ph_test_rand(&rng);
 }
 
 /* Mostly small, a tail up to 200 KiB. */

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/util.h"
+
 #define MAX_TESTS 512
 
 static struct {
@@ -73,6 +75,13 @@ pheap *ph_test_create(const char *path, uint64_t size)
 static uint64_t pattern_next(uint64_t x)
 {
     return x * 6364136223846793005ull + 1442695040888963407ull;
+}
+
+uint64_t ph_test_rand(uint64_t *state)
+{
+    uint64_t r = ph_mix64(*state); /* mixes state + the golden step */
+    *state += 0x9e3779b97f4a7c15ull;
+    return r;
 }
 
 void ph_test_fill(void *dst, size_t n, uint64_t seed)

@@ -80,6 +80,10 @@ pheap *ph_test_create(const char *path, uint64_t size);
 void ph_test_fill(void *p, size_t n, uint64_t seed);
 int ph_test_intact(const void *p, size_t n, uint64_t seed);
 
+/* SplitMix64: the next value of the sequence whose state is *state, so a
+ * test's seed replays its run. */
+uint64_t ph_test_rand(uint64_t *state);
+
 /* Byte-copies a file. */
 int ph_test_copy_file(const char *from, const char *to);
 

@@ -53,10 +53,7 @@ static uint64_t peak_live;         /* largest live_bytes seen, sampled */
 
 static uint64_t next(worker *w)
 {
-    uint64_t z = (w->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return ph_test_rand(&w->rng);
 }
 
 static size_t random_size(worker *w)

@@ -61,14 +61,6 @@ static unsigned kill_flush(void)
     return getenv("PHEAP_FLUSH") ? PHEAP_FLUSH_AUTO : PHEAP_FLUSH_NONE;
 }
 
-static uint64_t kill_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* ---- the child ---------------------------------------------------------- */
 
 typedef struct kchild {
@@ -93,21 +85,21 @@ static void kchild_error(kchild *c, unsigned slot, int rc, int line)
 
 static uint64_t kill_size(uint64_t *rng)
 {
-    uint64_t r = kill_rand(rng) % 100;
+    uint64_t r = ph_test_rand(rng) % 100;
     if (r < 70)
-        return 8 + kill_rand(rng) % 505;
+        return 8 + ph_test_rand(rng) % 505;
     if (r < 95)
-        return 513 + kill_rand(rng) % 16000;
+        return 513 + ph_test_rand(rng) % 16000;
     if (r < 99)
-        return 16385 + kill_rand(rng) % 120000;
-    return 131072 + kill_rand(rng) % (1u << 20);
+        return 16385 + ph_test_rand(rng) % 120000;
+    return 131072 + ph_test_rand(rng) % (1u << 20);
 }
 
 static void *kchild_run(void *p)
 {
     kchild *c = p;
     for (uint64_t n = 0; n < 10000000; n++) {
-        unsigned i = (unsigned)(kill_rand(&c->rng) % (KILL_SLOTS / c->nthreads)) * c->nthreads + c->id;
+        unsigned i = (unsigned)(ph_test_rand(&c->rng) % (KILL_SLOTS / c->nthreads)) * c->nthreads + c->id;
         pheap_off off = c->slots[i];
         if (off) {
             const unsigned char *b = pheap_direct(c->h, off);
@@ -357,7 +349,7 @@ static void kill_test(const char *name, kill_params p)
     kill_totals tot = {0};
     for (unsigned round = 0; round < p.rounds; round++) {
         unsigned nthreads = 1 + round % p.max_threads;
-        unsigned sleep_ms = 1 + (unsigned)(kill_rand(&rng) % p.max_sleep_ms);
+        unsigned sleep_ms = 1 + (unsigned)(ph_test_rand(&rng) % p.max_sleep_ms);
         int fds[2];
         REQUIRE(pipe(fds) == 0);
         fflush(NULL);
@@ -365,7 +357,7 @@ static void kill_test(const char *name, kill_params p)
         REQUIRE(pid >= 0);
         if (pid == 0) {
             close(fds[0]);
-            kchild_main(fds[1], nthreads, kill_rand(&rng), (uint64_t)(round + 1) << 36);
+            kchild_main(fds[1], nthreads, ph_test_rand(&rng), (uint64_t)(round + 1) << 36);
         }
         close(fds[1]);
         fcntl(fds[0], F_SETFL, O_NONBLOCK);
