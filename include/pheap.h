@@ -136,7 +136,22 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     uint64_t max_size;          /* growth limit when creating (0 = size); fixed for life */
     unsigned flush;             /* enum pheap_flush_kind; 0 = AUTO (see above) */
     unsigned reserved0;         /* must be 0 */
+    /* More of the crash simulator (with PHEAP_SIMULATE; see its section): */
+    uint64_t sim_crash_store;   /* or just after this durable store (1-based), same image */
+    unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED */
+    unsigned reserved1;         /* must be 0 */
+    double sim_store_evict_probability; /* at each durable store, its line is written
+                                   back on its own with this probability */
+    uint64_t sim_store_seed;    /*   drawn from this seed */
+    uint64_t sim_schedule_seed; /* nonzero: seeded pauses before fences, so that
+                                   threads meet in more states */
 } pheap_options;
+
+/* pheap_options.sim_mode */
+#define PHEAP_SIM_WORDS 0x1u     /* crash images take each 8-byte word that differs on
+                                    its own (x86's guarantee), not whole lines */
+#define PHEAP_SIM_CONTENDED 0x2u /* sim_crash_fence counts only fences taken while
+                                    another thread has unfenced stores or flushes */
 
 /* Opens the heap file at `path`, creating it first when PHEAP_CREATE is set
  * and the file does not exist (or is empty), and stores the handle in *out.
@@ -354,7 +369,10 @@ int pheap_check(pheap *h, pheap_check_report *out);
 /* Writes the durable image to `image_path` as if the power failed now:
  * every line that differs from it (flushed but not fenced, or dirty and
  * never flushed) joins the image with its current contents with
- * probability `evict_probability`, drawn per line from `seed`.  Then
+ * probability `evict_probability`, drawn per line from `seed` -- per
+ * aligned 8-byte word when the heap was opened with PHEAP_SIM_WORDS.  The
+ * image is as long as the file's durable length (a growth is durable once
+ * pheap synced the file).  Then
  * releases the handle without a clean shutdown (the heap file itself is
  * unchanged).  The handle is freed even when writing the image fails.
  * Errors: PHEAP_EINVAL (not simulating: the handle stays open), PHEAP_EIO. */
@@ -363,6 +381,15 @@ int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed,
 
 /* Number of fences issued so far through a simulated heap (0 otherwise). */
 uint64_t pheap_sim_fence_count(const pheap *h);
+
+/* Number of durable stores (8-byte words of metadata and of the words
+ * pheap's own protocols write) so far through a simulated heap. */
+uint64_t pheap_sim_store_count(const pheap *h);
+
+/* An order-sensitive hash of every durable store, flush and fence so far:
+ * the same calls on the same simulated heap give the same hash (0 when not
+ * simulating). */
+uint64_t pheap_sim_trace_hash(const pheap *h);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,39 @@
 #include "pheap.h"
 #include "util/error.h"
 
+/* Extends the file to `want` bytes and maps the new part: the program's
+ * view.  Under the simulator the file is not touched before close: new
+ * space is zeroed private memory, and the simulated file grows with it. */
+static int extend(ph_space *s, uint64_t cur, uint64_t want)
+{
+    if (s->sim) {
+        int rc = ph_os_map_anon(s->base + cur, want - cur);
+        if (!rc)
+            ph_sim_file_resize(s->sim, want);
+        return rc;
+    }
+    int rc = ph_os_resize(s->fd, "heap file", want);
+    if (!rc)
+        rc = ph_os_map_file(s->fd, s->base + cur, want - cur, cur, PH_MAP_SHARED, s->dax, NULL);
+    return rc;
+}
+
+/* Makes the file's length durable (a new length is file-system metadata:
+ * neither cache-line flushes nor msync of the data promise it).  Not
+ * needed when nothing is made durable (PHEAP_FLUSH_NONE). */
+static int sync_length(ph_space *s)
+{
+    if (s->sim) {
+        ph_sim_file_sync(s->sim);
+        return 0;
+    }
+    return s->persist.kind == PHEAP_FLUSH_NONE ? 0 : ph_os_sync_file(s->fd, "heap file");
+}
+
+/* Crash protocol: the file is extended and its new length made durable
+ * first; then state->xsize, the commit, is persisted.  A crash before the
+ * commit leaves a file longer than xsize, which open accepts; never an
+ * xsize beyond the durable end of the file. */
 int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
 {
     int rc = 0;
@@ -20,22 +53,9 @@ int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
         goto out;
     }
     uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), 2 * cur), s->max_size);
-    if (s->sim) {
-        /* The simulator must not touch the file before close: new space is
-         * zeroed private memory, and the durable image (reserved to
-         * max_size, zero) simply grows with it. */
-        rc = ph_os_map_anon(s->base + cur, want - cur);
-        if (!rc) {
-            pthread_mutex_lock(&s->sim->lock);
-            s->sim->size = want;
-            pthread_mutex_unlock(&s->sim->lock);
-        }
-    } else {
-        rc = ph_os_resize(s->fd, "heap file", want);
-        if (!rc)
-            rc = ph_os_map_file(s->fd, s->base + cur, want - cur, cur, PH_MAP_SHARED,
-                                s->dax, NULL);
-    }
+    rc = extend(s, cur, want);
+    if (!rc)
+        rc = sync_length(s);
     if (rc)
         goto out;
     ph_persist_store64(&s->persist, c, &s->state->xsize, want);
@@ -48,7 +68,10 @@ out:
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
 {
     uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);
-    if (s->sim || end <= first)
+    if (end <= first)
         return;
-    (void)ph_os_punch_hole(s->fd, first, end - first);
+    if (s->sim)
+        ph_sim_punch(s->sim, first, end - first);
+    else
+        (void)ph_os_punch_hole(s->fd, first, end - first);
 }

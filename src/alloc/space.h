@@ -47,14 +47,15 @@ static inline uint64_t ph_space_size(const ph_space *s)
 
 /* Grows the heap to at least `min_size` bytes (rounded up to a chunk, at
  * least doubling, at most max_size).  Durable on return: the file is
- * extended first, then state->xsize is persisted (the commit); a crash in
- * between leaves a file longer than xsize, which open accepts.
- * Errors: PHEAP_ENOMEM (max_size reached), PHEAP_EIO. */
+ * extended and its length synced first, then state->xsize is persisted
+ * (the commit); a crash in between leaves a file longer than xsize, which
+ * open accepts.  Errors: PHEAP_ENOMEM (max_size reached), PHEAP_EIO. */
 int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size);
 
 /* Returns the whole pages of [off, off+len) to the file system; they read
  * as zero afterwards.  Best effort: failures (file systems without hole
- * punching) are ignored.  A no-op in simulation. */
+ * punching) are ignored.  Simulated: the range reads as zeros in the
+ * program's view and in the durable image at once. */
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len);
 
 #endif

@@ -148,9 +148,15 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     h->sp.dax = (unsigned)dax;
     if (h->flags & PHEAP_SIMULATE) {
         rc = ph_sim_create(&h->sp.sim, h->sp.base, ph_space_size(&h->sp), h->sp.reserve, h->sp.fd);
-        if (!rc && opts)
-            rc = ph_sim_set_crash_fence(h->sp.sim, opts->sim_crash_fence, opts->sim_crash_image,
-                                        opts->sim_evict_probability, opts->sim_seed);
+        if (!rc && opts) {
+            ph_sim_crash_spec spec = {opts->sim_crash_fence, opts->sim_crash_store,
+                                      opts->sim_evict_probability, opts->sim_seed,
+                                      (opts->sim_mode & PHEAP_SIM_WORDS) != 0,
+                                      (opts->sim_mode & PHEAP_SIM_CONTENDED) != 0};
+            rc = ph_sim_configure(h->sp.sim, &spec, opts->sim_crash_image,
+                                  opts->sim_store_evict_probability, opts->sim_store_seed,
+                                  opts->sim_schedule_seed);
+        }
         if (rc)
             return rc;
     }
@@ -287,7 +293,10 @@ ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, d
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: the heap was not opened with PHEAP_SIMULATE");
     if (!image_path)
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: image_path is NULL");
-    int rc = ph_sim_write_image(h->sp.sim, image_path, evict_probability, seed);
+    ph_sim_crash_spec spec = h->sp.sim->crash;
+    spec.evict = evict_probability;
+    spec.seed = seed;
+    int rc = ph_sim_write_image(h->sp.sim, image_path, &spec);
     release(h);
     return rc;
 }
@@ -295,4 +304,14 @@ ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, d
 ph_export uint64_t pheap_sim_fence_count(const pheap *h)
 {
     return h && h->sp.sim ? ph_load_relaxed(&h->sp.sim->xfences) : 0;
+}
+
+ph_export uint64_t pheap_sim_store_count(const pheap *h)
+{
+    return h && h->sp.sim ? ph_load_relaxed(&h->sp.sim->xstores) : 0;
+}
+
+ph_export uint64_t pheap_sim_trace_hash(const pheap *h)
+{
+    return h && h->sp.sim ? ph_load_relaxed(&h->sp.sim->xtrace) : 0;
 }

@@ -58,8 +58,18 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.mode: %#o is not a permission mask", opts->mode);
     if (opts->reserved0)
         return ph_err(PHEAP_EINVAL, "options.reserved0 must be 0");
-    if ((opts->sim_crash_fence || opts->sim_crash_image) && !(opts->flags & PHEAP_SIMULATE))
-        return ph_err(PHEAP_EINVAL, "options.sim_crash_*: only with PHEAP_SIMULATE");
+    if (opts->reserved1)
+        return ph_err(PHEAP_EINVAL, "options.reserved1 must be 0");
+    if ((opts->sim_crash_fence || opts->sim_crash_store || opts->sim_crash_image ||
+         opts->sim_mode || opts->sim_store_evict_probability > 0.0 || opts->sim_schedule_seed) &&
+        !(opts->flags & PHEAP_SIMULATE))
+        return ph_err(PHEAP_EINVAL, "options.sim_*: only with PHEAP_SIMULATE");
+    if (opts->sim_mode & ~(PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED))
+        return ph_err(PHEAP_EINVAL, "options.sim_mode: unknown bits %#x",
+                      opts->sim_mode & ~(PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED));
+    if (!(opts->sim_store_evict_probability >= 0.0 && opts->sim_store_evict_probability <= 1.0))
+        return ph_err(PHEAP_EINVAL, "options.sim_store_evict_probability %g is outside [0, 1]",
+                      opts->sim_store_evict_probability);
     if (!(opts->sim_evict_probability >= 0.0 && opts->sim_evict_probability <= 1.0))
         return ph_err(PHEAP_EINVAL, "options.sim_evict_probability %g is outside [0, 1]",
                       opts->sim_evict_probability);

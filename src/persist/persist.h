@@ -73,6 +73,22 @@ void ph_persist_ctx_release(ph_pctx *c);
 
 void ph_persist_track(ph_pctx *c, uintptr_t first, uint64_t n);
 
+/* Simulator: a durable store, counted (persist/sim.c). */
+void ph_sim_store(struct ph_sim *s, ph_pctx *c, uint64_t *dst, uint64_t v);
+
+/* A store of a durable 8-byte word (metadata, or a word of the heap that a
+ * protocol of pheap writes, like the destination of pheap_alloc_to): an
+ * atomic store, durable after a flush of its line and a fence.  Going
+ * through here lets the crash simulator count it, crash just after it, and
+ * write its line back early. */
+static inline void ph_persist_write(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+{
+    if (ph_unlikely(p->sim != NULL))
+        ph_sim_store(p->sim, c, word, v);
+    else
+        ph_store(word, v);
+}
+
 /* Starts writing back [addr, addr+len); durable after the next fence. */
 static inline void ph_persist_flush(ph_persist *p, ph_pctx *c, const void *addr, size_t len)
 {
@@ -107,7 +123,7 @@ static inline void ph_persist_range(ph_persist *p, ph_pctx *c, const void *addr,
  * step of every protocol. */
 static inline void ph_persist_store64(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
 {
-    ph_store(word, v);
+    ph_persist_write(p, c, word, v);
     ph_persist_range(p, c, word, sizeof(*word));
 }
 

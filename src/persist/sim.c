@@ -6,12 +6,20 @@
  * fence is not covered by that flush (it is only a dirty line, which
  * eviction may or may not write back).  A non-temporal store is a pending
  * snapshot of its own words only.
+ *
+ * Durable stores (ph_persist_write, the words of non-temporal stores) are
+ * counted: a crash can be taken just after any of them, and at each one
+ * the stored line may be written back on its own (eviction at a store), so
+ * the durable image can hold a state between two stores to one line that
+ * no later store overwrote there.  Every store, flush and fence also feeds
+ * an order-sensitive hash: equal calls give equal hashes.
  */
 #include "persist/sim.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "os/os.h"
@@ -32,6 +40,8 @@ struct ph_sim_pending {
     ph_sim_line *lines;
 };
 
+enum { EV_STORE = 1, EV_FLUSH, EV_FENCE };
+
 int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity, int fd)
 {
     ph_sim *s = calloc(1, sizeof(*s));
@@ -51,7 +61,7 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     }
     pthread_mutex_init(&s->lock, NULL);
     s->working = working;
-    s->size = size;
+    s->size = s->durable_size = size;
     s->capacity = capacity;
     *out = s;
     return 0;
@@ -67,19 +77,27 @@ void ph_sim_destroy(ph_sim *s)
     free(s);
 }
 
-int ph_sim_set_crash_fence(ph_sim *s, uint64_t fence, const char *path, double evict,
-                           uint64_t seed)
+static int bad_probability(const char *what, double p)
 {
-    if (fence && !path)
-        return ph_err(PHEAP_EINVAL, "sim_crash_fence needs sim_crash_image");
-    if (!(evict >= 0.0 && evict <= 1.0))
-        return ph_err(PHEAP_EINVAL, "sim_evict_probability %g is outside [0, 1]", evict);
-    s->crash_fence = fence;
+    return ph_err(PHEAP_EINVAL, "%s %g is outside [0, 1]", what, p);
+}
+
+int ph_sim_configure(ph_sim *s, const ph_sim_crash_spec *crash, const char *path,
+                     double store_evict, uint64_t store_seed, uint64_t schedule_seed)
+{
+    if ((crash->fence || crash->store) && !path)
+        return ph_err(PHEAP_EINVAL, "sim_crash_fence and sim_crash_store need sim_crash_image");
+    if (!(crash->evict >= 0.0 && crash->evict <= 1.0))
+        return bad_probability("sim_evict_probability", crash->evict);
+    if (!(store_evict >= 0.0 && store_evict <= 1.0))
+        return bad_probability("sim_store_evict_probability", store_evict);
+    s->crash = *crash;
     s->crash_image = path ? strdup(path) : NULL;
-    s->crash_evict = evict;
-    s->crash_seed = seed;
     if (path && !s->crash_image)
         return ph_err(PHEAP_ENOMEM, "simulator: out of memory");
+    s->store_evict = store_evict;
+    s->store_seed = store_seed;
+    s->schedule_seed = schedule_seed;
     return 0;
 }
 
@@ -92,8 +110,35 @@ int ph_sim_evicts(uint64_t seed, uint64_t index, double evict)
     return ph_unit_double(ph_mix64(seed ^ ph_mix64(index))) < evict;
 }
 
-/* Called with s->lock held (or with no other thread running). */
-static int write_image_locked(ph_sim *s, const char *path, double evict, uint64_t seed)
+/* Adds one event to the trace: its position in the run and its content. */
+static void trace(ph_sim *s, uint64_t kind, uint64_t a, uint64_t b)
+{
+    uint64_t i = __atomic_fetch_add(&s->xevents, 1, __ATOMIC_RELAXED);
+    uint64_t h = ph_mix64(i ^ ph_mix64(kind << 56 ^ a ^ ph_mix64(b)));
+    __atomic_fetch_add(&s->xtrace, h, __ATOMIC_RELAXED);
+}
+
+/* The parts of line `l` (from `off` in the images, `len` bytes) that join
+ * a crash image: whole lines or single words, each drawn on its own. */
+static void join_line(const ph_sim_crash_spec *spec, char *img, const char *w, uint64_t off,
+                      uint64_t len)
+{
+    if (memcmp(img, w, len) == 0)
+        return;
+    if (!spec->words) {
+        if (ph_sim_evicts(spec->seed, off / PH_CACHE_LINE, spec->evict))
+            memcpy(img, w, len);
+        return;
+    }
+    for (uint64_t k = 0; k < len; k += 8)
+        if (memcmp(img + k, w + k, 8) != 0 &&
+            ph_sim_evicts(spec->seed ^ 0x574f524453ull, (off + k) / 8, spec->evict))
+            memcpy(img + k, w + k, 8);
+}
+
+/* Called with s->lock held (or with no other thread running).  The image
+ * is as long as the durable file length. */
+static int write_image_locked(ph_sim *s, const char *path, const ph_sim_crash_spec *spec)
 {
     enum { STAGE = 1u << 20 };
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -101,15 +146,11 @@ static int write_image_locked(ph_sim *s, const char *path, double evict, uint64_
         return ph_err_sys("simulator: cannot create crash image", path);
     char *stage = malloc(STAGE);
     int rc = stage ? 0 : ph_err(PHEAP_ENOMEM, "simulator: out of memory");
-    for (uint64_t off = 0; rc == 0 && off < s->size; off += STAGE) {
-        uint64_t len = PH_MIN((uint64_t)STAGE, s->size - off);
+    for (uint64_t off = 0; rc == 0 && off < s->durable_size; off += STAGE) {
+        uint64_t len = PH_MIN((uint64_t)STAGE, s->durable_size - off);
         memcpy(stage, s->durable + off, len);
-        for (uint64_t l = 0; evict > 0.0 && l < len; l += PH_CACHE_LINE) {
-            const char *w = s->working + off + l;
-            if (memcmp(stage + l, w, PH_CACHE_LINE) != 0 &&
-                ph_sim_evicts(seed, (off + l) / PH_CACHE_LINE, evict))
-                memcpy(stage + l, w, PH_CACHE_LINE);
-        }
+        for (uint64_t l = 0; spec->evict > 0.0 && l < len && off + l < s->size; l += PH_CACHE_LINE)
+            join_line(spec, stage + l, s->working + off + l, off + l, PH_MIN(PH_CACHE_LINE, len - l));
         rc = ph_os_pwrite(fd, stage, len, off);
     }
     free(stage);
@@ -118,12 +159,20 @@ static int write_image_locked(ph_sim *s, const char *path, double evict, uint64_
     return rc;
 }
 
-int ph_sim_write_image(ph_sim *s, const char *path, double evict, uint64_t seed)
+/* The automatic dump (lock held). */
+static void dump_locked(ph_sim *s)
 {
-    if (!(evict >= 0.0 && evict <= 1.0))
-        return ph_err(PHEAP_EINVAL, "evict probability %g is outside [0, 1]", evict);
+    int rc = write_image_locked(s, s->crash_image, &s->crash);
+    if (rc && !s->crash_error)
+        s->crash_error = rc;
+}
+
+int ph_sim_write_image(ph_sim *s, const char *path, const ph_sim_crash_spec *spec)
+{
+    if (!(spec->evict >= 0.0 && spec->evict <= 1.0))
+        return bad_probability("evict probability", spec->evict);
     pthread_mutex_lock(&s->lock);
-    int rc = write_image_locked(s, path, evict, seed);
+    int rc = write_image_locked(s, path, spec);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -131,9 +180,39 @@ int ph_sim_write_image(ph_sim *s, const char *path, double evict, uint64_t seed)
 int ph_sim_write_durable(ph_sim *s, int fd)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = ph_os_pwrite(fd, s->durable, s->size, 0);
+    int rc = ph_os_pwrite(fd, s->durable, s->durable_size, 0);
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+void ph_sim_file_resize(ph_sim *s, uint64_t size)
+{
+    pthread_mutex_lock(&s->lock);
+    s->size = size;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void ph_sim_file_sync(ph_sim *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->durable_size = s->size;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&s->lock);
+    if (off < s->size) {
+        len = PH_MIN(len, s->size - off);
+        memset(s->working + off, 0, len);
+        memset(s->durable + off, 0, len);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t ph_sim_clock_ns(const ph_sim *s)
+{
+    return ph_load_relaxed(&s->xfences) * 10000u;
 }
 
 static ph_sim_line *pending_add(ph_sim *s, ph_pctx *c)
@@ -152,12 +231,43 @@ static ph_sim_line *pending_add(ph_sim *s, ph_pctx *c)
         if (!q->lines)
             abort();
     }
+    if (q->n == 0)
+        __atomic_fetch_add(&s->xpending, 1, __ATOMIC_RELAXED);
     return &q->lines[q->n++];
 }
 
 static int in_working(const ph_sim *s, uintptr_t addr)
 {
-    return addr >= (uintptr_t)s->working && addr < (uintptr_t)s->working + s->size;
+    return addr >= (uintptr_t)s->working && addr < (uintptr_t)s->working + ph_load_relaxed(&s->size);
+}
+
+/* One durable 8-byte store at working offset `at`, already made: counts
+ * it, may write its line (or, non-temporal, its word) back, and takes the
+ * crash that follows it. */
+static void stored(ph_sim *s, uint64_t at, uint64_t v, int nt)
+{
+    uint64_t n = __atomic_add_fetch(&s->xstores, 1, __ATOMIC_RELAXED);
+    trace(s, EV_STORE, at, v);
+    int evict = s->store_evict > 0.0 && ph_sim_evicts(s->store_seed, n, s->store_evict);
+    if (!evict && n != s->crash.store)
+        return;
+    pthread_mutex_lock(&s->lock);
+    if (evict) {
+        uint64_t from = nt ? at : at & ~(uint64_t)(PH_CACHE_LINE - 1);
+        uint64_t len = nt ? 8 : PH_CACHE_LINE;
+        memcpy(s->durable + from, s->working + from, len);
+    }
+    if (n == s->crash.store)
+        dump_locked(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void ph_sim_store(struct ph_sim *s, ph_pctx *c, uint64_t *dst, uint64_t v)
+{
+    (void)c;
+    ph_store(dst, v);
+    if (in_working(s, (uintptr_t)dst))
+        stored(s, (uint64_t)((uintptr_t)dst - (uintptr_t)s->working), v, 0);
 }
 
 static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
@@ -171,11 +281,13 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
         sl->from = 0;
         sl->len = PH_CACHE_LINE;
         memcpy(sl->data, (const void *)line, PH_CACHE_LINE);
+        trace(s, EV_FLUSH, sl->index, 0);
     }
 }
 
 /* Non-temporal stores reach memory by themselves: only their own words
- * become durable at the fence, not the rest of the line. */
+ * become durable at the fence, not the rest of the line; until then each
+ * word is on its own (a crash may keep any subset). */
 static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
     ph_sim *s = p->sim;
@@ -189,32 +301,57 @@ static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_
     sl->from = (uint32_t)(at % PH_CACHE_LINE);
     sl->len = n * (uint32_t)sizeof(*src);
     memcpy(sl->data + sl->from, src, sl->len);
+    for (unsigned i = 0; i < n; i++)
+        stored(s, at + 8 * i, src[i], 1);
+}
+
+/* A seeded pause before some fences, so that threads of a simulated heap
+ * meet in states a free run reaches rarely (another thread's stores
+ * unfenced while this one goes on). */
+static void schedule_pause(const ph_sim *s, const ph_pctx *c)
+{
+    uint64_t r = ph_mix64(s->schedule_seed ^ ph_mix64(c->xfences ^ (uintptr_t)c));
+    if (r & 3)
+        return;
+    struct timespec ts = {0, (long)(1000 + (r >> 32) % 100000)};
+    nanosleep(&ts, NULL);
 }
 
 static void sim_fence(ph_persist *p, ph_pctx *c)
 {
     ph_sim *s = p->sim;
     struct ph_sim_pending *q = c->pending;
+    if (s->schedule_seed)
+        schedule_pause(s, c);
     pthread_mutex_lock(&s->lock);
     uint64_t no = ++s->xfences;
-    if (no == s->crash_fence) {
-        int rc = write_image_locked(s, s->crash_image, s->crash_evict, s->crash_seed);
-        if (rc && !s->crash_error)
-            s->crash_error = rc;
+    int mine = q && q->n > 0;
+    if (s->crash.contended) {
+        if (ph_load_relaxed(&s->xpending) > (uint32_t)mine) /* another thread's are unfenced */
+            no = ++s->xcontended;
+        else
+            no = 0;
     }
-    for (size_t i = 0; q && i < q->n; i++) {
+    if (no && no == s->crash.fence)
+        dump_locked(s);
+    for (size_t i = 0; mine && i < q->n; i++) {
         const ph_sim_line *sl = &q->lines[i];
         memcpy(s->durable + sl->index * PH_CACHE_LINE + sl->from, sl->data + sl->from, sl->len);
     }
-    if (q)
+    if (mine) {
         q->n = 0;
+        __atomic_fetch_sub(&s->xpending, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&s->lock);
+    trace(s, EV_FENCE, (uint64_t)mine, 0);
 }
 
 void ph_sim_pending_free(struct ph_sim_pending *q)
 {
     if (!q)
         return;
+    if (q->n)
+        __atomic_fetch_sub(&q->owner->xpending, 1, __ATOMIC_RELAXED);
     free(q->lines);
     free(q);
 }

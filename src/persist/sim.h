@@ -1,10 +1,12 @@
 /*
- * sim.h -- the crash simulator (DESIGN 4.8).  The heap's working memory is
- * a private copy; a separate durable image receives a cache line only when
- * the line was flushed and a fence of the flushing thread followed.  A
- * crash image is the durable image plus, with a given probability per
- * line, lines whose working contents differ from it (dirty and never
- * flushed, or flushed and not yet fenced): spontaneous eviction.
+ * sim.h -- the crash simulator (DESIGN 4.8, docs/CRASH_SIMULATOR.md).  The
+ * heap's working memory is a private copy; a separate durable image
+ * receives a cache line only when the line was flushed and a fence of the
+ * flushing thread followed, or when the line is written back on its own
+ * (eviction) at a durable store.  A crash image is the durable image plus,
+ * drawn from a seed, parts of what differs from it: whole lines, or each
+ * aligned 8-byte word on its own (x86 guarantees no more).  The file's
+ * length and its punched holes are simulated state too.
  */
 #ifndef PH_PERSIST_SIM_H
 #define PH_PERSIST_SIM_H
@@ -15,18 +17,38 @@
 
 #include "persist/persist.h"
 
+/* What a crash takes (ph_sim_crash_spec.mode, PHEAP_SIM_* in pheap.h):
+ *   lines      each differing line joins whole with probability `evict`;
+ *   words      each differing aligned 8-byte word joins on its own. */
+typedef struct ph_sim_crash_spec {
+    uint64_t fence;              /* crash just before this fence (1-based; 0 = no) */
+    uint64_t store;              /* ... or just after this durable store (0 = no) */
+    double evict;                /* probability that a differing part joins */
+    uint64_t seed;               /* draws of that image */
+    unsigned words;              /* 8-byte granularity instead of lines */
+    unsigned contended;          /* `fence` counts contended fences only */
+} ph_sim_crash_spec;
+
 typedef struct ph_sim {
-    pthread_mutex_t lock;        /* guards durable[] and fences */
+    pthread_mutex_t lock;        /* guards durable[], the sizes and the dump */
     char *working;               /* the heap mapping (private copy) */
     char *durable;               /* durable image, capacity bytes */
-    uint64_t size;               /* bytes of both images in use */
+    uint64_t size;               /* file length the program sees */
+    uint64_t durable_size;       /* file length a crash keeps */
     uint64_t capacity;           /* bytes reserved for durable[] */
     uint64_t xfences;            /* fences so far, all threads */
-    uint64_t crash_fence;        /* dump before this fence (0 = never) */
-    char *crash_image;           /* where to dump it */
-    double crash_evict;          /* eviction probability of that dump */
-    uint64_t crash_seed;         /* seed of that dump */
-    int crash_error;             /* first error writing that dump */
+    uint64_t xcontended;         /* fences taken while another thread had
+                                    unfenced stores or flushes */
+    uint64_t xstores;            /* durable stores so far (8-byte words) */
+    uint64_t xevents;            /* stores, flushes and fences, for xtrace */
+    uint64_t xtrace;             /* order-sensitive hash of those events */
+    uint32_t xpending;           /* threads with unfenced stores or flushes */
+    ph_sim_crash_spec crash;     /* the automatic dump, if any */
+    char *crash_image;           /* where to write it */
+    int crash_error;             /* first error writing it */
+    double store_evict;          /* write-back of the line at each durable store */
+    uint64_t store_seed;         /* draws of those write-backs */
+    uint64_t schedule_seed;      /* nonzero: seeded pauses before fences */
 } ph_sim;
 
 extern const ph_persist_ops ph_sim_ops;
@@ -36,17 +58,34 @@ extern const ph_persist_ops ph_sim_ops;
 int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity, int fd);
 void ph_sim_destroy(ph_sim *s);
 
-/* Sets the automatic dump before fence number `fence` (1-based). */
-int ph_sim_set_crash_fence(ph_sim *s, uint64_t fence, const char *path, double evict,
-                           uint64_t seed);
+/* Sets the automatic dump (see ph_sim_crash_spec) and the run's eviction
+ * at stores and schedule.  PHEAP_EINVAL on a bad probability or a crash
+ * point without a path. */
+int ph_sim_configure(ph_sim *s, const ph_sim_crash_spec *crash, const char *path,
+                     double store_evict, uint64_t store_seed, uint64_t schedule_seed);
 
-/* Writes the crash image (see above) to `path`. */
-int ph_sim_write_image(ph_sim *s, const char *path, double evict, uint64_t seed);
+/* Writes the crash image `spec` describes (its fence/store ignored) to
+ * `path`. */
+int ph_sim_write_image(ph_sim *s, const char *path, const ph_sim_crash_spec *spec);
 
-/* Writes the durable image, without eviction, to file `fd` at offset 0. */
+/* Writes the durable image, without eviction, to file `fd` at offset 0 (a
+ * clean close). */
 int ph_sim_write_durable(ph_sim *s, int fd);
 
-/* Whether line `index` joins a crash image drawn from `seed` with
+/* The file: the program's view grows to `size` at once; the durable length
+ * follows only at ph_sim_file_sync (fsync / fdatasync). */
+void ph_sim_file_resize(ph_sim *s, uint64_t size);
+void ph_sim_file_sync(ph_sim *s);
+
+/* Hole punch: [off, off+len) reads as zeros, in the program's view and in
+ * the durable image. */
+void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len);
+
+/* A logical clock for the heap's timed work (purges): 10 us per fence, so
+ * that the same calls give the same fences whatever the real time. */
+uint64_t ph_sim_clock_ns(const ph_sim *s);
+
+/* Whether part `index` joins a crash image drawn from `seed` with
  * probability `evict`: a pure function of its arguments. */
 int ph_sim_evicts(uint64_t seed, uint64_t index, double evict);
 

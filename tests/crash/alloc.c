@@ -155,17 +155,15 @@ static const char *make_base(const char *name, uint64_t size, uint64_t max_size)
     return path;
 }
 
-static void enumerate(const char *base, const op *ops, unsigned nops)
+static void enumerate(const char *name, const char *base, const op *ops, unsigned nops)
 {
     static workload w;
     memset(&w, 0, sizeof(w));
     w.ops = ops;
     w.nops = nops;
-    ph_crash_stats st = ph_crash_enumerate(base, run_ops, verify, &w);
-    fprintf(stderr, "  %u crash images checked over %llu fences of %u operations\n", st.runs,
-            (unsigned long long)st.fences, nops);
+    ph_crash_stats st = ph_crash_enumerate(name, base, run_ops, verify, &w);
     CHECK(st.fences > nops);
-    CHECK_EQ(st.runs, PH_CRASH_VARIANTS * st.fences);
+    CHECK(st.images > 5 * st.fences); /* every fence in every variant, and more */
 }
 
 #define KiB 1024u
@@ -179,7 +177,7 @@ TEST(logged_small_and_slab_creation)
     };
     const char *base = make_base("crash-small.heap", 4u << 20, 0);
     REQUIRE(base);
-    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+    enumerate("alloc/logged_small_and_slab_creation", base, ops, sizeof(ops) / sizeof(ops[0]));
 }
 
 TEST(logged_large_coalescing_and_growth)
@@ -193,7 +191,7 @@ TEST(logged_large_coalescing_and_growth)
     };
     const char *base = make_base("crash-large.heap", 2u << 20, 16u << 20);
     REQUIRE(base);
-    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+    enumerate("alloc/logged_large_coalescing_and_growth", base, ops, sizeof(ops) / sizeof(ops[0]));
 }
 
 TEST(plain_alloc_and_free)
@@ -205,7 +203,7 @@ TEST(plain_alloc_and_free)
     };
     const char *base = make_base("crash-plain.heap", 4u << 20, 0);
     REQUIRE(base);
-    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+    enumerate("alloc/plain_alloc_and_free", base, ops, sizeof(ops) / sizeof(ops[0]));
 }
 
 TEST(extent_log_compaction)
@@ -233,7 +231,7 @@ TEST(extent_log_compaction)
         {OP_ALLOC_TO, 2, 20 * KiB}, {OP_FREE_FROM, 1, 0},       {OP_ALLOC_TO, 3, 60 * KiB},
         {OP_FREE_FROM, 2, 0},       {OP_ALLOC_TO, 4, 64},
     };
-    enumerate(base, ops, sizeof(ops) / sizeof(ops[0]));
+    enumerate("alloc/extent_log_compaction", base, ops, sizeof(ops) / sizeof(ops[0]));
 }
 
 TEST(slab_batches_and_release)
@@ -248,5 +246,5 @@ TEST(slab_batches_and_release)
     }
     const char *base = make_base("crash-slabs.heap", 4u << 20, 0);
     REQUIRE(base);
-    enumerate(base, ops, 2 * N);
+    enumerate("alloc/slab_batches_and_release", base, ops, 2 * N);
 }

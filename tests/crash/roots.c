@@ -72,10 +72,8 @@ TEST(root_updates_at_every_fence)
 {
     const char *base = ph_test_path("roots-crash.heap");
     pheap_close(ph_test_create(base, 4u << 20));
-    ph_crash_stats st = ph_crash_enumerate(base, workload, verify, NULL);
+    ph_crash_stats st = ph_crash_enumerate("roots/updates", base, workload, verify, NULL);
     /* open: 1 fence; insert: 2; update and remove: 1 each */
     CHECK_EQ(st.fences, 1 + 2 * 9 + 6);
-    CHECK_EQ(st.runs, PH_CRASH_VARIANTS * st.fences);
-    fprintf(stderr, "  %u crash images checked over %llu fences\n", st.runs,
-            (unsigned long long)st.fences);
+    CHECK(st.images > 5 * st.fences);
 }

@@ -1,7 +1,16 @@
 /*
  * crash.c -- crash-point enumeration over the crash simulator.  The heap
  * file `base` is never modified: a simulated heap writes its file only at
- * pheap_close, and every run ends with pheap_sim_crash instead.
+ * pheap_close, and every workload run ends with pheap_sim_crash instead.
+ *
+ * For each crash point (every fence; every durable store or a sample of
+ * them) and each variant of what reaches media (lines or 8-byte words,
+ * eviction at stores), the image is judged: opened under the simulator
+ * (recovery), checked, verified, then used -- allocations of every kind,
+ * frees, enough large operations to compact the extent log -- closed, and
+ * opened again from what that use made durable.  Recovery itself is
+ * crashed at each of its fences (depth 2) and those images are judged the
+ * same way.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,17 +20,65 @@
 
 void ph_crash_mark(ph_crash_ctx *c)
 {
-    if (c->nmarks < sizeof(c->marks) / sizeof(c->marks[0]))
-        c->marks[c->nmarks++] = pheap_sim_fence_count(c->heap);
+    if (c->nmarks < sizeof(c->marks) / sizeof(c->marks[0])) {
+        c->marks[c->nmarks] = pheap_sim_fence_count(c->heap);
+        c->store_marks[c->nmarks] = pheap_sim_store_count(c->heap);
+        c->nmarks++;
+    }
 }
 
-static int run(const char *base, uint64_t fence, const char *image, double evict, uint64_t seed,
-               ph_crash_workload_fn workload, ph_crash_ctx *c)
+/* What reaches media besides what was flushed and fenced. */
+typedef struct variant {
+    double evict;        /* probability per differing line (or word) at the crash */
+    unsigned words;      /* 8-byte words on their own instead of whole lines */
+    double store_evict;  /* write-back of the stored line at each durable store */
+    uint64_t seed;       /* 0: the same draw everywhere; else drawn afresh per point */
+} variant;
+
+static const variant sampled_variants[] = {
+    {0.0, 0, 0.0, 0},  /* the durable image alone */
+    {0.5, 0, 0.0, 1},  /* whole lines, half of them */
+    {1.0, 0, 0.0, 0},  /* everything that differs */
+    {0.5, 1, 0.0, 2},  /* 8-byte words, each on its own */
+    {0.3, 1, 0.3, 3},  /* words, and lines written back early at stores */
+};
+static const variant full_variants[] = {
+    {0.0, 0, 0.0, 0}, {0.5, 0, 0.0, 1}, {0.5, 0, 0.0, 2}, {0.5, 0, 0.0, 3}, {1.0, 0, 0.0, 0},
+    {0.5, 1, 0.0, 4}, {0.5, 1, 0.0, 5}, {0.2, 1, 0.0, 6}, {0.8, 1, 0.0, 7}, {0.3, 1, 0.3, 8},
+    {0.0, 0, 0.5, 9}, {0.5, 1, 0.5, 10},
+};
+
+int ph_crash_full(void)
 {
-    pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = fence,
-                       .sim_crash_image = fence ? image : NULL,
-                       .sim_evict_probability = evict, .sim_seed = seed};
-    int rc = pheap_open(base, &o, &c->heap);
+    const char *v = getenv("PHEAP_CRASH");
+    return v && strcmp(v, "full") == 0;
+}
+
+typedef struct run_ctx {
+    const char *name;
+    const char *image, *image2;
+    ph_crash_verify_fn verify;
+    ph_crash_ctx *c;
+    ph_crash_stats *st;
+    const char *where;   /* the crash point, for messages */
+} run_ctx;
+
+static pheap_options sim_options(uint64_t fence, uint64_t store, const char *image, const variant *v,
+                                 uint64_t seed)
+{
+    return (pheap_options){.flags = PHEAP_SIMULATE, .sim_crash_fence = fence,
+                           .sim_crash_store = store,
+                           .sim_crash_image = fence || store ? image : NULL,
+                           .sim_evict_probability = v->evict, .sim_seed = seed,
+                           .sim_mode = v->words ? PHEAP_SIM_WORDS : 0,
+                           .sim_store_evict_probability = v->store_evict,
+                           .sim_store_seed = seed ^ 0x5354ull};
+}
+
+static int run(const char *base, const pheap_options *o, ph_crash_workload_fn workload,
+               ph_crash_ctx *c)
+{
+    int rc = pheap_open(base, o, &c->heap);
     if (rc) {
         ph_test_fail(__FILE__, __LINE__, "open %s: %s", base, pheap_errmsg());
         return rc;
@@ -29,63 +86,217 @@ static int run(const char *base, uint64_t fence, const char *image, double evict
     c->nmarks = 0;
     workload(c);
     c->fences = pheap_sim_fence_count(c->heap);
+    c->stores = pheap_sim_store_count(c->heap);
     return pheap_sim_crash(c->heap, "/dev/null", 0, 0.0);
 }
 
-ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workload,
-                                  ph_crash_verify_fn verify, void *arg)
+/* Sizes the continuation allocates: every kind of block. */
+static const size_t use_sizes[] = {8, 64, 100, 2000, 16384, 20000, 100000, 300000};
+#define NUSE (sizeof(use_sizes) / sizeof(use_sizes[0]))
+
+/* Uses a recovered heap: allocates and fills blocks of every kind, wraps
+ * the extent log with large allocations and frees (compaction), frees
+ * what it made.  Returns the failures it found (leaks among them). */
+static void use_heap(pheap *h, run_ctx *r)
 {
-    static const struct {
-        double evict;
-        uint64_t seed;
-    } variants[] = {{0.0, 0}, {0.5, 1}, {0.5, 2}, {0.5, 3}, {1.0, 0}};
-    ph_crash_stats st = {0, 0};
-    ph_crash_ctx *c = calloc(1, sizeof(*c));
-    c->arg = arg;
-    const char *image = ph_test_path("crash.image");
-    if (run(base, 0, NULL, 0.0, 0, workload, c) != 0) {
-        free(c);
-        return st;
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    uint64_t live0 = st.live_blocks;
+    pheap_off keep[NUSE];
+    for (unsigned i = 0; i < NUSE; i++) {
+        keep[i] = pheap_alloc(h, use_sizes[i]);
+        if (!keep[i])
+            ph_test_fail(__FILE__, __LINE__, "%s: after recovery, alloc(%zu): %s", r->where,
+                         use_sizes[i], pheap_errmsg());
+        else
+            ph_test_fill(pheap_direct(h, keep[i]), use_sizes[i], keep[i]);
     }
-    st.fences = c->fences;
-    uint64_t total = st.fences;
-    for (uint64_t k = 1; k <= total; k++) {
-        for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
-            unlink(image);
-            /* A fresh subset of evicted lines at every fence, reproducible. */
-            uint64_t seed = variants[v].seed ? variants[v].seed + 16 * k : 0;
-            if (run(base, k, image, variants[v].evict, seed, workload, c) != 0)
-                goto out;
-            if (access(image, F_OK) != 0)
-                continue; /* fence k never came: nothing to check */
-            unsigned done = 0;
-            while (done < c->nmarks && c->marks[done] < k)
-                done++;
-            pheap *h;
-            if (pheap_open(image, NULL, &h) != 0) {
-                ph_test_fail(__FILE__, __LINE__, "fence %llu evict %.1f seed %llu: reopen: %s",
-                             (unsigned long long)k, variants[v].evict,
-                             (unsigned long long)seed, pheap_errmsg());
-                goto out;
-            }
-            pheap_check_report r;
-            if (pheap_check(h, &r) != 0)
-                ph_test_fail(__FILE__, __LINE__, "fence %llu evict %.1f: pheap_check: %s",
-                             (unsigned long long)k, variants[v].evict, r.first_error);
-            int before = ph_test_failed;
-            verify(h, done, c);
-            if (ph_test_failed != before)
-                fprintf(stderr, "  ... at fence %llu of %llu, evict %.1f seed %llu, %u ops done\n",
-                        (unsigned long long)k, (unsigned long long)total, variants[v].evict,
-                        (unsigned long long)seed, done);
-            pheap_close(h);
-            st.runs++;
-            if (ph_test_failed > 20)
-                goto out;
+    /* One extent-log entry per 16 KiB of max_size and half: this many
+     * large operations fill a half at least once. */
+    uint64_t ops = st.max_size / (16 * 1024) + 80;
+    for (uint64_t i = 0; i < ops; i += 2) {
+        pheap_off a = pheap_alloc(h, 20000 + (i % 5) * 4096);
+        if (!a || pheap_free(h, a) != 0) {
+            ph_test_fail(__FILE__, __LINE__, "%s: after recovery, large op %llu: %s", r->where,
+                         (unsigned long long)i, pheap_errmsg());
+            break;
         }
     }
+    for (unsigned i = 0; i < NUSE; i++) {
+        if (!keep[i])
+            continue;
+        if (!ph_test_intact(pheap_direct(h, keep[i]), use_sizes[i], keep[i]))
+            ph_test_fail(__FILE__, __LINE__, "%s: block of %zu bytes at %llu overwritten",
+                         r->where, use_sizes[i], (unsigned long long)keep[i]);
+        if (pheap_free(h, keep[i]) != 0)
+            ph_test_fail(__FILE__, __LINE__, "%s: free after recovery: %s", r->where,
+                         pheap_errmsg());
+    }
+    pheap_stats(h, &st);
+    if (st.live_blocks != live0) {
+        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks after using the heap, %llu before",
+                     r->where, (unsigned long long)st.live_blocks, (unsigned long long)live0);
+        r->st->leaks++;
+    }
+}
+
+/* Opens `image` under the simulator (recovery), checks and verifies it,
+ * uses it, closes it (the file gets only what was made durable), and
+ * checks and verifies it once more. */
+static void judge(run_ctx *r, const char *image, unsigned done)
+{
+    int before = ph_test_failed;
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    if (pheap_open(image, &o, &h) != 0) {
+        ph_test_fail(__FILE__, __LINE__, "%s: reopen: %s", r->where, pheap_errmsg());
+        goto out;
+    }
+    pheap_check_report rep;
+    if (pheap_check(h, &rep) != 0)
+        ph_test_fail(__FILE__, __LINE__, "%s: pheap_check: %s", r->where, rep.first_error);
+    r->verify(h, done, r->c);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    uint64_t live = st.live_blocks;
+    use_heap(h, r);
+    if (pheap_close(h) != 0)
+        ph_test_fail(__FILE__, __LINE__, "%s: close after use: %s", r->where, pheap_errmsg());
+    if (pheap_open(image, &o, &h) != 0) {
+        ph_test_fail(__FILE__, __LINE__, "%s: open after use: %s", r->where, pheap_errmsg());
+        goto out;
+    }
+    if (pheap_check(h, &rep) != 0)
+        ph_test_fail(__FILE__, __LINE__, "%s: pheap_check after use: %s", r->where,
+                     rep.first_error);
+    pheap_stats(h, &st);
+    if (st.live_blocks != live) {
+        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks after use and reopen, %llu before",
+                     r->where, (unsigned long long)st.live_blocks, (unsigned long long)live);
+        r->st->leaks++;
+    }
+    r->verify(h, done, r->c);
+    pheap_sim_crash(h, "/dev/null", 0, 0.0);
 out:
-    unlink(image);
+    r->st->images++;
+    if (ph_test_failed != before) {
+        r->st->violations++;
+        fprintf(stderr, "  ... %s: %s, %u ops done\n", r->name, r->where, done);
+    }
+}
+
+/* Depth 2: recovery of `image` crashed at each of its fences (or, when
+ * sampling, at one drawn from `seed`). */
+static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed)
+{
+    static const variant v = {0.5, 1, 0.0, 1};
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    if (pheap_open(r->image, &o, &h) != 0)
+        return; /* judge() reports it */
+    uint64_t fences = pheap_sim_fence_count(h);
+    pheap_sim_crash(h, "/dev/null", 0, 0.0);
+    uint64_t first = 1, last = fences;
+    if (!ph_crash_full() && fences > 0)
+        first = last = 1 + ph_mix_seed(seed) % fences;
+    char where[160];
+    const char *outer = r->where;
+    for (uint64_t j = first; j <= last; j++) {
+        unlink(r->image2);
+        pheap_options n = sim_options(j, 0, r->image2, &v, seed + j);
+        if (pheap_open(r->image, &n, &h) != 0) {
+            ph_test_fail(__FILE__, __LINE__, "%s: recovery under crash %llu: %s", outer,
+                         (unsigned long long)j, pheap_errmsg());
+            continue;
+        }
+        pheap_sim_crash(h, "/dev/null", 0, 0.0);
+        if (access(r->image2, F_OK) != 0)
+            continue;
+        snprintf(where, sizeof(where), "%s, recovery crashed at its fence %llu", outer,
+                 (unsigned long long)j);
+        r->where = where;
+        judge(r, r->image2, done);
+        r->st->nested++;
+        r->where = outer;
+    }
+}
+
+uint64_t ph_mix_seed(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Ops that had returned before the crash point: marked before it. */
+static unsigned ops_done(const uint64_t *marks, unsigned n, uint64_t point)
+{
+    unsigned done = 0;
+    while (done < n && marks[done] < point)
+        done++;
+    return done;
+}
+
+/* One crash point in one variant: run, take the image, judge it, and now
+ * and then crash its recovery. */
+static int one_point(run_ctx *r, const char *base, ph_crash_workload_fn workload, uint64_t fence,
+                     uint64_t store, const variant *v, unsigned vi)
+{
+    uint64_t point = fence ? fence : store;
+    uint64_t seed = v->seed ? v->seed + 16 * point + (store ? 7 : 0) : 0;
+    unlink(r->image);
+    pheap_options o = sim_options(fence, store, r->image, v, seed);
+    if (run(base, &o, workload, r->c) != 0)
+        return -1;
+    if (access(r->image, F_OK) != 0)
+        return 0; /* the point never came */
+    unsigned done = fence ? ops_done(r->c->marks, r->c->nmarks, fence)
+                          : ops_done(r->c->store_marks, r->c->nmarks, store);
+    char where[128];
+    snprintf(where, sizeof(where), "%s %llu, variant %u (evict %.1f%s, store evict %.1f, seed %llu)",
+             fence ? "fence" : "store", (unsigned long long)point, vi, v->evict,
+             v->words ? " words" : " lines", v->store_evict, (unsigned long long)seed);
+    r->where = where;
+    judge(r, r->image, done);
+    /* Depth 2: every image when full; else one in four, by variant. */
+    if (ph_crash_full() || (point + vi) % 4 == 0)
+        crash_recovery(r, done, seed ^ point);
+    return ph_test_failed > 20 ? -1 : 0;
+}
+
+ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_workload_fn workload,
+                                  ph_crash_verify_fn verify, void *arg)
+{
+    ph_crash_stats st = {0};
+    ph_crash_ctx *c = calloc(1, sizeof(*c));
+    c->arg = arg;
+    run_ctx r = {name, ph_test_path("crash.image"), ph_test_path("crash2.image"), verify, c, &st,
+                 ""};
+    int full = ph_crash_full();
+    const variant *vs = full ? full_variants : sampled_variants;
+    unsigned nv = full ? PH_ARRAY_N(full_variants) : PH_ARRAY_N(sampled_variants);
+    pheap_options dry = {.flags = PHEAP_SIMULATE};
+    if (run(base, &dry, workload, c) != 0)
+        goto out;
+    st.fences = c->fences;
+    st.stores = c->stores;
+    for (uint64_t k = 1; k <= st.fences; k++)
+        for (unsigned v = 0; v < nv; v++)
+            if (one_point(&r, base, workload, k, 0, &vs[v], v) != 0)
+                goto out;
+    /* Between fences: after durable stores -- all of them when full, else
+     * every third, in the word-granular variants. */
+    for (uint64_t s = 1; s <= st.stores; s += full ? 1 : 3)
+        for (unsigned v = 0; v < nv; v++)
+            if (vs[v].words && one_point(&r, base, workload, 0, s, &vs[v], v) != 0)
+                goto out;
+out:
+    unlink(r.image);
+    unlink(r.image2);
     free(c);
+    fprintf(stderr, "crash: %-34s %6llu fences %6llu stores %7u images %6u nested (depth 2) "
+            "%3u violations %3u leaks\n", name, (unsigned long long)st.fences,
+            (unsigned long long)st.stores, st.images, st.nested, st.violations, st.leaks);
     return st;
 }

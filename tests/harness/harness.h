@@ -87,7 +87,6 @@ uint64_t ph_test_rand(uint64_t *state);
 /* Byte-copies a file. */
 int ph_test_copy_file(const char *from, const char *to);
 
-#endif
 
 /* ---- running programs (tool.c) ---- */
 typedef struct ph_tool_result {
@@ -115,20 +114,28 @@ int ph_test_json_object(const char *s);
 unsigned long long ph_test_json_u64(const char *s, const char *key, int *found);
 
 /* ---- crash-point enumeration (crash.c) ----
- * The workload runs on a simulated heap; it may call ph_crash_mark(op)
+ * The workload runs on a simulated heap; it may call ph_crash_mark(c)
  * after each operation returns, so that verify knows which operations had
- * completed before the crash fence.  For every fence k of a dry run and
- * every eviction variant, the workload is re-run with an image taken just
- * before fence k; the image is opened (running recovery), must pass
+ * completed before the crash point.  For every fence and every durable
+ * store of a dry run (a sample of the stores unless PHEAP_CRASH=full), and
+ * every variant of what reaches media (whole lines or 8-byte words, lines
+ * written back early at stores), the workload is re-run with an image
+ * taken at that point; the image is opened (running recovery), must pass
  * pheap_check, and is handed to verify with the number of operations that
- * had returned before fence k (all later ones had not started, except the
- * one in flight, which may or may not be visible). */
+ * had returned before the crash (all later ones had not started, except
+ * the one in flight, which may or may not be visible).  Then the heap is
+ * used (blocks of every kind, compaction of the extent log), closed and
+ * reopened from what that use made durable, checked and verified again;
+ * and recovery is itself crashed at its fences (depth 2; sampled unless
+ * full).  verify may therefore run several times per image. */
 typedef struct ph_crash_ctx {
     pheap *heap;          /* the simulated heap during the workload */
     void *arg;            /* the caller's */
     uint64_t marks[4096]; /* fence count when operation i returned */
+    uint64_t store_marks[4096]; /* durable-store count then */
     unsigned nmarks;
     uint64_t fences;      /* fences the last run issued in all */
+    uint64_t stores;      /* durable stores the last run made */
 } ph_crash_ctx;
 
 void ph_crash_mark(ph_crash_ctx *c);
@@ -138,13 +145,26 @@ typedef void (*ph_crash_workload_fn)(ph_crash_ctx *c);
 typedef void (*ph_crash_verify_fn)(pheap *image, unsigned done, ph_crash_ctx *c);
 
 typedef struct ph_crash_stats {
-    unsigned runs;        /* crash images checked */
     uint64_t fences;      /* fences of the dry run */
+    uint64_t stores;      /* durable stores of the dry run */
+    unsigned images;      /* crash images judged, nested ones included */
+    unsigned nested;      /* of which images of a crashed recovery */
+    unsigned violations;  /* images with any failure */
+    unsigned leaks;       /* images whose live-block count changed under use */
 } ph_crash_stats;
 
-/* Enumerates the crash points of `workload` on a copy of heap `base`
- * with eviction probabilities 0, 0.5 (three seeds, drawn afresh at every
- * fence) and 1: PH_CRASH_VARIANTS images per fence. */
-#define PH_CRASH_VARIANTS 5
-ph_crash_stats ph_crash_enumerate(const char *base, ph_crash_workload_fn workload,
+/* Enumerates the crash points of `workload` on a copy of heap `base` and
+ * prints one table row named `name`. */
+ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_workload_fn workload,
                                   ph_crash_verify_fn verify, void *arg);
+
+/* 1 when PHEAP_CRASH=full (make torture): every store, every variant,
+ * every recovery fence. */
+int ph_crash_full(void);
+
+/* SplitMix64 finaliser of x: a seed drawn from a seed. */
+uint64_t ph_mix_seed(uint64_t x);
+
+#define PH_ARRAY_N(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -4,6 +4,7 @@
  * at a given fence, and the close of a simulated heap.
  */
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -40,6 +41,12 @@ static void read_image(const char *path, uint64_t off, void *buf, size_t len)
         ph_test_fail(__FILE__, __LINE__, "read %s", path);
     if (fd >= 0)
         close(fd);
+}
+
+static uint64_t file_len(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
 static uint64_t data_off(pheap *h)
@@ -249,4 +256,168 @@ TEST(sim_errors)
     h = open_sim(NULL);
     REQUIRE(h);
     CHECK_EQ(pheap_sim_crash(h, ph_test_path("y"), 0, 2.0), PHEAP_EINVAL);
+}
+
+/* PHEAP_SIM_WORDS: each 8-byte word of a dirty line joins on its own, so
+ * a line can hold a mix of old and new words; whole lines still can. */
+TEST(words_join_on_their_own)
+{
+    enum { N = 1000 };
+    pheap_options o = {.sim_mode = PHEAP_SIM_WORDS};
+    pheap *h = open_sim(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *a = pheap_direct(h, d);
+    for (unsigned i = 0; i < N * 8; i++)
+        a[i] = i + 1;
+    const char *img = ph_test_path("words");
+    REQUIRE_OK(pheap_sim_crash(h, img, 11, 0.5));
+    static uint64_t v[N * 8];
+    read_image(img, d, v, sizeof(v));
+    unsigned mixed = 0, news = 0;
+    for (unsigned l = 0; l < N; l++) {
+        unsigned n = 0;
+        for (unsigned k = 0; k < 8; k++) {
+            uint64_t x = v[l * 8 + k];
+            CHECK(x == 0 || x == l * 8 + k + 1);
+            n += x != 0;
+        }
+        mixed += n > 0 && n < 8;
+        news += n;
+    }
+    CHECK(mixed > N / 2);
+    CHECK(news > N * 8 * 4 / 10 && news < N * 8 * 6 / 10);
+}
+
+/* A crash just after the k-th durable store: the stores before it are in
+ * the working copy (and with full eviction in the image), the later ones
+ * are not. */
+TEST(crash_after_a_store)
+{
+    const char *img = ph_test_path("at-store");
+    unlink(img);
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t base_stores = pheap_sim_store_count(h);
+    pheap_sim_crash(h, "/dev/null", 0, 0);
+    pheap_options o = {.sim_crash_store = base_stores + 2, .sim_crash_image = img,
+                       .sim_evict_probability = 1.0};
+    h = open_sim(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    ph_pctx *c = ph_heap_pctx(h);
+    ph_persist_write(&h->sp.persist, c, &w[0], 0xA1);
+    CHECK(access(img, F_OK) != 0);
+    ph_persist_write(&h->sp.persist, c, &w[1], 0xA2); /* the crash follows this one */
+    REQUIRE(access(img, F_OK) == 0);
+    ph_persist_write(&h->sp.persist, c, &w[2], 0xA3);
+    CHECK_EQ(pheap_sim_store_count(h), base_stores + 3);
+    uint64_t v[3];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 0xA1);
+    CHECK_EQ(v[1], 0xA2);
+    CHECK_EQ(v[2], 0);
+    pheap_sim_crash(h, "/dev/null", 0, 0);
+}
+
+/* Eviction at a store: the line is written back as it is just after the
+ * store, so the durable image can hold a state that later stores to the
+ * same line (never flushed) have left behind. */
+TEST(line_written_back_between_stores)
+{
+    pheap_options o = {.sim_store_evict_probability = 1.0, .sim_store_seed = 5};
+    pheap *h = open_sim(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    ph_pctx *c = ph_heap_pctx(h);
+    ph_persist_write(&h->sp.persist, c, &w[0], 1);      /* written back with w[0] = 1 */
+    w[1] = 7;                                           /* a plain store: no write-back */
+    ph_persist_write(&h->sp.persist, c, &w[0], 2);      /* written back: w[0] = 2, w[1] = 7 */
+    w[1] = 8;
+    const char *img = ph_test_path("between");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
+    uint64_t v[2];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 2);
+    CHECK_EQ(v[1], 7); /* the state between the two stores to w[1] */
+}
+
+/* The file's length is simulated: a growth that was never synced is gone
+ * after a crash, and a synced one stays. */
+TEST(file_length_durable_only_when_synced)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    ph_sim *s = h->sp.sim;
+    uint64_t size = s->size;
+    ph_sim_file_resize(s, size + 65536);
+    const char *img = ph_test_path("len1");
+    REQUIRE_OK(ph_sim_write_image(s, img, &(ph_sim_crash_spec){0}));
+    uint64_t got;
+    got = file_len(img);
+    CHECK_EQ(got, size);
+    ph_sim_file_sync(s);
+    REQUIRE_OK(ph_sim_write_image(s, img, &(ph_sim_crash_spec){0}));
+    got = file_len(img);
+    CHECK_EQ(got, size + 65536);
+    s->size = size; /* the mapping did not really grow */
+    s->durable_size = size;
+    pheap_sim_crash(h, "/dev/null", 0, 0);
+}
+
+/* A punched range reads as zeros, in the program's view and in the image. */
+TEST(punched_range_reads_as_zeros)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    w[0] = 0xAB;
+    w[512] = 0xCD; /* the next page */
+    pheap_persist(h, w, 8);
+    pheap_persist(h, &w[512], 8);
+    ph_space_punch(&h->sp, d, 4096);
+    CHECK_EQ(w[0], 0);
+    CHECK_EQ(w[512], 0xCD);
+    const char *img = ph_test_path("punch");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 1.0));
+    uint64_t v;
+    read_image(img, d, &v, 8);
+    CHECK_EQ(v, 0);
+    read_image(img, d + 4096, &v, 8);
+    CHECK_EQ(v, 0xCD);
+}
+
+/* The same calls give the same events, in the same order. */
+TEST(trace_hash_repeats_and_tells_runs_apart)
+{
+    uint64_t hashes[3];
+    for (unsigned run = 0; run < 3; run++) {
+        pheap *h = open_sim(NULL);
+        REQUIRE(h);
+        pheap_off a = pheap_alloc(h, run == 2 ? 200 : 100);
+        pheap_off b = pheap_alloc(h, 100000);
+        pheap_free(h, a);
+        pheap_free(h, b);
+        hashes[run] = pheap_sim_trace_hash(h);
+        CHECK(hashes[run] != 0);
+        pheap_sim_crash(h, "/dev/null", 0, 0);
+    }
+    CHECK(hashes[0] == hashes[1]);
+    CHECK(hashes[0] != hashes[2]);
+}
+
+TEST(new_sim_options_refused_without_simulate)
+{
+    pheap *h;
+    pheap_options o = {.sim_mode = PHEAP_SIM_WORDS};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL);
+    o = (pheap_options){.flags = PHEAP_SIMULATE, .sim_mode = 0x80};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL);
+    o = (pheap_options){.flags = PHEAP_SIMULATE, .sim_store_evict_probability = 1.5};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL);
+    o = (pheap_options){.flags = PHEAP_SIMULATE, .sim_crash_store = 4};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL); /* no image path */
 }
