@@ -53,11 +53,13 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
         return ph_err(PHEAP_ENOMEM, "simulator: cannot allocate a durable image of %llu bytes",
                       (unsigned long long)capacity);
     }
-    ssize_t n = ph_os_pread(fd, s->durable, size, 0);
-    if (n < 0 || (uint64_t)n != size) {
+    /* A private mapping of the file: pages are copied only when the image
+     * changes them.  Beyond `size` it is zeroed memory, as growth wants. */
+    int rc = size ? ph_os_map_file(fd, s->durable, size, 0, PH_MAP_PRIVATE, 0, NULL) : 0;
+    if (rc) {
         ph_os_free_pages(s->durable, capacity);
         free(s);
-        return n < 0 ? (int)n : ph_err(PHEAP_ETRUNCATED, "simulator: short read of the heap file");
+        return rc;
     }
     pthread_mutex_init(&s->lock, NULL);
     s->working = working;
@@ -204,8 +206,12 @@ void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len)
     pthread_mutex_lock(&s->lock);
     if (off < s->size) {
         len = PH_MIN(len, s->size - off);
-        memset(s->working + off, 0, len);
-        memset(s->durable + off, 0, len);
+        /* Fresh zero pages (no copy, no fault until written) where the
+         * range is whole OS pages, as a punch always is. */
+        if (ph_os_map_anon(s->working + off, len) != 0)
+            memset(s->working + off, 0, len);
+        if (ph_os_map_anon(s->durable + off, len) != 0)
+            memset(s->durable + off, 0, len);
     }
     pthread_mutex_unlock(&s->lock);
 }
