@@ -383,21 +383,22 @@ int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
     return 0;
 }
 
-static int ensure_lane(ph_engine *e, ph_tcache *t)
+static int ensure_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     if (ph_likely(t->lane.index >= 0))
         return 0;
+    int index = -1;
     pthread_mutex_lock(&e->lane_lock);
-    for (unsigned i = 0; i < PH_LANES_MAX; i++) {
+    for (unsigned i = 0; i < PH_LANES_MAX && index < 0; i++) {
         if (!e->lane_used[i]) {
             e->lane_used[i] = 1;
-            t->lane = (ph_lane){(int)i, 0, 0, NULL};
-            break;
+            index = (int)i;
         }
     }
     pthread_mutex_unlock(&e->lane_lock);
-    if (t->lane.index < 0)
+    if (index < 0)
         return ph_err(PHEAP_ENOMEM, "all %u lanes are in use by other threads", PH_LANES_MAX);
+    ph_lane_acquire(&e->lanes, c, &t->lane, (unsigned)index);
     return 0;
 }
 
@@ -405,7 +406,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
 {
     ph_space *sp = e->sp;
     uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off;
-    int rc = ensure_lane(e, t);
+    int rc = ensure_lane(e, t, c);
     if (rc)
         return rc;
     if (size > PH_SMALL_MAX) {
@@ -414,7 +415,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
             rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
         if (rc)
             return rc;
-        ph_lane_begin(sp, c, &t->lane, PH_LOG_ALLOC_TO, off, PH_ALIGN_UP(size, PH_PAGE_SIZE), dest_off,
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, PH_ALIGN_UP(size, PH_PAGE_SIZE), dest_off,
                       ph_load(dest));
         ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off);
     } else {
@@ -422,7 +423,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         off = ph_tcache_pop(t, cls);
         if (!off && !(off = refill(e, t, c, cls)))
             return pheap_errno();
-        ph_lane_begin(sp, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls], dest_off,
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls], dest_off,
                       ph_load(dest));
         ph_slab *s = chunk_slab(e, off);
         int exact;
@@ -432,7 +433,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
         ph_slab_unlock(s, w);
     }
-    ph_lane_end(sp, c, &t->lane);
+    ph_lane_end(&e->lanes, c, &t->lane);
     return 0;
 }
 
@@ -444,16 +445,16 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         return 0;
     if (off < sp->data_off || off >= ph_space_size(sp))
         return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
-    int rc = ensure_lane(e, t);
+    int rc = ensure_lane(e, t, c);
     if (rc)
         return rc;
     ph_slab *s = chunk_slab(e, off);
     if (!s) {
         if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
             return rc;
-        ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off);
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off);
         rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 1);
-        ph_lane_end(sp, c, &t->lane); /* also when another thread freed it first */
+        ph_lane_end(&e->lanes, c, &t->lane); /* also when another thread freed it first */
         if (!rc)
             ph_extent_release(e->ext, off); /* reusable only once retired */
         return rc;
@@ -461,7 +462,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     uint32_t i = 0;
     if ((rc = live_small(s, off, &i)) != 0)
         return rc;
-    ph_lane_begin(sp, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
+    ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
     rc = ph_slab_clear_locked(sp, c, s, w, sh);
     if (!rc) {
@@ -469,7 +470,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         ph_persist_range(&sp->persist, c, src, sizeof(*src));
     }
     ph_slab_unlock(s, w);
-    ph_lane_end(sp, c, &t->lane);
+    ph_lane_end(&e->lanes, c, &t->lane);
     if (rc)
         return clear_error(rc, off);
     cache_block(e, t, c, s->xcls, off);
@@ -513,7 +514,7 @@ static void on_slab(void *arg, uint64_t off, unsigned cls)
 }
 
 /* Recovery: redo one committed logged operation (see log/lane.c). */
-static void roll_forward(void *arg, const ph_lane_entry *le)
+static void roll_forward(void *arg, const ph_lane_op *le)
 {
     open_ctx *o = arg;
     ph_engine *e = o->e;
@@ -573,6 +574,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     e->narenas = PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
     pthread_mutex_init(&e->lane_lock, NULL);
+    e->lanes = (ph_lanes){ph_space_at(sp, sp->lane_region), &sp->persist,
+                          !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS)};
     open_ctx o = {e, c, 0};
     if (!e->chunks || !e->slabs || !e->arenas) {
         free(e->arenas);
@@ -587,9 +590,9 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
             o.rc = rc;
     }
     if (!o.rc && recover) {
-        e->recovered = ph_lanes_scan(sp, roll_forward, &o);
+        e->recovered = ph_lanes_scan(&e->lanes, roll_forward, &o);
         if (!o.rc) /* also torn entries, which the scan skipped */
-            ph_lanes_retire_all(sp, c);
+            ph_lanes_retire_all(&e->lanes, c);
     }
     for (uint64_t ch = 0; !o.rc && ch < e->nchunks; ch++) {
         ph_slab *s = e->chunks[ch];
@@ -712,7 +715,7 @@ unsigned ph_engine_check(ph_engine *e, int lanes_idle, char *err, size_t errlen)
     if (ph_extents_check(e->ext, msg, sizeof(msg)))
         check_fail(&w, msg);
     ph_extents_walk(e->ext, check_visit, &w);
-    unsigned active = lanes_idle ? ph_lanes_active(e->sp) : 0;
+    unsigned active = lanes_idle ? ph_lanes_active(&e->lanes) : 0;
     if (active) {
         snprintf(msg, sizeof(msg), "%u lane entries are active with no operation in flight", active);
         check_fail(&w, msg);

@@ -32,6 +32,7 @@ typedef struct ph_engine {
     unsigned narenas;
     unsigned next_arena;           /* round robin at open */
     ph_arena *arenas;
+    ph_lanes lanes;                /* the lane region */
     pthread_mutex_t lane_lock;
     uint8_t lane_used[PH_LANES_MAX];
     unsigned recovered;            /* lane entries rolled forward at open */

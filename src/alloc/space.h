@@ -29,6 +29,7 @@ typedef struct ph_space {
     uint64_t extlog_size;
     int fd;                   /* heap file */
     unsigned dax;             /* mapped with MAP_SYNC */
+    uint32_t features;        /* the header's feat_incompat */
     ph_sim *sim;              /* simulation: working copy and durable image */
     ph_persist persist;       /* the flush back end */
     ph_state *state;          /* in the mapping */

@@ -71,6 +71,7 @@ int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
     h->chunk_size = PH_CHUNK_SIZE;
     h->consistency = consistency;
     h->max_size = max_size;
+    h->feat_incompat = PH_FEAT_INCOMPAT_TAGGED_LOGS;
     uint64_t off = 0;
     for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++) {
         h->regions[h->nregions++] = (ph_region){k, 0, off, region_size(k, max_size)};

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 0
+#define PH_FORMAT_MINOR 1
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -73,7 +73,9 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
 /* Feature bits.  A build refuses a heap with an incompat bit it does not
  * know, opens read-only one with an unknown ro_compat bit, and ignores
  * unknown compat bits. */
-#define PH_FEAT_INCOMPAT_KNOWN 0u
+#define PH_FEAT_INCOMPAT_TAGGED_LOGS 0x1u /* 1.1: lane entries carry tags in every
+                                              word; builds before it would misread them */
+#define PH_FEAT_INCOMPAT_KNOWN PH_FEAT_INCOMPAT_TAGGED_LOGS
 #define PH_FEAT_RO_COMPAT_KNOWN 0u
 
 /* Consistency modes (DESIGN 4.4), fixed at creation. */
@@ -146,10 +148,18 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
 /* ---- lanes: per-thread write-ahead logs (src/log/lane.c) ----------------
  * A lane is PH_LANE_ENTRIES lines; each line holds one entry.  A thread's
  * consecutive logged operations use consecutive lines, so that the lines
- * flushed by neighbouring fence batches differ (no reflush).
+ * flushed by neighbouring fence batches differ (no reflush).  A new holder
+ * of a lane zeroes it first (durably), and numbers its entries from 1.
+ * Every word after xstate carries in bits 48..63 the tag of its writing,
+ * 0x8000 | (seq / PH_LANE_ENTRIES) mod 2^15: nonzero, and different from
+ * the tag of the line's previous writing (seq - PH_LANE_ENTRIES), so an
+ * entry whose words come from two writings never validates.
  * Invariant: at most one entry of a lane is ACTIVE, and only while the
  * operation it describes is between its first and its last fence.
- * Recovery rolls an ACTIVE entry with a valid checksum forward. */
+ * Recovery rolls an ACTIVE entry forward when all its tags match xstate's
+ * sequence and its checksum holds.  (Heaps without
+ * PH_FEAT_INCOMPAT_TAGGED_LOGS may also hold untagged 1.0 entries: words
+ * as they are, checksum zero-extended.) */
 #define PH_LANES_MAX 1024u
 #define PH_LANE_ENTRIES 16u
 #define PH_LANE_SIZE (PH_LANE_ENTRIES * PH_LINE_SIZE)
@@ -161,13 +171,13 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
 
 typedef struct ph_lane_entry {
     uint64_t xstate;    /* seq << 8 | PH_LOG_IDLE or PH_LOG_ACTIVE: the commit word */
-    uint64_t op;        /* PH_LOG_ALLOC_TO or PH_LOG_FREE_FROM */
-    uint64_t block;     /* offset of the block */
-    uint64_t size;      /* block bytes: class size, or extent bytes */
-    uint64_t dest;      /* offset of the destination word */
-    uint64_t old;       /* value of the destination before the operation */
-    uint64_t reserved;
-    uint64_t checksum;  /* CRC-32C of the words above, state ACTIVE */
+    uint64_t op;        /* tag | PH_LOG_ALLOC_TO or PH_LOG_FREE_FROM */
+    uint64_t block;     /* tag | offset of the block */
+    uint64_t size;      /* tag | block bytes: class size, or extent bytes */
+    uint64_t dest;      /* tag | offset of the destination word */
+    uint64_t old;       /* tag | low 48 bits of the destination before (diagnostics) */
+    uint64_t reserved;  /* tag */
+    uint64_t checksum;  /* tag | CRC-32C of the seven words above, state ACTIVE */
 } ph_lane_entry;
 _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
 

@@ -168,6 +168,7 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     h->sp.state = (ph_state *)(h->sp.base + PH_STATE_OFFSET);
     h->sp.slab_region = ph_header_region(&h->hdr, PH_REGION_SLABS)->offset;
     h->sp.lane_region = ph_header_region(&h->hdr, PH_REGION_LANES)->offset;
+    h->sp.features = h->hdr.feat_incompat;
     h->sp.extlog_region = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->offset;
     h->sp.extlog_size = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->size;
     /* The extent log is written all over (interleaved entries): fault it in

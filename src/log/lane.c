@@ -2,18 +2,28 @@
  * lane.c -- the lane entries of pheap_alloc_to / pheap_free_from.
  *
  * Crash protocol of a logged operation (three fences):
- *   F1  entry words, checksum last computed over them, state ACTIVE;
- *       flush the entry's line; fence.      -> committed: recovery redoes it
+ *   F1  entry words (each carrying its writing's tag), checksum last,
+ *       state ACTIVE; flush the entry's line; fence.
+ *                                            -> committed: recovery redoes it
  *   F2  the operation's in-place stores (bitmap word or extent-log entry,
  *       destination word); flush; fence.     -> applied
  *   F3  state := IDLE (one 8-byte store); flush; fence.  -> retired
- * Before F1 completes a torn entry fails its checksum and is ignored; the
- * in-place stores have not started.  Between F1 and F3 recovery rolls the
- * operation forward; its redo is idempotent, and nothing else can have
- * touched the block or the destination because the call had not returned.
- * The retire must be durable before the call returns: otherwise another
- * thread could free the block or reuse the destination, and a later
- * recovery would redo the old operation over their changes.
+ * Before F1 completes, any subset of the entry's words may be durable
+ * (8-byte words land independently); the entry counts only if all seven
+ * words after xstate carry the tag of the xstate's sequence and the
+ * checksum holds, so no mix of this writing and the line's previous one
+ * passes.  The previous writing of a line is either zeros (ph_lane_acquire
+ * zeroes the lane durably before a new holder writes it: a new thread or a
+ * new process never meets the retired entries of an earlier holder) or
+ * the same holder's entry PH_LANE_ENTRIES sequences earlier, whose tag
+ * differs (tags count sequences in steps of PH_LANE_ENTRIES and never
+ * equal zero).
+ * Between F1 and F3 recovery rolls the operation forward; its redo is
+ * idempotent, and nothing else can have touched the block or the
+ * destination because the call had not returned.  The retire must be
+ * durable before the call returns: otherwise another thread could free the
+ * block or reuse the destination, and a later recovery would redo the old
+ * operation over their changes.
  * Consecutive operations of a lane use consecutive lines, so F3 never
  * flushes the line F1 flushed in the batch just before it... except within
  * one operation, where F2 lies between them.
@@ -24,54 +34,108 @@
 
 #include "util/crc32c.h"
 
-static ph_lane_entry *lane_entries(ph_space *sp, unsigned lane)
+#define TAG_SHIFT 48
+#define PAYLOAD ((1ull << TAG_SHIFT) - 1)
+
+static ph_lane_entry *lane_of(ph_lanes *L, unsigned lane)
 {
-    return (ph_lane_entry *)ph_space_at(sp, sp->lane_region + (uint64_t)lane * PH_LANE_SIZE);
+    return L->base + (uint64_t)lane * PH_LANE_ENTRIES;
 }
 
-static uint64_t entry_checksum(const ph_lane_entry *e)
+/* The tag of the writing with sequence `seq`: differs from the tag of
+ * seq - PH_LANE_ENTRIES (the line's previous writing) and from zero. */
+static uint64_t tag_of(uint64_t seq)
 {
-    return ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
+    return (0x8000ull | ((seq / PH_LANE_ENTRIES) & 0x7fff)) << TAG_SHIFT;
 }
 
-void ph_lane_begin(ph_space *sp, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
+static uint32_t entry_crc(const uint64_t w[7])
+{
+    return ph_crc32c(0, w, 7 * sizeof(uint64_t));
+}
+
+void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
+{
+    static const uint64_t zero[PH_LINE_SIZE / 8];
+    ph_lane_entry *e = lane_of(L, index);
+    int wrote = 0;
+    for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
+        const uint64_t *w = (const uint64_t *)&e[i];
+        uint64_t any = 0;
+        for (unsigned k = 0; k < PH_LINE_SIZE / 8; k++)
+            any |= ph_load_relaxed(&w[k]);
+        if (any) {
+            ph_persist_store_nt_words(L->persist, c, (uint64_t *)&e[i], zero, PH_LINE_SIZE / 8);
+            wrote = 1;
+        }
+    }
+    if (wrote)
+        ph_persist_fence(L->persist, c);
+    *l = (ph_lane){(int)index, 0, 0, NULL};
+}
+
+void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
                    uint64_t size, uint64_t dest, uint64_t old)
 {
-    ph_lane_entry *e = &lane_entries(sp, (unsigned)l->index)[l->next];
+    ph_lane_entry *e = &lane_of(L, (unsigned)l->index)[l->next];
     l->next = (l->next + 1) % PH_LANE_ENTRIES;
     l->seq++;
-    e->xstate = l->seq << 8 | PH_LOG_ACTIVE;
-    e->op = op;
-    e->block = block;
-    e->size = size;
-    e->dest = dest;
-    e->old = old;
-    e->reserved = 0;
-    e->checksum = entry_checksum(e);
-    ph_persist_range(&sp->persist, c, e, sizeof(*e));
+    uint64_t tag = tag_of(l->seq);
+    uint64_t w[8] = {l->seq << 8 | PH_LOG_ACTIVE, tag | op, tag | block, tag | size,
+                     tag | dest, tag | (old & PAYLOAD), tag};
+    w[7] = tag | entry_crc(w);
+    uint64_t *dst = (uint64_t *)e;
+    for (unsigned k = 0; k < 8; k++)
+        ph_persist_write(L->persist, c, &dst[k], w[k]);
+    ph_persist_range(L->persist, c, e, sizeof(*e));
     l->cur = e;
 }
 
-void ph_lane_end(ph_space *sp, ph_pctx *c, ph_lane *l)
+void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l)
 {
-    ph_persist_store64(&sp->persist, c, &l->cur->xstate, l->seq << 8 | PH_LOG_IDLE);
+    ph_persist_store64(L->persist, c, &l->cur->xstate, l->seq << 8 | PH_LOG_IDLE);
     l->cur = NULL;
 }
 
-static int committed(const ph_lane_entry *e)
+/* An entry written before entries were tagged (legacy heaps only): the
+ * checksum is CRC-32C of the seven words, zero-extended. */
+static int legacy_committed(const uint64_t w[8])
 {
-    return (e->xstate & 0xff) == PH_LOG_ACTIVE && e->checksum == entry_checksum(e) &&
-           (e->op == PH_LOG_ALLOC_TO || e->op == PH_LOG_FREE_FROM);
+    return (w[1] == PH_LOG_ALLOC_TO || w[1] == PH_LOG_FREE_FROM) && w[7] == entry_crc(w);
 }
 
-unsigned ph_lanes_scan(ph_space *sp, ph_lane_replay_fn fn, void *arg)
+/* Decodes a committed (ACTIVE, whole, checksum-valid) entry. */
+static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
+{
+    uint64_t w[8];
+    for (unsigned k = 0; k < 8; k++)
+        w[k] = ph_load_relaxed(&((const uint64_t *)e)[k]);
+    if ((w[0] & 0xff) != PH_LOG_ACTIVE)
+        return 0;
+    if (L->legacy && legacy_committed(w)) {
+        *out = (ph_lane_op){w[1], w[2], w[3], w[4]};
+        return 1;
+    }
+    uint64_t tag = tag_of(w[0] >> 8);
+    for (unsigned k = 1; k < 8; k++)
+        if ((w[k] & ~PAYLOAD) != tag)
+            return 0;
+    uint64_t op = w[1] & PAYLOAD;
+    if ((w[7] & PAYLOAD) != entry_crc(w) || (op != PH_LOG_ALLOC_TO && op != PH_LOG_FREE_FROM))
+        return 0;
+    *out = (ph_lane_op){op, w[2] & PAYLOAD, w[3] & PAYLOAD, w[4] & PAYLOAD};
+    return 1;
+}
+
+unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg)
 {
     unsigned n = 0;
+    ph_lane_op op;
     for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
-        ph_lane_entry *e = lane_entries(sp, lane);
+        ph_lane_entry *e = lane_of(L, lane);
         for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
-            if (committed(&e[i])) {
-                fn(arg, &e[i]);
+            if (committed(L, &e[i], &op)) {
+                fn(arg, &op);
                 n++;
             }
         }
@@ -79,30 +143,31 @@ unsigned ph_lanes_scan(ph_space *sp, ph_lane_replay_fn fn, void *arg)
     return n;
 }
 
-void ph_lanes_retire_all(ph_space *sp, ph_pctx *c)
+void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c)
 {
     int any = 0;
     for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
-        ph_lane_entry *e = lane_entries(sp, lane);
+        ph_lane_entry *e = lane_of(L, lane);
         for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
-            if ((e[i].xstate & 0xff) != PH_LOG_IDLE) {
-                ph_store(&e[i].xstate, (e[i].xstate & ~0xffull) | PH_LOG_IDLE);
-                ph_persist_flush(&sp->persist, c, &e[i].xstate, 8);
+            uint64_t s = ph_load_relaxed(&e[i].xstate);
+            if ((s & 0xff) != PH_LOG_IDLE) {
+                ph_persist_write(L->persist, c, &e[i].xstate, (s & ~0xffull) | PH_LOG_IDLE);
+                ph_persist_flush(L->persist, c, &e[i].xstate, 8);
                 any = 1;
             }
         }
     }
     if (any)
-        ph_persist_fence(&sp->persist, c);
+        ph_persist_fence(L->persist, c);
 }
 
-unsigned ph_lanes_active(ph_space *sp)
+unsigned ph_lanes_active(ph_lanes *L)
 {
     unsigned n = 0;
     for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
-        ph_lane_entry *e = lane_entries(sp, lane);
+        ph_lane_entry *e = lane_of(L, lane);
         for (unsigned i = 0; i < PH_LANE_ENTRIES; i++)
-            n += (e[i].xstate & 0xff) != PH_LOG_IDLE;
+            n += (ph_load_relaxed(&e[i].xstate) & 0xff) != PH_LOG_IDLE;
     }
     return n;
 }

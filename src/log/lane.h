@@ -10,8 +10,15 @@
 
 #include <stdint.h>
 
-#include "alloc/space.h"
 #include "format/layout.h"
+#include "persist/persist.h"
+
+/* The lane region of one open heap (volatile view). */
+typedef struct ph_lanes {
+    ph_lane_entry *base;  /* PH_LANES_MAX lanes of PH_LANE_ENTRIES lines, in the mapping */
+    ph_persist *persist;  /* the heap's flush back end */
+    unsigned legacy;      /* heap made before tagged entries: accept untagged ones too */
+} ph_lanes;
 
 /* A thread's hold on one lane (volatile). */
 typedef struct ph_lane {
@@ -21,23 +28,33 @@ typedef struct ph_lane {
     ph_lane_entry *cur;   /* entry of the operation in flight, or NULL */
 } ph_lane;
 
+/* Takes lane `index` (free: no entry of it is ACTIVE) for a new holder:
+ * every line that is not zero is zeroed and the zeros fenced, so that no
+ * entry of an earlier holder is left to mix with this holder's. */
+void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index);
+
 /* Writes an ACTIVE entry for the operation and persists it: after this
  * returns, recovery will complete the operation. */
-void ph_lane_begin(ph_space *sp, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
+void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
                    uint64_t size, uint64_t dest, uint64_t old);
 
 /* Retires the entry of the operation in flight and persists that: the
  * operation's in-place changes must be durable already. */
-void ph_lane_end(ph_space *sp, ph_pctx *c, ph_lane *l);
+void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l);
 
-/* Calls fn for every committed (ACTIVE, checksum-valid) entry of every lane
- * and returns how many there were.  fn must make the operation's effects
- * durable; ph_lanes_retire_all then retires the entries. */
-typedef void (*ph_lane_replay_fn)(void *arg, const ph_lane_entry *e);
-unsigned ph_lanes_scan(ph_space *sp, ph_lane_replay_fn fn, void *arg);
-void ph_lanes_retire_all(ph_space *sp, ph_pctx *c);
+/* A committed entry, decoded. */
+typedef struct ph_lane_op {
+    uint64_t op, block, size, dest;
+} ph_lane_op;
+
+/* Calls fn for every committed entry of every lane and returns how many
+ * there were.  fn must make the operation's effects durable;
+ * ph_lanes_retire_all then retires the entries. */
+typedef void (*ph_lane_replay_fn)(void *arg, const ph_lane_op *op);
+unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg);
+void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c);
 
 /* Counts ACTIVE entries (consistent only while no operation is in flight). */
-unsigned ph_lanes_active(ph_space *sp);
+unsigned ph_lanes_active(ph_lanes *L);
 
 #endif

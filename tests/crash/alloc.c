@@ -248,3 +248,28 @@ TEST(slab_batches_and_release)
     REQUIRE(base);
     enumerate("alloc/slab_batches_and_release", base, ops, 2 * N);
 }
+
+TEST(new_lane_holder_over_retired_entries)
+{
+    /* A first session fills lines of lane 0 with retired entries: slot 10
+     * gets a block, slot 11 too, then both are freed.  The workload is a
+     * new holder of that lane (a new open), whose first entries land on
+     * the same lines: no mix of a new entry's words with a retired one's
+     * may pass for a committed operation (which would redo the old
+     * alloc_to and bring a freed block back). */
+    const char *base = make_base("crash-lane-reuse.heap", 4u << 20, 0);
+    REQUIRE(base);
+    pheap *h;
+    REQUIRE_OK(pheap_open(base, NULL, &h));
+    pheap_off *slots = slots_of(h);
+    REQUIRE_OK(pheap_alloc_to(h, 64, &slots[10]));
+    REQUIRE_OK(pheap_alloc_to(h, 100 * KiB, &slots[11]));
+    REQUIRE_OK(pheap_free_from(h, &slots[10]));
+    REQUIRE_OK(pheap_free_from(h, &slots[11]));
+    pheap_close(h);
+    static const op ops[] = {
+        {OP_ALLOC_TO, 0, 64},        {OP_ALLOC_TO, 1, 100 * KiB}, {OP_FREE_FROM, 0, 0},
+        {OP_FREE_FROM, 1, 0},        {OP_ALLOC_TO, 2, 64},
+    };
+    enumerate("alloc/new_lane_holder", base, ops, sizeof(ops) / sizeof(ops[0]));
+}

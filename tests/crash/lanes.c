@@ -58,7 +58,10 @@ TEST(torn_entry_is_ignored_and_retired)
     pheap_close(h);
 }
 
-TEST(committed_free_from_is_redone_with_its_destination)
+/* A free_from(&slots[1]) killed right after its F1: committed, with the
+ * block still allocated and the destination still holding it.  `legacy`:
+ * a heap of format 1.0, whose entries carry no tags. */
+static void committed_free_from(int legacy)
 {
     const char *path = ph_test_path("stale.heap");
     pheap *h = ph_test_create(path, 4u << 20);
@@ -73,20 +76,25 @@ TEST(committed_free_from_is_redone_with_its_destination)
     REQUIRE_OK(pheap_alloc_to(h, 100000, &slots[1]));
     CHECK_EQ(slots[1], b); /* best fit hands the same pages out again */
     pheap_close(h);
-    /* A free_from(&slots[1]) killed right after its F1: committed, with the
-     * block still allocated and the destination still holding b. */
     size_t len;
     char *m = map_file(path, &len);
     REQUIRE(m);
-    ph_lane_entry *e = lane_entry(m, 900, 0);
-    memset(e, 0, sizeof(*e));
+    ph_lane_entry *e = lane_entry(m, 900, 2);
+    uint64_t tag = legacy ? 0 : (0x8000ull | 3 / PH_LANE_ENTRIES) << 48; /* sequence 3 */
     e->xstate = 3u << 8 | PH_LOG_ACTIVE;
-    e->op = PH_LOG_FREE_FROM;
-    e->block = b;
-    e->size = 102400;
-    e->dest = slots_off + 8; /* slot 1, which holds b */
-    e->old = b;
-    e->checksum = ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
+    e->op = tag | PH_LOG_FREE_FROM;
+    e->block = tag | b;
+    e->size = tag | 102400;
+    e->dest = tag | (slots_off + 8); /* slot 1, which holds b */
+    e->old = tag | b;
+    e->reserved = tag;
+    e->checksum = tag | ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
+    if (legacy) {
+        ph_header *hdr = (ph_header *)m;
+        hdr->minor = 0;
+        hdr->feat_incompat = 0;
+        hdr->checksum = ph_crc32c(0, hdr, offsetof(ph_header, checksum));
+    }
     mark_crashed(m);
     munmap(m, len);
     /* Recovery redoes the committed free of slot 1: b is freed and slot 1
@@ -98,6 +106,50 @@ TEST(committed_free_from_is_redone_with_its_destination)
     struct pheap_stats st;
     pheap_stats(h, &st);
     CHECK_EQ(st.live_blocks, 1);
+    REQUIRE_OK(pheap_check(h, NULL));
+    /* The heap keeps working: a logged operation on a lane of the old kind. */
+    REQUIRE_OK(pheap_alloc_to(h, 64, &slots[0]));
+    REQUIRE_OK(pheap_free_from(h, &slots[0]));
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+TEST(committed_free_from_is_redone_with_its_destination)
+{
+    committed_free_from(0);
+}
+
+TEST(untagged_entry_of_a_format_1_0_heap_is_redone)
+{
+    committed_free_from(1);
+}
+
+/* The same entry without its tags -- what a 1.0 build wrote -- is not an
+ * entry in a heap of format 1.1: its words could be a mix. */
+TEST(untagged_entry_refused_in_a_tagged_heap)
+{
+    const char *path = ph_test_path("untagged.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    pheap_off slot_off = pheap_alloc(h, 8);
+    pheap_off b = pheap_alloc(h, 64);
+    pheap_close(h);
+    size_t len;
+    char *m = map_file(path, &len);
+    REQUIRE(m);
+    ph_lane_entry *e = lane_entry(m, 3, 0);
+    e->xstate = 1u << 8 | PH_LOG_ACTIVE;
+    e->op = PH_LOG_FREE_FROM;
+    e->block = b;
+    e->size = 64;
+    e->dest = slot_off;
+    e->old = b;
+    e->reserved = 0;
+    e->checksum = ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
+    mark_crashed(m);
+    munmap(m, len);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    CHECK_EQ(pheap_usable_size(h, b), 64); /* not freed */
     REQUIRE_OK(pheap_check(h, NULL));
     pheap_close(h);
 }
