@@ -25,6 +25,7 @@
 #include "util/error.h"
 
 #define PH_ARENAS_MAX 64u
+#define PH_SIM_ARENAS 4u /* simulated heaps: the same on every machine */
 #define PH_SLAB_BATCH 8u
 _Static_assert(PH_SLAB_BATCH <= PH_EXT_COMMIT_MAX, "slab batch fits one commit");
 
@@ -212,7 +213,9 @@ static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
  * do) would otherwise share one arena for life, and its slabs' words. */
 static unsigned pick_arena(ph_engine *e)
 {
-    unsigned best = ph_os_current_cpu() % e->narenas;
+    /* Simulated heaps start from arena 0: the same calls must give the
+     * same fences whatever CPU the thread runs on. */
+    unsigned best = e->sp->sim ? 0 : ph_os_current_cpu() % e->narenas;
     uint32_t least = ph_load_relaxed(&e->arenas[best].xthreads);
     for (unsigned k = 1; k < e->narenas && least > 0; k++) {
         unsigned a = (best + k) % e->narenas;
@@ -571,7 +574,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     e->nchunks = (sp->max_size - sp->data_off) / PH_CHUNK_SIZE;
     e->chunks = alloc_map(e->nchunks * sizeof(*e->chunks));
     e->slabs = alloc_map(e->nchunks * sizeof(*e->slabs));
-    e->narenas = PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
+    e->narenas = sp->sim ? PH_SIM_ARENAS : PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
     pthread_mutex_init(&e->lane_lock, NULL);
     e->lanes = (ph_lanes){ph_space_at(sp, sp->lane_region), &sp->persist,

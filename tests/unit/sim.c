@@ -4,6 +4,7 @@
  * at a given fence, and the close of a simulated heap.
  */
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
@@ -420,4 +421,67 @@ TEST(new_sim_options_refused_without_simulate)
     CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL);
     o = (pheap_options){.flags = PHEAP_SIMULATE, .sim_crash_store = 4};
     CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL); /* no image path */
+}
+
+/* Runs one single-threaded workload on a simulated heap from CPU `cpu`
+ * (if it exists) and returns its trace hash and fence count. */
+static void run_on_cpu(const char *base, int cpu, uint64_t *hash, uint64_t *fences)
+{
+    cpu_set_t set, old;
+    sched_getaffinity(0, sizeof(old), &old);
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    int pinned = sched_setaffinity(0, sizeof(set), &set) == 0;
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *h = NULL;
+    if (pheap_open(base, &o, &h) != 0)
+        ph_test_fail(__FILE__, __LINE__, "open sim: %s", pheap_errmsg());
+    *hash = *fences = 0;
+    if (h) {
+        pheap_off keep[64];
+        pheap_off *slot = pheap_direct(h, pheap_alloc(h, 64 * sizeof(pheap_off)));
+        for (unsigned i = 0; i < 64; i++) {
+            slot[i] = 0;
+            keep[i] = pheap_alloc(h, 16 + (i * 37) % 3000);
+        }
+        for (unsigned i = 0; i < 64; i += 2)
+            pheap_free(h, keep[i]);
+        for (unsigned i = 0; i < 16; i++)
+            pheap_alloc_to(h, i % 3 ? 200 : 70000, &slot[i]);
+        for (unsigned i = 0; i < 16; i += 3)
+            pheap_free_from(h, &slot[i]);
+        *hash = pheap_sim_trace_hash(h);
+        *fences = pheap_sim_fence_count(h);
+        pheap_sim_crash(h, "/dev/null", 0, 0);
+    }
+    if (pinned)
+        sched_setaffinity(0, sizeof(old), &old);
+}
+
+/* The same calls give the same fences whichever CPU the thread runs on:
+ * a failing crash point can be replayed.  The heap starts with partly used
+ * slabs of several classes (spread over the arenas at open). */
+TEST(same_calls_same_fences_on_any_cpu)
+{
+    const char *base = ph_test_path("determinism.heap");
+    pheap *b = ph_test_create(base, 16u << 20);
+    REQUIRE(b);
+    for (unsigned i = 0; i < 3000; i++) {
+        pheap_off o = pheap_alloc(b, 16 + (i * 37) % 3000);
+        if (i % 3)
+            pheap_free(b, o);
+    }
+    pheap_close(b);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t h0, f0;
+    run_on_cpu(base, 0, &h0, &f0);
+    REQUIRE(f0 > 0);
+    for (int cpu = 1; cpu < ncpu && cpu < 4; cpu++) {
+        uint64_t h1, f1;
+        run_on_cpu(base, cpu, &h1, &f1);
+        CHECK_EQ(f1, f0);
+        CHECK(h1 == h0);
+    }
+    if (ncpu < 2)
+        fprintf(stderr, "  one CPU: the runs compared ran on the same CPU\n");
 }
