@@ -145,6 +145,9 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     uint64_t sim_store_seed;    /*   drawn from this seed */
     uint64_t sim_schedule_seed; /* nonzero: seeded pauses before fences, so that
                                    threads meet in more states */
+    const char *sim_crash_site; /* sim_crash_fence counts only fences of this flush
+                                   site of pheap's source: a function name
+                                   ("compact") or file:line ("lane.c:80") */
 } pheap_options;
 
 /* pheap_options.sim_mode */

@@ -61,7 +61,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     if (opts->reserved1)
         return ph_err(PHEAP_EINVAL, "options.reserved1 must be 0");
     if ((opts->sim_crash_fence || opts->sim_crash_store || opts->sim_crash_image ||
-         opts->sim_mode || opts->sim_store_evict_probability > 0.0 || opts->sim_schedule_seed) &&
+         opts->sim_mode || opts->sim_store_evict_probability > 0.0 || opts->sim_schedule_seed ||
+         opts->sim_crash_site) &&
         !(opts->flags & PHEAP_SIMULATE))
         return ph_err(PHEAP_EINVAL, "options.sim_*: only with PHEAP_SIMULATE");
     if (opts->sim_mode & ~(PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED))

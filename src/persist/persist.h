@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/fault.h"
 #include "util/util.h"
 
 #define PH_CACHE_LINE 64u
@@ -25,6 +26,29 @@
 
 struct ph_sim;
 struct ph_sim_pending;
+
+/* A flush site: one place in the source that flushes, fences or stores
+ * non-temporally.  Every call below records its caller's site (a static
+ * record in the section ph_persist_sites, so a test-only build can list
+ * them all): the crash simulator can crash at the k-th fence of a site,
+ * and a test-only build (PHEAP_FAULTS) can drop one site to prove a test
+ * needs it.  A site inside a static inline function has one record per
+ * file that uses it, all with the same file and line. */
+typedef struct ph_site {
+    const char *file;
+    const char *func;
+    uint32_t line;
+    uint32_t kind;       /* PH_SITE_* */
+} ph_site;
+enum { PH_SITE_FLUSH = 1, PH_SITE_FENCE, PH_SITE_RANGE, PH_SITE_NT };
+
+#define PH_SITE(kind)                                                                   \
+    ({                                                                                  \
+        static const ph_site site_ __attribute__((section("ph_persist_sites"), used,    \
+                                                  aligned(8))) = {__FILE__, __func__,   \
+                                                                  __LINE__, kind};      \
+        &site_;                                                                         \
+    })
 
 /* Per-thread persistence state; lives in the thread's record of a heap.
  * Counters are written by the owning thread only and read by others
@@ -37,6 +61,7 @@ typedef struct ph_pctx {
     uintptr_t cur[PH_BATCH_TRACK];   /* lines flushed since the last fence */
     uintptr_t prev[PH_BATCH_TRACK];  /* lines of the batch before */
     struct ph_sim_pending *pending;  /* simulator: flushed, not yet fenced */
+    const ph_site *site;             /* site of the fence in progress */
 } ph_pctx;
 
 typedef struct ph_persist ph_persist;
@@ -90,9 +115,11 @@ static inline void ph_persist_write(ph_persist *p, ph_pctx *c, uint64_t *word, u
 }
 
 /* Starts writing back [addr, addr+len); durable after the next fence. */
-static inline void ph_persist_flush(ph_persist *p, ph_pctx *c, const void *addr, size_t len)
+#define ph_persist_flush(...) ph_persist_flush_at(__VA_ARGS__, PH_SITE(PH_SITE_FLUSH))
+static inline void ph_persist_flush_at(ph_persist *p, ph_pctx *c, const void *addr, size_t len,
+                                       const ph_site *site)
 {
-    if (ph_unlikely(len == 0))
+    if (ph_unlikely(len == 0) || ph_fault_dropped(site))
         return;
     uintptr_t first = (uintptr_t)addr & ~(uintptr_t)(PH_CACHE_LINE - 1);
     uintptr_t last = ((uintptr_t)addr + len - 1) & ~(uintptr_t)(PH_CACHE_LINE - 1);
@@ -101,30 +128,43 @@ static inline void ph_persist_flush(ph_persist *p, ph_pctx *c, const void *addr,
     p->ops->flush(p, c, first, n);
 }
 
-/* Fence: every line this thread flushed before is durable on return. */
-static inline void ph_persist_fence(ph_persist *p, ph_pctx *c)
+/* The fence itself, at `site`. */
+static inline void ph_persist_fence_now(ph_persist *p, ph_pctx *c, const ph_site *site)
 {
     ph_store_relaxed(&c->xfences, c->xfences + 1);
     c->nprev = c->ncur;
     for (uint32_t i = 0; i < c->ncur; i++)
         c->prev[i] = c->cur[i];
     c->ncur = 0;
+    c->site = site;
     p->ops->fence(p, c);
 }
 
-/* Flush + fence. */
-static inline void ph_persist_range(ph_persist *p, ph_pctx *c, const void *addr, size_t len)
+/* Fence: every line this thread flushed before is durable on return. */
+#define ph_persist_fence(...) ph_persist_fence_at(__VA_ARGS__, PH_SITE(PH_SITE_FENCE))
+static inline void ph_persist_fence_at(ph_persist *p, ph_pctx *c, const ph_site *site)
 {
-    ph_persist_flush(p, c, addr, len);
-    ph_persist_fence(p, c);
+    if (!ph_fault_dropped(site))
+        ph_persist_fence_now(p, c, site);
+}
+
+/* Flush + fence (one site: dropping it drops the flush). */
+#define ph_persist_range(...) ph_persist_range_at(__VA_ARGS__, PH_SITE(PH_SITE_RANGE))
+static inline void ph_persist_range_at(ph_persist *p, ph_pctx *c, const void *addr, size_t len,
+                                       const ph_site *site)
+{
+    ph_persist_flush_at(p, c, addr, len, site);
+    ph_persist_fence_now(p, c, site);
 }
 
 /* Atomic 8-byte store of a durable word, flushed and fenced: the commit
  * step of every protocol. */
-static inline void ph_persist_store64(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
+#define ph_persist_store64(...) ph_persist_store64_at(__VA_ARGS__, PH_SITE(PH_SITE_RANGE))
+static inline void ph_persist_store64_at(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v,
+                                         const ph_site *site)
 {
     ph_persist_write(p, c, word, v);
-    ph_persist_range(p, c, word, sizeof(*word));
+    ph_persist_range_at(p, c, word, sizeof(*word), site);
 }
 
 /* Non-temporal store of durable words (n words of one line, or one word):
@@ -135,17 +175,23 @@ static inline void ph_persist_store64(ph_persist *p, ph_pctx *c, uint64_t *word,
  * write these words between this store and that fence (the slab code holds
  * the word's lock until then; an extent-log slot has one writer), and the
  * current value must come from a volatile copy: reading it back would miss
- * the cache. */
-static inline void ph_persist_store_nt_words(ph_persist *p, ph_pctx *c, uint64_t *dst,
-                                             const uint64_t *src, unsigned n)
+ * the cache.  (Dropped in a test-only build: plain stores, never
+ * written back.) */
+#define ph_persist_store_nt_words(...) ph_persist_store_nt_words_at(__VA_ARGS__, PH_SITE(PH_SITE_NT))
+static inline void ph_persist_store_nt_words_at(ph_persist *p, ph_pctx *c, uint64_t *dst,
+                                                const uint64_t *src, unsigned n,
+                                                const ph_site *site)
 {
+    if (ph_fault_dropped(site)) {
+        for (unsigned i = 0; i < n; i++)
+            ph_persist_write(p, c, &dst[i], src[i]);
+        return;
+    }
     ph_persist_track(c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
     p->ops->store_nt(p, c, dst, src, n);
 }
 
-static inline void ph_persist_store_nt(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t v)
-{
-    ph_persist_store_nt_words(p, c, word, &v, 1);
-}
+#define ph_persist_store_nt(p, c, word, v)                                              \
+    ph_persist_store_nt_words_at(p, c, word, (const uint64_t[1]){v}, 1, PH_SITE(PH_SITE_NT))
 
 #endif /* PH_PERSIST_H */

@@ -75,6 +75,7 @@ void ph_sim_destroy(ph_sim *s)
         return;
     ph_os_free_pages(s->durable, s->capacity);
     free(s->crash_image);
+    free(s->crash_site);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -95,7 +96,9 @@ int ph_sim_configure(ph_sim *s, const ph_sim_crash_spec *crash, const char *path
         return bad_probability("sim_store_evict_probability", store_evict);
     s->crash = *crash;
     s->crash_image = path ? strdup(path) : NULL;
-    if (path && !s->crash_image)
+    s->crash_site = crash->site ? strdup(crash->site) : NULL;
+    s->crash.site = s->crash_site;
+    if ((path && !s->crash_image) || (crash->site && !s->crash_site))
         return ph_err(PHEAP_ENOMEM, "simulator: out of memory");
     s->store_evict = store_evict;
     s->store_seed = store_seed;
@@ -323,6 +326,20 @@ static void schedule_pause(const ph_sim *s, const ph_pctx *c)
     nanosleep(&ts, NULL);
 }
 
+/* Whether fence site `site` is the one `want` names: a function name, or
+ * file:line with the file's name alone or its path. */
+static int site_is(const ph_site *site, const char *want)
+{
+    if (!site)
+        return 0;
+    const char *colon = strrchr(want, ':');
+    if (!colon)
+        return strcmp(site->func, want) == 0;
+    size_t n = (size_t)(colon - want), len = strlen(site->file);
+    return (unsigned long)site->line == strtoul(colon + 1, NULL, 10) && len >= n &&
+           strncmp(site->file + len - n, want, n) == 0 && (len == n || site->file[len - n - 1] == '/');
+}
+
 static void sim_fence(ph_persist *p, ph_pctx *c)
 {
     ph_sim *s = p->sim;
@@ -332,8 +349,10 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
     pthread_mutex_lock(&s->lock);
     uint64_t no = ++s->xfences;
     int mine = q && q->n > 0;
-    if (s->crash.contended) {
-        if (ph_load_relaxed(&s->xpending) > (uint32_t)mine) /* another thread's are unfenced */
+    if (s->crash.contended || s->crash.site) {
+        /* Another thread's stores are unfenced; this fence is at the site. */
+        int contended = ph_load_relaxed(&s->xpending) > (uint32_t)mine;
+        if ((!s->crash.contended || contended) && (!s->crash.site || site_is(c->site, s->crash.site)))
             no = ++s->xcontended;
         else
             no = 0;

@@ -27,6 +27,8 @@ typedef struct ph_sim_crash_spec {
     uint64_t seed;               /* draws of that image */
     unsigned words;              /* 8-byte granularity instead of lines */
     unsigned contended;          /* `fence` counts contended fences only */
+    const char *site;            /* ... and fences of this site only (function
+                                    name or file:line; NULL: all) */
 } ph_sim_crash_spec;
 
 typedef struct ph_sim {
@@ -37,14 +39,15 @@ typedef struct ph_sim {
     uint64_t durable_size;       /* file length a crash keeps */
     uint64_t capacity;           /* bytes reserved for durable[] */
     uint64_t xfences;            /* fences so far, all threads */
-    uint64_t xcontended;         /* fences taken while another thread had
-                                    unfenced stores or flushes */
+    uint64_t xcontended;         /* fences that count for crash.fence when it
+                                    is contended or at a site */
     uint64_t xstores;            /* durable stores so far (8-byte words) */
     uint64_t xevents;            /* stores, flushes and fences, for xtrace */
     uint64_t xtrace;             /* order-sensitive hash of those events */
     uint32_t xpending;           /* threads with unfenced stores or flushes */
     ph_sim_crash_spec crash;     /* the automatic dump, if any */
     char *crash_image;           /* where to write it */
+    char *crash_site;            /* owned copy of crash.site */
     int crash_error;             /* first error writing it */
     double store_evict;          /* write-back of the line at each durable store */
     uint64_t store_seed;         /* draws of those write-backs */

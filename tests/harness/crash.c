@@ -94,25 +94,79 @@ static int run(const char *base, const pheap_options *o, ph_crash_workload_fn wo
 static const size_t use_sizes[] = {8, 64, 100, 2000, 16384, 20000, 100000, 300000};
 #define NUSE (sizeof(use_sizes) / sizeof(use_sizes[0]))
 
-/* Uses a recovered heap: allocates and fills blocks of every kind, wraps
- * the extent log with large allocations and frees (compaction), frees
- * what it made.  Returns the failures it found (leaks among them). */
-static void use_heap(pheap *h, run_ctx *r)
+/* Opens `image` under the simulator; checks and verifies it. */
+static pheap *reopen(run_ctx *r, const char *image, unsigned done, const char *when, int verify)
+{
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    if (pheap_open(image, &o, &h) != 0) {
+        ph_test_fail(__FILE__, __LINE__, "%s: open %s: %s", r->where, when, pheap_errmsg());
+        return NULL;
+    }
+    pheap_check_report rep;
+    if (pheap_check(h, &rep) != 0)
+        ph_test_fail(__FILE__, __LINE__, "%s: pheap_check %s: %s", r->where, when, rep.first_error);
+    if (verify)
+        r->verify(h, done, r->c);
+    return h;
+}
+
+static uint64_t live_blocks(pheap *h)
 {
     struct pheap_stats st;
     pheap_stats(h, &st);
-    uint64_t live0 = st.live_blocks;
+    return st.live_blocks;
+}
+
+/* Closes h (the file gets only what was made durable) and reopens it;
+ * the live blocks must be `live`. */
+static pheap *cycle(run_ctx *r, pheap *h, const char *image, unsigned done, uint64_t live,
+                    const char *when, int verify)
+{
+    if (pheap_close(h) != 0)
+        ph_test_fail(__FILE__, __LINE__, "%s: close %s: %s", r->where, when, pheap_errmsg());
+    h = reopen(r, image, done, when, verify);
+    if (h && live_blocks(h) != live) {
+        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks %s, %llu expected", r->where,
+                     (unsigned long long)live_blocks(h), when, (unsigned long long)live);
+        r->st->leaks++;
+    }
+    return h;
+}
+
+/* Opens `image` under the simulator (recovery), checks and verifies it,
+ * then uses it in two rounds, each ended by a close (the file gets only
+ * what was made durable) and a reopen that is checked and verified again:
+ * first a few blocks of every kind (what a crash left in the extent log
+ * meets a handful of appends), then enough large operations to wrap the
+ * extent log (compaction) and the frees of those blocks. */
+static void judge(run_ctx *r, const char *image, unsigned done)
+{
+    int before = ph_test_failed;
+    pheap *h = reopen(r, image, done, "after the crash", 1);
+    if (!h)
+        goto out;
+    uint64_t live0 = live_blocks(h);
     pheap_off keep[NUSE];
     for (unsigned i = 0; i < NUSE; i++) {
         keep[i] = pheap_alloc(h, use_sizes[i]);
         if (!keep[i])
             ph_test_fail(__FILE__, __LINE__, "%s: after recovery, alloc(%zu): %s", r->where,
                          use_sizes[i], pheap_errmsg());
-        else
+        else {
             ph_test_fill(pheap_direct(h, keep[i]), use_sizes[i], keep[i]);
+            pheap_persist(h, pheap_direct(h, keep[i]), use_sizes[i]);
+        }
     }
+    unsigned kept = 0;
+    for (unsigned i = 0; i < NUSE; i++)
+        kept += keep[i] != 0;
+    if (!(h = cycle(r, h, image, done, live0 + kept, "after allocating", 0)))
+        goto out;
     /* One extent-log entry per 16 KiB of max_size and half: this many
      * large operations fill a half at least once. */
+    struct pheap_stats st;
+    pheap_stats(h, &st);
     uint64_t ops = st.max_size / (16 * 1024) + 80;
     for (uint64_t i = 0; i < ops; i += 2) {
         pheap_off a = pheap_alloc(h, 20000 + (i % 5) * 4096);
@@ -132,50 +186,8 @@ static void use_heap(pheap *h, run_ctx *r)
             ph_test_fail(__FILE__, __LINE__, "%s: free after recovery: %s", r->where,
                          pheap_errmsg());
     }
-    pheap_stats(h, &st);
-    if (st.live_blocks != live0) {
-        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks after using the heap, %llu before",
-                     r->where, (unsigned long long)st.live_blocks, (unsigned long long)live0);
-        r->st->leaks++;
-    }
-}
-
-/* Opens `image` under the simulator (recovery), checks and verifies it,
- * uses it, closes it (the file gets only what was made durable), and
- * checks and verifies it once more. */
-static void judge(run_ctx *r, const char *image, unsigned done)
-{
-    int before = ph_test_failed;
-    pheap_options o = {.flags = PHEAP_SIMULATE};
-    pheap *h;
-    if (pheap_open(image, &o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "%s: reopen: %s", r->where, pheap_errmsg());
+    if (!(h = cycle(r, h, image, done, live0, "after compacting and freeing", 1)))
         goto out;
-    }
-    pheap_check_report rep;
-    if (pheap_check(h, &rep) != 0)
-        ph_test_fail(__FILE__, __LINE__, "%s: pheap_check: %s", r->where, rep.first_error);
-    r->verify(h, done, r->c);
-    struct pheap_stats st;
-    pheap_stats(h, &st);
-    uint64_t live = st.live_blocks;
-    use_heap(h, r);
-    if (pheap_close(h) != 0)
-        ph_test_fail(__FILE__, __LINE__, "%s: close after use: %s", r->where, pheap_errmsg());
-    if (pheap_open(image, &o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "%s: open after use: %s", r->where, pheap_errmsg());
-        goto out;
-    }
-    if (pheap_check(h, &rep) != 0)
-        ph_test_fail(__FILE__, __LINE__, "%s: pheap_check after use: %s", r->where,
-                     rep.first_error);
-    pheap_stats(h, &st);
-    if (st.live_blocks != live) {
-        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks after use and reopen, %llu before",
-                     r->where, (unsigned long long)st.live_blocks, (unsigned long long)live);
-        r->st->leaks++;
-    }
-    r->verify(h, done, r->c);
     pheap_sim_crash(h, "/dev/null", 0, 0.0);
 out:
     r->st->images++;
@@ -183,6 +195,13 @@ out:
         r->st->violations++;
         fprintf(stderr, "  ... %s: %s, %u ops done\n", r->name, r->where, done);
     }
+}
+
+void ph_crash_judge(const char *name, const char *image, const char *where, unsigned done,
+                    ph_crash_verify_fn verify, ph_crash_ctx *c, ph_crash_stats *st)
+{
+    run_ctx r = {name, image, NULL, verify, c, st, where};
+    judge(&r, image, done);
 }
 
 /* Depth 2: recovery of `image` crashed at each of its fences (or, when

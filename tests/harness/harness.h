@@ -158,6 +158,13 @@ typedef struct ph_crash_stats {
 ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_workload_fn workload,
                                   ph_crash_verify_fn verify, void *arg);
 
+/* Judges one crash image as the enumeration does (open, check, verify,
+ * use, close, reopen, check, verify), counting into *st; `where` names
+ * the crash point in messages.  For tests that take their images
+ * themselves (threads). */
+void ph_crash_judge(const char *name, const char *image, const char *where, unsigned done,
+                    ph_crash_verify_fn verify, ph_crash_ctx *c, ph_crash_stats *st);
+
 /* 1 when PHEAP_CRASH=full (make torture): every store, every variant,
  * every recovery fence. */
 int ph_crash_full(void);
