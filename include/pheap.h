@@ -375,7 +375,8 @@ int pheap_check(pheap *h, pheap_check_report *out);
  * probability `evict_probability`, drawn per line from `seed` -- per
  * aligned 8-byte word when the heap was opened with PHEAP_SIM_WORDS.  The
  * image is as long as the file's durable length (a growth is durable once
- * pheap synced the file).  Then
+ * pheap synced the file).  With `image_path` NULL no image is written:
+ * the handle is only released, as by a crash.  Then
  * releases the handle without a clean shutdown (the heap file itself is
  * unchanged).  The handle is freed even when writing the image fails.
  * Errors: PHEAP_EINVAL (not simulating: the handle stays open), PHEAP_EIO. */

@@ -117,8 +117,12 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
     }
     if (n == 0)
         return rc;
-    ph_persist_fence(&e->sp->persist, c); /* descriptors durable before the commit */
-    ph_extent_commit_slabs(e->ext, c, offs, n, cls);
+    if (ph_plant("slab-commit-before-desc")) /* planted: the two persists swapped */
+        ph_extent_commit_slabs(e->ext, c, offs, n, cls);
+    if (!ph_plant("slab-no-desc-fence")) /* planted: a fence left out */
+        ph_persist_fence(&e->sp->persist, c); /* descriptors durable before the commit */
+    if (!ph_plant("slab-commit-before-desc"))
+        ph_extent_commit_slabs(e->ext, c, offs, n, cls);
     for (unsigned i = 0; i < n; i++) {
         ph_slab *s = e->slabs[chunk_of(e, offs[i])];
         s->arena = ai;
@@ -426,8 +430,11 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         off = ph_tcache_pop(t, cls);
         if (!off && !(off = refill(e, t, c, cls)))
             return pheap_errno();
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls], dest_off,
-                      ph_load(dest));
+        if (!ph_plant("alloc-to-no-log")) /* planted: the log entry forgotten */
+            ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls],
+                          dest_off, ph_load(dest));
+        if (ph_plant("lane-retire-first")) /* planted: retired before the changes */
+            ph_lane_end(&e->lanes, c, &t->lane);
         ph_slab *s = chunk_slab(e, off);
         int exact;
         uint32_t sh, w = ph_slab_lock(s, ph_slab_index(s, off, &exact), &sh);
@@ -435,6 +442,8 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         ph_store(dest, off);
         ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
         ph_slab_unlock(s, w);
+        if (ph_plant("alloc-to-no-log") || ph_plant("lane-retire-first"))
+            return 0;
     }
     ph_lane_end(&e->lanes, c, &t->lane);
     return 0;

@@ -17,11 +17,18 @@
  * backed is free.  A torn or stale entry fails its epoch or check: it was
  * never fenced, so the operation it describes had not returned.
  *
- * Compaction, when the active half is full: the live extents are written
- * to the other half with the next epoch and fenced, and then the 8-byte
- * header word switches halves and is persisted.  Before that store is durable the old half rules.  Entries
- * in flight (written, not yet fenced) are already reflected in the index
- * that compaction writes out.
+ * Compaction, when the active half is full (three fences):
+ *   C1  xlast_epoch := e' (the highest epoch ever used, plus one): no
+ *       compaction cut short by a crash can lend its epoch to a later one;
+ *   C2  every line of the other half: the live extents with epoch e', zeros
+ *       in every other slot (so each slot an append fills was durably
+ *       zero, and a torn append leaves a zero word that never decodes);
+ *   C3  xactive := e' << 1 | other: the commit.
+ * Before C3 is durable the old half rules, whatever C2 left.  Entries in
+ * flight (written, not yet fenced) are already reflected in the index that
+ * compaction writes out; if a crash loses them, the next compaction uses
+ * a newer epoch and rewrites the whole half, so nothing of this one
+ * survives there.
  */
 #include "alloc/extent.h"
 
@@ -334,7 +341,7 @@ static void maybe_purge(ph_extents *x)
 {
     if (ph_likely(!x->dirty_since))
         return;
-    uint64_t now = ph_os_coarse_ns();
+    uint64_t now = ph_space_now(x->sp);
     uint64_t budget = PH_MAX((uint64_t)PH_PURGE_BUDGET_MIN, ph_space_size(x->sp) / 16);
     if (x->dirty_bytes >= budget || now - x->dirty_since >= PH_PURGE_DELAY_NS)
         purge(x);
@@ -347,7 +354,7 @@ static void drain_released(ph_extents *x)
 {
     ph_extnode *n = __atomic_exchange_n(&x->xreleased, NULL, __ATOMIC_ACQUIRE);
     if (n && !x->dirty_since)
-        x->dirty_since = ph_os_coarse_ns();
+        x->dirty_since = ph_space_now(x->sp);
     while (n) {
         ph_extnode *next = n->next;
         n->next = NULL;
@@ -380,7 +387,8 @@ static void append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind
     if (x->tail == x->half_entries)
         compact(x, c);
     ph_extlog_entry *e = slot(x, x->active, x->tail++);
-    ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch);
+    /* planted: entries of the wrong epoch */
+    ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch + ph_plant("extent-wrong-epoch"));
     /* Non-temporal: the slot is this call's alone, so no lock is needed
      * until the fence; replay and check read the log from memory. */
     ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
@@ -396,20 +404,36 @@ static void persist_entry(ph_extents *x, ph_pctx *c)
 static void compact(ph_extents *x, ph_pctx *c)
 {
     unsigned other = !x->active;
-    uint64_t epoch = x->epoch + 1, i = 0;
-    for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages) {
-        const ph_extnode *n = x->head[p];
-        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB)
-            *slot(x, other, i++) = encode(n->page, n->npages, n->kind, n->cls, epoch);
+    ph_persist *p = &x->sp->persist;
+    /* The epoch is new for the life of the heap: recorded before any entry
+     * of it is written, so a compaction that a crash cut short never lends
+     * its epoch to the next one. */
+    uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
+    if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
+        epoch = x->epoch + 1;
+    else
+        ph_persist_store64(p, c, &x->hdr->xlast_epoch, epoch);
+    /* Every line of the half is written: the live extents in log order
+     * (entry j in slot (j mod L) * 4 + j / L), zeros in every other slot.
+     * A slot that an append later fills was durably zero, so a torn append
+     * leaves one zero word, which never decodes (kind 0 or 0 pages). */
+    uint64_t lines = x->half_entries / 4, used = 0;
+    ph_extlog_entry *v = x->scratch;
+    memset(v, 0, x->half_entries * sizeof(*v));
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
+        const ph_extnode *n = x->head[pg];
+        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+            v[(used % lines) * 4 + used / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            used++;
+        }
     }
-    /* Slots past `used` keep entries of older epochs: replay skips them
-     * (32-bit epochs do not repeat).  Entries 0..used-1 fill the first
-     * min(used, L) lines of the half (interleaving). */
-    uint64_t used = i;
-    ph_persist_flush(&x->sp->persist, c, x->half[other],
-                     PH_MIN(used, x->half_entries / 4) * PH_LINE_SIZE);
-    ph_persist_fence(&x->sp->persist, c);
-    ph_persist_store64(&x->sp->persist, c, &x->hdr->xactive, epoch << 1 | other);
+    for (uint64_t l = 0; l < lines; l++) {
+        if (ph_plant("compact-reuse-epoch") && l >= used)
+            break; /* planted: only the lines the entries need */
+        ph_persist_store_nt_words(p, c, &x->half[other][l * 4].w0, &v[l * 4].w0, 8);
+    }
+    ph_persist_fence(p, c);
+    ph_persist_store64(p, c, &x->hdr->xactive, epoch << 1 | other);
     x->active = other;
     x->epoch = epoch;
     x->tail = used;
@@ -552,7 +576,8 @@ static int extents_init(ph_space *sp, ph_extents *x)
     x->head = alloc_map(x->pages_max * sizeof(*x->head));
     x->last = alloc_map(x->pages_max * sizeof(*x->last));
     x->freed = alloc_map((x->pages_max + 63) / 64 * 8);
-    if (!x->head || !x->last || !x->freed)
+    x->scratch = alloc_map(x->half_entries * sizeof(*x->scratch));
+    if (!x->head || !x->last || !x->freed || !x->scratch)
         return ph_err(PHEAP_ENOMEM, "extent index: cannot map %llu pages",
                       (unsigned long long)x->pages_max);
     prefault_maps(x, 0, x->pages);
@@ -569,6 +594,7 @@ static void extents_fini(ph_extents *x)
     ph_os_free_pages(x->head, PH_ALIGN_UP(x->pages_max * sizeof(*x->head), PH_PAGE_SIZE));
     ph_os_free_pages(x->last, PH_ALIGN_UP(x->pages_max * sizeof(*x->last), PH_PAGE_SIZE));
     ph_os_free_pages(x->freed, PH_ALIGN_UP((x->pages_max + 63) / 64 * 8, PH_PAGE_SIZE));
+    ph_os_free_pages(x->scratch, PH_ALIGN_UP(x->half_entries * sizeof(*x->scratch), PH_PAGE_SIZE));
 }
 
 int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg)
@@ -721,7 +747,7 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
         append(x, c, n, PH_EXT_FREE);
         n->kind = PH_EXT_RESERVED; /* free in the log, not reusable before the fence */
         if (!x->dirty_since) /* the purge delay counts from the first free */
-            x->dirty_since = ph_os_coarse_ns();
+            x->dirty_since = ph_space_now(x->sp);
         if (kind == PH_EXT_LARGE)
             x->freed[n->page / 64] |= 1ull << (n->page % 64);
         if (dest) {

@@ -53,6 +53,7 @@ typedef struct ph_extents {
     ph_extnode **head;         /* [pages_max]: node starting at a page */
     ph_extnode **last;         /* [pages_max]: node ending at a page */
     uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
+    ph_extlog_entry *scratch;  /* [half_entries]: a half being composed by compaction */
     ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */
     ph_extnode *spare;         /* unused nodes, linked by next */
     ph_extnode *xreleased;     /* freed, durable, not yet free space (atomic stack) */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "format/layout.h"
+#include "os/os.h"
 #include "persist/persist.h"
 #include "persist/sim.h"
 
@@ -39,6 +40,13 @@ typedef struct ph_space {
 static inline void *ph_space_at(const ph_space *s, uint64_t off)
 {
     return s->base + off;
+}
+
+/* The clock of timed work (purges): real time, or the simulator's logical
+ * clock, so that a simulated heap's fences do not depend on timing. */
+static inline uint64_t ph_space_now(const ph_space *s)
+{
+    return s->sim ? ph_sim_clock_ns(s->sim) : ph_os_coarse_ns();
 }
 
 static inline uint64_t ph_space_size(const ph_space *s)

@@ -212,18 +212,22 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  * Log-structured bookkeeping of the data region (NVAlloc): every change of
  * an extent (allocated large block, slab chunk, or freed) is one 16-byte
  * entry appended to the active half of the region; the allocator's index
- * is rebuilt in DRAM by replaying it.  When the active half fills, the live
- * extents are written compactly into the other half with the next epoch,
- * and one 8-byte store to xactive switches halves.
+ * is rebuilt in DRAM by replaying it.  When the active half fills, the
+ * whole other half is rewritten -- the live extents with a new epoch
+ * (above xlast_epoch, which is persisted first), zeros in every other slot
+ * -- and one 8-byte store to xactive switches halves.
  * Entry words (little-endian):
  *   w0: bits 0..35 first page (from the data region start, 4 KiB pages),
  *       bits 36..39 kind, bits 40..47 size class (slabs),
  *       bits 48..63 epoch bits 16..31
  *   w1: bits 0..31 pages, bits 32..47 epoch bits 0..15,
  *       bits 48..63 check: 16 bits of a hash of w0 and w1's low 48 bits
- * An entry counts only if its 32-bit epoch matches the half's and its check
- * holds; replay reads every slot of the active half and skips the others
- * (never written, torn, or left from an older epoch).
+ * An entry counts only if its 32-bit epoch matches the half's, its check
+ * holds, its kind is known and its pages are not 0; replay reads every slot
+ * of the active half and skips the others (zero, or torn: an append fills
+ * a slot that was durably zero, so a torn one has a zero word).  Heaps
+ * without PH_FEAT_INCOMPAT_TAGGED_LOGS may keep stale slots of older
+ * epochs until their first compaction by a 1.1 build.
  * Order: entry j of a half (j-th appended) is slot (j mod L) * 4 + j / L of
  * the half's L lines of four slots, so consecutive entries lie in
  * different lines. */
@@ -232,8 +236,9 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
 #define PH_EXT_SLAB 3u      /* one chunk allocated as a slab */
 
 typedef struct ph_extlog_header {
-    uint64_t xactive;   /* epoch << 1 | active half; epoch starts at 1 */
-    uint64_t reserved[7];
+    uint64_t xactive;     /* epoch << 1 | active half; epoch starts at 1 */
+    uint64_t xlast_epoch; /* highest epoch a compaction ever used (1.1; 0 before) */
+    uint64_t reserved[6];
 } ph_extlog_header;
 _Static_assert(sizeof(ph_extlog_header) == PH_LINE_SIZE, "ph_extlog_header size");
 

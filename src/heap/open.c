@@ -210,14 +210,18 @@ static int start_session(pheap *h)
     int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), h->was_unclean && !h->readonly, &h->engine);
     if (rc || h->readonly)
         return rc;
+    ph_persist *p = &h->sp.persist;
+    ph_pctx *c = ph_heap_pctx(h);
     if (h->was_unclean)
-        ph_store(&s->xunclean_count, s->xunclean_count + 1);
+        ph_persist_write(p, c, &s->xunclean_count, s->xunclean_count + 1);
     /* The three words are independent; the counters are informational and
      * may land in any combination.  Only xclean matters, and it is durable
      * after this fence, before the caller can change anything. */
-    ph_store(&s->xopen_count, s->xopen_count + 1);
-    ph_store(&s->xclean, PH_STATE_OPEN);
-    ph_persist_range(&h->sp.persist, ph_heap_pctx(h), s, sizeof(*s));
+    ph_persist_write(p, c, &s->xopen_count, s->xopen_count + 1);
+    if (ph_plant("state-split-store")) /* planted: the commit word in two halves */
+        ph_persist_write(p, c, &s->xclean, (s->xclean & ~0xffffffffull) | (PH_STATE_OPEN & 0xffffffffull));
+    ph_persist_write(p, c, &s->xclean, PH_STATE_OPEN);
+    ph_persist_range(p, c, s, sizeof(*s));
     return 0;
 }
 
@@ -293,12 +297,10 @@ ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, d
 {
     if (!h || !h->sp.sim)
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: the heap was not opened with PHEAP_SIMULATE");
-    if (!image_path)
-        return ph_err(PHEAP_EINVAL, "pheap_sim_crash: image_path is NULL");
     ph_sim_crash_spec spec = h->sp.sim->crash;
     spec.evict = evict_probability;
     spec.seed = seed;
-    int rc = ph_sim_write_image(h->sp.sim, image_path, &spec);
+    int rc = image_path ? ph_sim_write_image(h->sp.sim, image_path, &spec) : 0;
     release(h);
     return rc;
 }

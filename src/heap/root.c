@@ -69,7 +69,7 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         } else {
             memset(e->name, 0, sizeof(e->name));
             strcpy(e->name, name);
-            ph_store(&e->xoff, off);
+            ph_persist_write(&h->sp.persist, c, &e->xoff, off);
             ph_persist_range(&h->sp.persist, c, e, sizeof(*e));
             ph_persist_store64(&h->sp.persist, c, &e->xused, 1);
         }

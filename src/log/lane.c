@@ -59,7 +59,7 @@ void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
     static const uint64_t zero[PH_LINE_SIZE / 8];
     ph_lane_entry *e = lane_of(L, index);
     int wrote = 0;
-    for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
+    for (unsigned i = 0; i < PH_LANE_ENTRIES && !ph_plant("lane-no-zero"); i++) {
         const uint64_t *w = (const uint64_t *)&e[i];
         uint64_t any = 0;
         for (unsigned k = 0; k < PH_LINE_SIZE / 8; k++)
@@ -110,18 +110,21 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
     uint64_t w[8];
     for (unsigned k = 0; k < 8; k++)
         w[k] = ph_load_relaxed(&((const uint64_t *)e)[k]);
-    if ((w[0] & 0xff) != PH_LOG_ACTIVE)
+    /* planted: retired entries replayed too (a stale log reused) */
+    if ((w[0] & 0xff) != PH_LOG_ACTIVE && !(ph_plant("lane-replay-retired") && w[0]))
         return 0;
     if (L->legacy && legacy_committed(w)) {
         *out = (ph_lane_op){w[1], w[2], w[3], w[4]};
         return 1;
     }
     uint64_t tag = tag_of(w[0] >> 8);
-    for (unsigned k = 1; k < 8; k++)
+    int unchecked = ph_plant("lane-no-check"); /* planted: tags and checksum skipped */
+    for (unsigned k = 1; k < 8 && !unchecked; k++)
         if ((w[k] & ~PAYLOAD) != tag)
             return 0;
     uint64_t op = w[1] & PAYLOAD;
-    if ((w[7] & PAYLOAD) != entry_crc(w) || (op != PH_LOG_ALLOC_TO && op != PH_LOG_FREE_FROM))
+    if ((!unchecked && (w[7] & PAYLOAD) != entry_crc(w)) ||
+        (op != PH_LOG_ALLOC_TO && op != PH_LOG_FREE_FROM))
         return 0;
     *out = (ph_lane_op){op, w[2] & PAYLOAD, w[3] & PAYLOAD, w[4] & PAYLOAD};
     return 1;

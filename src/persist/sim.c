@@ -48,7 +48,9 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     if (!s)
         return ph_err(PHEAP_ENOMEM, "simulator: out of memory");
     s->durable = ph_os_alloc_pages(capacity);
-    if (!s->durable) {
+    s->changed = calloc((capacity / PH_SIM_PAGE + 63) / 64, sizeof(uint64_t));
+    if (!s->durable || !s->changed) {
+        free(s->changed);
         free(s);
         return ph_err(PHEAP_ENOMEM, "simulator: cannot allocate a durable image of %llu bytes",
                       (unsigned long long)capacity);
@@ -58,6 +60,7 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     int rc = size ? ph_os_map_file(fd, s->durable, size, 0, PH_MAP_PRIVATE, 0, NULL) : 0;
     if (rc) {
         ph_os_free_pages(s->durable, capacity);
+        free(s->changed);
         free(s);
         return rc;
     }
@@ -74,6 +77,7 @@ void ph_sim_destroy(ph_sim *s)
     if (!s)
         return;
     ph_os_free_pages(s->durable, s->capacity);
+    free(s->changed);
     free(s->crash_image);
     free(s->crash_site);
     pthread_mutex_destroy(&s->lock);
@@ -115,6 +119,30 @@ int ph_sim_evicts(uint64_t seed, uint64_t index, double evict)
     return ph_unit_double(ph_mix64(seed ^ ph_mix64(index))) < evict;
 }
 
+/* Marks the durable image's pages of [off, off+len) as changed since the
+ * file was read (lock held): a clean close writes only those. */
+static void changed(ph_sim *s, uint64_t off, uint64_t len)
+{
+    for (uint64_t p = off / PH_SIM_PAGE; p <= (off + len - 1) / PH_SIM_PAGE; p++)
+        s->changed[p / 64] |= 1ull << (p % 64);
+}
+
+/* Writes [0, len) of buf to fd, leaving holes where whole pages are zero
+ * (they read as zeros; most of a small heap is). */
+static int write_sparse(int fd, const char *buf, uint64_t len)
+{
+    static const char zero[PH_SIM_PAGE];
+    if (ftruncate(fd, (off_t)len) != 0)
+        return ph_err_sys("simulator: cannot size crash image", "");
+    int rc = 0;
+    for (uint64_t off = 0; rc == 0 && off < len; off += PH_SIM_PAGE) {
+        uint64_t n = PH_MIN((uint64_t)PH_SIM_PAGE, len - off);
+        if (memcmp(buf + off, zero, n) != 0)
+            rc = ph_os_pwrite(fd, buf + off, n, off);
+    }
+    return rc;
+}
+
 /* Adds one event to the trace: its position in the run and its content. */
 static void trace(ph_sim *s, uint64_t kind, uint64_t a, uint64_t b)
 {
@@ -142,23 +170,25 @@ static void join_line(const ph_sim_crash_spec *spec, char *img, const char *w, u
 }
 
 /* Called with s->lock held (or with no other thread running).  The image
- * is as long as the durable file length. */
+ * is as long as the durable file length: the durable image, written as it
+ * is, then each line that gains parts of the working copy written again. */
 static int write_image_locked(ph_sim *s, const char *path, const ph_sim_crash_spec *spec)
 {
-    enum { STAGE = 1u << 20 };
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return ph_err_sys("simulator: cannot create crash image", path);
-    char *stage = malloc(STAGE);
-    int rc = stage ? 0 : ph_err(PHEAP_ENOMEM, "simulator: out of memory");
-    for (uint64_t off = 0; rc == 0 && off < s->durable_size; off += STAGE) {
-        uint64_t len = PH_MIN((uint64_t)STAGE, s->durable_size - off);
-        memcpy(stage, s->durable + off, len);
-        for (uint64_t l = 0; spec->evict > 0.0 && l < len && off + l < s->size; l += PH_CACHE_LINE)
-            join_line(spec, stage + l, s->working + off + l, off + l, PH_MIN(PH_CACHE_LINE, len - l));
-        rc = ph_os_pwrite(fd, stage, len, off);
+    int rc = write_sparse(fd, s->durable, s->durable_size);
+    uint64_t end = PH_MIN(s->durable_size, s->size);
+    for (uint64_t off = 0; rc == 0 && spec->evict > 0.0 && off < end; off += PH_CACHE_LINE) {
+        uint64_t len = PH_MIN((uint64_t)PH_CACHE_LINE, end - off);
+        char line[PH_CACHE_LINE];
+        if (memcmp(s->durable + off, s->working + off, len) == 0)
+            continue;
+        memcpy(line, s->durable + off, len);
+        join_line(spec, line, s->working + off, off, len);
+        if (memcmp(line, s->durable + off, len) != 0)
+            rc = ph_os_pwrite(fd, line, len, off);
     }
-    free(stage);
     if (close(fd) != 0 && rc == 0)
         rc = ph_err_sys("simulator: cannot write crash image", path);
     return rc;
@@ -185,7 +215,13 @@ int ph_sim_write_image(ph_sim *s, const char *path, const ph_sim_crash_spec *spe
 int ph_sim_write_durable(ph_sim *s, int fd)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = ph_os_pwrite(fd, s->durable, s->durable_size, 0);
+    int rc = ftruncate(fd, (off_t)s->durable_size) == 0
+                 ? 0 : ph_err_sys("simulator: cannot size", "heap file");
+    for (uint64_t p = 0; rc == 0 && p * PH_SIM_PAGE < s->durable_size; p++)
+        if ((s->changed[p / 64] >> (p % 64)) & 1)
+            rc = ph_os_pwrite(fd, s->durable + p * PH_SIM_PAGE,
+                              PH_MIN((uint64_t)PH_SIM_PAGE, s->durable_size - p * PH_SIM_PAGE),
+                              p * PH_SIM_PAGE);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -215,6 +251,7 @@ void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len)
             memset(s->working + off, 0, len);
         if (ph_os_map_anon(s->durable + off, len) != 0)
             memset(s->durable + off, 0, len);
+        changed(s, off, len);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -265,6 +302,7 @@ static void stored(ph_sim *s, uint64_t at, uint64_t v, int nt)
         uint64_t from = nt ? at : at & ~(uint64_t)(PH_CACHE_LINE - 1);
         uint64_t len = nt ? 8 : PH_CACHE_LINE;
         memcpy(s->durable + from, s->working + from, len);
+        changed(s, from, len);
     }
     if (n == s->crash.store)
         dump_locked(s);
@@ -346,6 +384,8 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
     struct ph_sim_pending *q = c->pending;
     if (s->schedule_seed)
         schedule_pause(s, c);
+    if (s->before_fence)
+        s->before_fence(s->before_fence_arg);
     pthread_mutex_lock(&s->lock);
     uint64_t no = ++s->xfences;
     int mine = q && q->n > 0;
@@ -362,6 +402,7 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
     for (size_t i = 0; mine && i < q->n; i++) {
         const ph_sim_line *sl = &q->lines[i];
         memcpy(s->durable + sl->index * PH_CACHE_LINE + sl->from, sl->data + sl->from, sl->len);
+        changed(s, sl->index * PH_CACHE_LINE + sl->from, sl->len);
     }
     if (mine) {
         q->n = 0;

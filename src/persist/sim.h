@@ -31,10 +31,14 @@ typedef struct ph_sim_crash_spec {
                                     name or file:line; NULL: all) */
 } ph_sim_crash_spec;
 
+#define PH_SIM_PAGE 4096u
+
 typedef struct ph_sim {
     pthread_mutex_t lock;        /* guards durable[], the sizes and the dump */
     char *working;               /* the heap mapping (private copy) */
     char *durable;               /* durable image, capacity bytes */
+    uint64_t *changed;           /* bit per PH_SIM_PAGE of durable[]: differs
+                                    from the file it was read from */
     uint64_t size;               /* file length the program sees */
     uint64_t durable_size;       /* file length a crash keeps */
     uint64_t capacity;           /* bytes reserved for durable[] */
@@ -52,6 +56,11 @@ typedef struct ph_sim {
     double store_evict;          /* write-back of the line at each durable store */
     uint64_t store_seed;         /* draws of those write-backs */
     uint64_t schedule_seed;      /* nonzero: seeded pauses before fences */
+    /* Tests: called by every thread before each of its fences, outside the
+     * simulator lock; may block to hold the thread there (a deterministic
+     * schedule: another thread's stores stay unfenced meanwhile). */
+    void (*before_fence)(void *arg);
+    void *before_fence_arg;
 } ph_sim;
 
 extern const ph_persist_ops ph_sim_ops;

@@ -83,7 +83,7 @@ static uint64_t run(const char *base, uint64_t fence, const char *image)
     for (unsigned i = 0; i < THREADS; i++)
         pthread_join(t[i], NULL);
     uint64_t fences = pheap_sim_fence_count(h);
-    pheap_sim_crash(h, "/dev/null", 0, 0.0);
+    pheap_sim_crash(h, NULL, 0, 0.0);
     return fences;
 }
 
@@ -235,7 +235,7 @@ static uint64_t run_contended(const char *base, uint64_t fence, const char *imag
     for (unsigned i = 0; i < THREADS; i++)
         pthread_join(t[i], NULL);
     uint64_t fences = pheap_sim_fence_count(h);
-    pheap_sim_crash(h, "/dev/null", 0, 0.0);
+    pheap_sim_crash(h, NULL, 0, 0.0);
     return fences;
 }
 
@@ -255,11 +255,15 @@ TEST(compaction_while_another_thread_appends)
     pheap_persist(h, pheap_direct(h, s), THREADS * SLOTS * sizeof(pheap_off));
     REQUIRE_OK(pheap_root_set(h, "slots", s));
     pheap_close(h);
-    unsigned ops = 1000, points = ph_crash_full() ? 3000 : 200;
-    const char *image = ph_test_path("contended.image");
+    static const unsigned points_of[] = {[PH_CRASH_QUICK] = 40, [PH_CRASH_SAMPLED] = 200,
+                                         [PH_CRASH_FULL] = 3000};
+    unsigned ops = 1000, points = points_of[ph_crash_level()];
+    char image[512]; /* ph_test_path's buffers rotate */
+    snprintf(image, sizeof(image), "%s", ph_test_path("contended.image"));
     ph_crash_stats st = {0};
     ph_crash_ctx *c = calloc(1, sizeof(*c));
-    for (unsigned i = 0; i < points && ph_test_failed < 10; i++) {
+    int limit = ph_crash_level() == PH_CRASH_QUICK ? 1 : 10;
+    for (unsigned i = 0; i < points && ph_test_failed < limit; i++) {
         uint64_t seed = 1000 + i;
         /* One of the first fences of a compaction taken while the other
          * thread has unfenced stores. */

@@ -4,7 +4,7 @@
  * pheap_close, and every workload run ends with pheap_sim_crash instead.
  *
  * For each crash point (every fence; every durable store or a sample of
- * them) and each variant of what reaches media (lines or 8-byte words,
+ * them; PHEAP_CRASH=full or quick says how many, see harness.h) and each variant of what reaches media (lines or 8-byte words,
  * eviction at stores), the image is judged: opened under the simulator
  * (recovery), checked, verified, then used -- allocations of every kind,
  * frees, enough large operations to compact the extent log -- closed, and
@@ -48,10 +48,23 @@ static const variant full_variants[] = {
     {0.0, 0, 0.5, 9}, {0.5, 1, 0.5, 10},
 };
 
-int ph_crash_full(void)
+static const variant quick_variants[] = {
+    {0.0, 0, 0.0, 0}, {0.5, 1, 0.0, 2}, {0.3, 1, 0.3, 3},
+};
+
+int ph_crash_level(void)
 {
     const char *v = getenv("PHEAP_CRASH");
-    return v && strcmp(v, "full") == 0;
+    if (v && strcmp(v, "full") == 0)
+        return PH_CRASH_FULL;
+    if (v && strcmp(v, "quick") == 0)
+        return PH_CRASH_QUICK;
+    return PH_CRASH_SAMPLED;
+}
+
+int ph_crash_full(void)
+{
+    return ph_crash_level() == PH_CRASH_FULL;
 }
 
 typedef struct run_ctx {
@@ -87,11 +100,13 @@ static int run(const char *base, const pheap_options *o, ph_crash_workload_fn wo
     workload(c);
     c->fences = pheap_sim_fence_count(c->heap);
     c->stores = pheap_sim_store_count(c->heap);
-    return pheap_sim_crash(c->heap, "/dev/null", 0, 0.0);
+    return pheap_sim_crash(c->heap, NULL, 0, 0.0);
 }
 
-/* Sizes the continuation allocates: every kind of block. */
-static const size_t use_sizes[] = {8, 64, 100, 2000, 16384, 20000, 100000, 300000};
+/* Sizes the continuation allocates: every kind of block, a large one
+ * first (one extent-log append, then a close: what a crash left in the
+ * log's slots past its end meets the first append). */
+static const size_t use_sizes[] = {20000, 8, 64, 100, 2000, 16384, 100000, 300000};
 #define NUSE (sizeof(use_sizes) / sizeof(use_sizes[0]))
 
 /* Opens `image` under the simulator; checks and verifies it. */
@@ -135,11 +150,11 @@ static pheap *cycle(run_ctx *r, pheap *h, const char *image, unsigned done, uint
 }
 
 /* Opens `image` under the simulator (recovery), checks and verifies it,
- * then uses it in two rounds, each ended by a close (the file gets only
- * what was made durable) and a reopen that is checked and verified again:
- * first a few blocks of every kind (what a crash left in the extent log
- * meets a handful of appends), then enough large operations to wrap the
- * extent log (compaction) and the frees of those blocks. */
+ * then uses it in three rounds, each ended by a close (the file gets only
+ * what was made durable) and a reopen that is checked (and at the end
+ * verified) again: one large block (one extent-log append), blocks of
+ * every kind, then enough large operations to wrap the extent log
+ * (compaction) and the frees of those blocks. */
 static void judge(run_ctx *r, const char *image, unsigned done)
 {
     int before = ph_test_failed;
@@ -149,6 +164,9 @@ static void judge(run_ctx *r, const char *image, unsigned done)
     uint64_t live0 = live_blocks(h);
     pheap_off keep[NUSE];
     for (unsigned i = 0; i < NUSE; i++) {
+        if (i == 1 && !(h = cycle(r, h, image, done, live0 + (keep[0] != 0), "after one "
+                                  "large allocation", 0)))
+            goto out;
         keep[i] = pheap_alloc(h, use_sizes[i]);
         if (!keep[i])
             ph_test_fail(__FILE__, __LINE__, "%s: after recovery, alloc(%zu): %s", r->where,
@@ -188,7 +206,7 @@ static void judge(run_ctx *r, const char *image, unsigned done)
     }
     if (!(h = cycle(r, h, image, done, live0, "after compacting and freeing", 1)))
         goto out;
-    pheap_sim_crash(h, "/dev/null", 0, 0.0);
+    pheap_sim_crash(h, NULL, 0, 0.0);
 out:
     r->st->images++;
     if (ph_test_failed != before) {
@@ -197,46 +215,55 @@ out:
     }
 }
 
+static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed, int every);
+
 void ph_crash_judge(const char *name, const char *image, const char *where, unsigned done,
                     ph_crash_verify_fn verify, ph_crash_ctx *c, ph_crash_stats *st)
 {
-    run_ctx r = {name, image, NULL, verify, c, st, where};
+    static char image2[512]; /* ph_test_path's buffers rotate */
+    if (!image2[0])
+        snprintf(image2, sizeof(image2), "%s", ph_test_path("crash2.image"));
+    run_ctx r = {name, image, image2, verify, c, st, where};
     judge(&r, image, done);
+    crash_recovery(&r, done, ph_mix_seed((uintptr_t)where ^ st->images), 1);
 }
 
-/* Depth 2: recovery of `image` crashed at each of its fences (or, when
- * sampling, at one drawn from `seed`). */
-static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed)
+/* Depth 2: recovery of `image` crashed at each of its fences in two
+ * variants (durable image alone; words), or, when sampling, at one fence
+ * drawn from `seed` in the words variant. */
+static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed, int every)
 {
-    static const variant v = {0.5, 1, 0.0, 1};
+    static const variant vs[] = {{0.5, 1, 0.0, 1}, {0.0, 0, 0.0, 0}};
     pheap_options o = {.flags = PHEAP_SIMULATE};
     pheap *h;
     if (pheap_open(r->image, &o, &h) != 0)
         return; /* judge() reports it */
     uint64_t fences = pheap_sim_fence_count(h);
-    pheap_sim_crash(h, "/dev/null", 0, 0.0);
+    pheap_sim_crash(h, NULL, 0, 0.0);
     uint64_t first = 1, last = fences;
-    if (!ph_crash_full() && fences > 0)
+    if (!every && fences > 0)
         first = last = 1 + ph_mix_seed(seed) % fences;
     char where[160];
     const char *outer = r->where;
     for (uint64_t j = first; j <= last; j++) {
-        unlink(r->image2);
-        pheap_options n = sim_options(j, 0, r->image2, &v, seed + j);
-        if (pheap_open(r->image, &n, &h) != 0) {
-            ph_test_fail(__FILE__, __LINE__, "%s: recovery under crash %llu: %s", outer,
-                         (unsigned long long)j, pheap_errmsg());
-            continue;
+        for (unsigned v = 0; v < (every ? 2u : 1u); v++) {
+            unlink(r->image2);
+            pheap_options n = sim_options(j, 0, r->image2, &vs[v], seed + j);
+            if (pheap_open(r->image, &n, &h) != 0) {
+                ph_test_fail(__FILE__, __LINE__, "%s: recovery under crash %llu: %s", outer,
+                             (unsigned long long)j, pheap_errmsg());
+                continue;
+            }
+            pheap_sim_crash(h, NULL, 0, 0.0);
+            if (access(r->image2, F_OK) != 0)
+                continue;
+            snprintf(where, sizeof(where), "%s, recovery crashed at its fence %llu (%s)", outer,
+                     (unsigned long long)j, vs[v].words ? "words" : "durable only");
+            r->where = where;
+            judge(r, r->image2, done);
+            r->st->nested++;
+            r->where = outer;
         }
-        pheap_sim_crash(h, "/dev/null", 0, 0.0);
-        if (access(r->image2, F_OK) != 0)
-            continue;
-        snprintf(where, sizeof(where), "%s, recovery crashed at its fence %llu", outer,
-                 (unsigned long long)j);
-        r->where = where;
-        judge(r, r->image2, done);
-        r->st->nested++;
-        r->where = outer;
     }
 }
 
@@ -280,8 +307,10 @@ static int one_point(run_ctx *r, const char *base, ph_crash_workload_fn workload
     judge(r, r->image, done);
     /* Depth 2: every image when full; else one in four, by variant. */
     if (ph_crash_full() || (point + vi) % 4 == 0)
-        crash_recovery(r, done, seed ^ point);
-    return ph_test_failed > 20 ? -1 : 0;
+        crash_recovery(r, done, seed ^ point, ph_crash_full());
+    /* quick (the fault tables): the first violation is the answer */
+    int limit = ph_crash_level() == PH_CRASH_QUICK ? 0 : 20;
+    return ph_test_failed > limit ? -1 : 0;
 }
 
 ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_workload_fn workload,
@@ -290,11 +319,15 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
     ph_crash_stats st = {0};
     ph_crash_ctx *c = calloc(1, sizeof(*c));
     c->arg = arg;
-    run_ctx r = {name, ph_test_path("crash.image"), ph_test_path("crash2.image"), verify, c, &st,
-                 ""};
-    int full = ph_crash_full();
-    const variant *vs = full ? full_variants : sampled_variants;
-    unsigned nv = full ? PH_ARRAY_N(full_variants) : PH_ARRAY_N(sampled_variants);
+    static char image[512], image2[512]; /* ph_test_path's buffers rotate */
+    snprintf(image, sizeof(image), "%s", ph_test_path("crash.image"));
+    snprintf(image2, sizeof(image2), "%s", ph_test_path("crash2.image"));
+    run_ctx r = {name, image, image2, verify, c, &st, ""};
+    int level = ph_crash_level(), full = level == PH_CRASH_FULL;
+    const variant *vs = full ? full_variants : level ? sampled_variants : quick_variants;
+    unsigned nv = full ? PH_ARRAY_N(full_variants)
+                       : level ? PH_ARRAY_N(sampled_variants) : PH_ARRAY_N(quick_variants);
+    unsigned store_step = full ? 1 : level ? 3 : 7;
     pheap_options dry = {.flags = PHEAP_SIMULATE};
     if (run(base, &dry, workload, c) != 0)
         goto out;
@@ -304,12 +337,17 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
         for (unsigned v = 0; v < nv; v++)
             if (one_point(&r, base, workload, k, 0, &vs[v], v) != 0)
                 goto out;
-    /* Between fences: after durable stores -- all of them when full, else
-     * every third, in the word-granular variants. */
-    for (uint64_t s = 1; s <= st.stores; s += full ? 1 : 3)
-        for (unsigned v = 0; v < nv; v++)
+    /* Between fences: after every durable store, with everything stored so
+     * far on media (each prefix of the stores, in program order); and after
+     * a sample of them (all when full) in the word-granular variants. */
+    static const variant prefix = {1.0, 1, 0.0, 0};
+    for (uint64_t s = 1; s <= st.stores; s++) {
+        if (one_point(&r, base, workload, 0, s, &prefix, nv) != 0)
+            goto out;
+        for (unsigned v = 0; v < nv && s % store_step == 0; v++)
             if (vs[v].words && one_point(&r, base, workload, 0, s, &vs[v], v) != 0)
                 goto out;
+    }
 out:
     unlink(r.image);
     unlink(r.image2);

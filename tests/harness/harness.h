@@ -159,14 +159,18 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
                                   ph_crash_verify_fn verify, void *arg);
 
 /* Judges one crash image as the enumeration does (open, check, verify,
- * use, close, reopen, check, verify), counting into *st; `where` names
- * the crash point in messages.  For tests that take their images
- * themselves (threads). */
+ * use, close, reopen, check, verify), and the images of its recovery
+ * crashed at every fence, counting into *st; `where` names the crash point
+ * in messages.  For tests that take their images themselves (threads). */
 void ph_crash_judge(const char *name, const char *image, const char *where, unsigned done,
                     ph_crash_verify_fn verify, ph_crash_ctx *c, ph_crash_stats *st);
 
-/* 1 when PHEAP_CRASH=full (make torture): every store, every variant,
- * every recovery fence. */
+/* How hard to enumerate, from PHEAP_CRASH: full (make torture: every
+ * store, every variant, every recovery fence), quick (the fault tables:
+ * fewer variants and stores, stop at the first violation), or sampled
+ * (the default, make test). */
+enum { PH_CRASH_QUICK, PH_CRASH_SAMPLED, PH_CRASH_FULL };
+int ph_crash_level(void);
 int ph_crash_full(void);
 
 /* SplitMix64 finaliser of x: a seed drawn from a seed. */

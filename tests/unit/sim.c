@@ -166,7 +166,7 @@ TEST(eviction_per_line_and_by_seed)
     pheap *h = open_sim(NULL);
     REQUIRE(h);
     uint64_t d = data_off(h);
-    pheap_sim_crash(h, "/dev/null", 0, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
     read_image(ia, d, x, sizeof(x));
     read_image(ib, d, y, sizeof(y));
     read_image(ic, d, z, sizeof(z));
@@ -209,7 +209,7 @@ TEST(crash_image_at_fence)
     read_image(img, d + 64, &v[1], 8);
     CHECK_EQ(v[0], 0xA);
     CHECK_EQ(v[1], 0);
-    pheap_sim_crash(h, "/dev/null", 0, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
     /* The image is a heap that was not closed cleanly. */
     pheap *r;
     REQUIRE_OK(pheap_open(img, NULL, &r));
@@ -300,7 +300,7 @@ TEST(crash_after_a_store)
     pheap *h = open_sim(NULL);
     REQUIRE(h);
     uint64_t base_stores = pheap_sim_store_count(h);
-    pheap_sim_crash(h, "/dev/null", 0, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
     pheap_options o = {.sim_crash_store = base_stores + 2, .sim_crash_image = img,
                        .sim_evict_probability = 1.0};
     h = open_sim(&o);
@@ -319,7 +319,7 @@ TEST(crash_after_a_store)
     CHECK_EQ(v[0], 0xA1);
     CHECK_EQ(v[1], 0xA2);
     CHECK_EQ(v[2], 0);
-    pheap_sim_crash(h, "/dev/null", 0, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
 }
 
 /* Eviction at a store: the line is written back as it is just after the
@@ -365,7 +365,7 @@ TEST(file_length_durable_only_when_synced)
     CHECK_EQ(got, size + 65536);
     s->size = size; /* the mapping did not really grow */
     s->durable_size = size;
-    pheap_sim_crash(h, "/dev/null", 0, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
 }
 
 /* A punched range reads as zeros, in the program's view and in the image. */
@@ -404,7 +404,7 @@ TEST(trace_hash_repeats_and_tells_runs_apart)
         pheap_free(h, b);
         hashes[run] = pheap_sim_trace_hash(h);
         CHECK(hashes[run] != 0);
-        pheap_sim_crash(h, "/dev/null", 0, 0);
+        pheap_sim_crash(h, NULL, 0, 0);
     }
     CHECK(hashes[0] == hashes[1]);
     CHECK(hashes[0] != hashes[2]);
@@ -452,7 +452,7 @@ static void run_on_cpu(const char *base, int cpu, uint64_t *hash, uint64_t *fenc
             pheap_free_from(h, &slot[i]);
         *hash = pheap_sim_trace_hash(h);
         *fences = pheap_sim_fence_count(h);
-        pheap_sim_crash(h, "/dev/null", 0, 0);
+        pheap_sim_crash(h, NULL, 0, 0);
     }
     if (pinned)
         sched_setaffinity(0, sizeof(old), &old);
