@@ -75,7 +75,7 @@ enum {
     PHEAP_EEMPTY = -13,     /* zero-length file (not created by pheap) */
     PHEAP_EISDIR = -14,     /* the path is a directory */
     PHEAP_ERDONLY = -15,    /* write through a read-only handle */
-    PHEAP_ENOSPC = -16,     /* a fixed table is full (e.g. roots) */
+    PHEAP_ENOSPC = -16,     /* file system full, or a fixed table (roots) */
     PHEAP_ENAME = -17,      /* name empty or longer than the limit */
     PHEAP_ENOTSUP = -18,    /* not supported here (CPU, file system) */
     PHEAP_ECORRUPT = -19,   /* metadata inconsistent (see pheap_check) */
@@ -154,8 +154,15 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * Errors: PHEAP_EINVAL (bad options), PHEAP_ENOENT, PHEAP_EEXIST,
  * PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
  * PHEAP_ETRUNCATED, PHEAP_ECHECKSUM, PHEAP_EVERSION, PHEAP_ELAYOUT,
- * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOMEM, PHEAP_EIO.
- * On failure nothing in the file has changed. */
+ * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOSPC (the file
+ * system cannot hold the new heap), PHEAP_ENOMEM, PHEAP_EIO.
+ * On failure nothing in the file has changed.
+ *
+ * Space: creating reserves the file's space in the file system (fallocate,
+ * or zeros written where it is missing), and so does every growth, so that
+ * a full file system is an error (PHEAP_ENOSPC), never a SIGBUS at a store.
+ * The slab descriptors of space the heap has not grown into yet stay sparse
+ * (about 1.7% of max_size). */
 int pheap_open(const char *path, const pheap_options *opts, pheap **out);
 
 /* Clean shutdown: makes everything durable, marks the heap clean, unmaps it
@@ -235,7 +242,8 @@ int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
  * its offset; pheap_alloc_to closes that window.  Contents are not zeroed
  * (a fresh heap reads as zero).  Grows the file when needed, up to max_size.
  * Errors: PHEAP_EINVAL (size 0), PHEAP_ENOMEM (heap full at max_size),
- * PHEAP_ERDONLY. */
+ * PHEAP_ENOSPC (the file system is full: the heap could not grow; it is
+ * unchanged, and frees make room again), PHEAP_ERDONLY. */
 pheap_off pheap_alloc(pheap *h, size_t size);
 
 /* Frees the block at `off`.  Durable on return: it stays free across any

@@ -7,6 +7,17 @@
 #include "pheap.h"
 #include "util/error.h"
 
+/* Reserves what growing the file from `cur` to `want` bytes brings into
+ * use: the slab descriptors of the new chunks (their pages hold nothing
+ * yet: ph_space_desc_end rounds up to whole pages), then the new data. */
+static int reserve(ph_space *s, uint64_t cur, uint64_t want)
+{
+    uint64_t d0 = ph_space_desc_end(s->slab_region, s->data_off, cur);
+    uint64_t d1 = ph_space_desc_end(s->slab_region, s->data_off, want);
+    int rc = ph_os_allocate(s->fd, s->path, d0, d1 - d0);
+    return rc ? rc : ph_os_allocate(s->fd, s->path, cur, want - cur);
+}
+
 int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
 {
     int rc = 0;
@@ -31,7 +42,13 @@ int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
             pthread_mutex_unlock(&s->sim->lock);
         }
     } else {
-        rc = ph_os_resize(s->fd, "heap file", want);
+        rc = reserve(s, cur, want);
+        if (rc == PHEAP_ENOSPC && want > PH_ALIGN_UP(min_size, PH_CHUNK_SIZE)) {
+            want = PH_ALIGN_UP(min_size, PH_CHUNK_SIZE); /* no room to double: what is needed */
+            rc = reserve(s, cur, want);
+        }
+        if (!rc)
+            rc = ph_os_sync_file(s->fd, s->path); /* the new size durable before xsize says it */
         if (!rc)
             rc = ph_os_map_file(s->fd, s->base + cur, want - cur, cur, PH_MAP_SHARED,
                                 s->dax, NULL);

@@ -50,9 +50,19 @@ static int create_file(const char *path, const ph_config *want, int replace)
     rc = ph_os_create_temp(path, cfg->mode, &fd, tmp);
     if (rc)
         goto out;
-    /* Metadata regions start zeroed (sparse): all roots free, all lanes
-     * and slab descriptors empty. */
+    /* Metadata regions start zeroed: all roots free, all lanes and slab
+     * descriptors empty.  Everything the heap writes is reserved in the
+     * file system now (growth reserves the rest), so that a full file
+     * system fails here rather than as a SIGBUS later: all but the slab
+     * descriptors of chunks the heap does not have yet, which stay sparse. */
+    const ph_region *slabs = ph_header_region(&hdr, PH_REGION_SLABS);
+    uint64_t data_off = ph_header_region(&hdr, PH_REGION_DATA)->offset;
+    uint64_t rest = slabs->offset + slabs->size;
     rc = ph_os_resize(fd, tmp, cfg->size);
+    if (!rc)
+        rc = ph_os_allocate(fd, path, 0, ph_space_desc_end(slabs->offset, data_off, cfg->size));
+    if (!rc)
+        rc = ph_os_allocate(fd, path, rest, cfg->size - rest);
     if (!rc)
         rc = ph_os_pwrite(fd, page, PH_PAGE_SIZE, 0);
     if (!rc)
@@ -230,6 +240,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         return ph_err(PHEAP_ENOMEM, "out of memory");
     }
     h->sp.fd = -1;
+    h->sp.path = h->path;
     h->flags = cfg.flags;
     h->readonly = (cfg.flags & PHEAP_RDONLY) != 0;
     pthread_mutex_init(&h->sp.grow_lock, NULL);

@@ -38,6 +38,8 @@ int ph_err_from_errno(int e)
     case EWOULDBLOCK: return PHEAP_EBUSY;
     case EINVAL: return PHEAP_EINVAL;
     case EOPNOTSUPP: return PHEAP_ENOTSUP;
+    case ENOSPC:
+    case EDQUOT: return PHEAP_ENOSPC;
     default: return PHEAP_EIO;
     }
 }
@@ -83,7 +85,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EEMPTY: return "empty file";
     case PHEAP_EISDIR: return "is a directory";
     case PHEAP_ERDONLY: return "heap opened read-only";
-    case PHEAP_ENOSPC: return "table full";
+    case PHEAP_ENOSPC: return "no space left (file system or table full)";
     case PHEAP_ENAME: return "invalid name";
     case PHEAP_ENOTSUP: return "not supported";
     case PHEAP_ECORRUPT: return "heap metadata corrupted";
