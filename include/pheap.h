@@ -16,6 +16,12 @@
  *     failure of the machine (x86 persistency model, DESIGN section 2).
  *   - A handle may be used by many threads at once unless a call says
  *     otherwise.
+ *   - A handle belongs to the process that opened it.  After fork() the
+ *     child's copy of an open handle is unusable: every call on it fails
+ *     with PHEAP_EFORKED (pheap_direct and pheap_offset return NULL / 0
+ *     with that code), except pheap_close, which releases the copy.  The
+ *     parent's handle is unaffected.  A child that wants the heap opens it
+ *     itself once the parent has closed it (see pheap_close).
  */
 #ifndef PHEAP_H
 #define PHEAP_H
@@ -83,6 +89,7 @@ enum {
     PHEAP_EDOUBLEFREE = -21,/* the block is already free */
     PHEAP_EINTERIOR = -22,  /* offset inside a block, not at its start */
     PHEAP_ENOTALLOC = -23,  /* offset in space that was never allocated */
+    PHEAP_EFORKED = -24,    /* handle inherited through fork(): see pheap_close */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -168,7 +175,16 @@ int pheap_open(const char *path, const pheap_options *opts, pheap **out);
 /* Clean shutdown: makes everything durable, marks the heap clean, unmaps it
  * and releases the lock.  NULL is accepted.  Under PHEAP_SIMULATE the file
  * receives the simulator's durable image (only what was flushed and fenced).
- * The handle is freed even when an error is returned (PHEAP_EIO). */
+ * The handle is freed even when an error is returned (PHEAP_EIO).
+ *
+ * In a child of fork(), on a handle the parent opened: releases only the
+ * child's copy (its memory, mapping and file descriptor) and returns 0.  The
+ * heap is not marked clean, nothing is flushed, no page goes back to the
+ * file system, and the parent keeps its lock and its heap as they were.
+ * The lock belongs to the open file, which the child's descriptor shares:
+ * until the child closes the copy (or exits, or execs: the descriptor is
+ * close-on-exec), a reopen of the heap by the parent after its own close
+ * fails with PHEAP_EBUSY. */
 int pheap_close(pheap *h);
 
 /* ===================================================================== */

@@ -65,7 +65,7 @@ out:
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
 {
     uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);
-    if (s->sim || end <= first)
+    if (s->sim || s->inherited || end <= first)
         return;
     (void)ph_os_punch_hole(s->fd, first, end - first);
 }

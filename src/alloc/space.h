@@ -30,6 +30,7 @@ typedef struct ph_space {
     int fd;                   /* heap file */
     const char *path;         /* its path, for messages (owned by the handle) */
     unsigned dax;             /* mapped with MAP_SYNC */
+    unsigned inherited;       /* a fork child's copy being released: the file is not touched */
     ph_sim *sim;              /* simulation: working copy and durable image */
     ph_persist persist;       /* the flush back end */
     ph_state *state;          /* in the mapping */

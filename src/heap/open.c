@@ -269,6 +269,15 @@ ph_export int pheap_close(pheap *h)
 {
     if (!h)
         return 0;
+    if (ph_heap_inherited(h)) {
+        /* The child's copy of a parent's handle: the heap is the parent's.
+         * Only this process's memory, mapping and descriptor go; no clean
+         * mark, no flush, no hole punch (sp.inherited), and the file lock
+         * stays with the parent's descriptor of the same open file. */
+        h->sp.inherited = 1;
+        release(h);
+        return 0;
+    }
     int rc = 0;
     /* Thread caches go back to their slabs first: that may release empty
      * slabs, which are durable changes of their own. */
@@ -294,6 +303,8 @@ ph_export int pheap_close(pheap *h)
 
 ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, double evict_probability)
 {
+    if (h && ph_heap_inherited(h))
+        return ph_heap_forked("pheap_sim_crash");
     if (!h || !h->sp.sim)
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: the heap was not opened with PHEAP_SIMULATE");
     if (!image_path)
@@ -305,5 +316,5 @@ ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, d
 
 ph_export uint64_t pheap_sim_fence_count(const pheap *h)
 {
-    return h && h->sp.sim ? ph_load_relaxed(&h->sp.sim->xfences) : 0;
+    return h && h->sp.sim && !ph_heap_inherited(h) ? ph_load_relaxed(&h->sp.sim->xfences) : 0;
 }

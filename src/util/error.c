@@ -93,6 +93,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EDOUBLEFREE: return "block already free (double free)";
     case PHEAP_EINTERIOR: return "offset inside a block, not at its start";
     case PHEAP_ENOTALLOC: return "offset was never allocated";
+    case PHEAP_EFORKED: return "heap handle inherited through fork()";
     default: return "unknown error";
     }
 }
