@@ -13,8 +13,14 @@ int cmd_info(int argc, char **argv)
     const char *path;
     int json;
     pheap *h;
-    int rc = cli_open_path(argc, argv, "info", "usage: pheap info PATH [--json]\n", PHEAP_RDONLY,
-                           &path, &json, &h);
+    static const char usage[] =
+        "usage: pheap info PATH [--json]\n"
+        "  Format, uuid, sizes, state, flush back end and roots of the heap.  Opens it\n"
+        "  read-only: nothing is written, no recovery runs.\n"
+        "  --json   one JSON object instead of text\n";
+    if (cli_help_asked(argc, argv))
+        return cli_help(usage);
+    int rc = cli_open_path(argc, argv, "info", usage, PHEAP_RDONLY, &path, &json, &h);
     if (rc)
         return rc;
     struct pheap_stats st;
