@@ -17,11 +17,15 @@ static __thread char tls_msg[512];
 
 int ph_err(int err, const char *fmt, ...)
 {
+    /* Formatted apart first: an argument may be the current message
+     * (pheap_errmsg()), which formatting in place would overwrite. */
+    char msg[sizeof(tls_msg)];
     va_list ap;
-    tls_err = err;
     va_start(ap, fmt);
-    vsnprintf(tls_msg, sizeof(tls_msg), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    tls_err = err;
+    memcpy(tls_msg, msg, sizeof(msg));
     return err;
 }
 

@@ -44,14 +44,15 @@ int cmd_info(int argc, char **argv)
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
-               "state:       %s (opened %llu times, %llu unclean)\nflush:       %s%s\n"
+               "state:       %s (opened %llu time%s, %llu unclean)\nflush:       %s%s\n"
                "roots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
                st.was_unclean ? "dirty: not closed cleanly, recovery runs at the next read-write open"
                               : "clean",
-               (unsigned long long)st.open_count, (unsigned long long)st.unclean_count,
+               (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
+               (unsigned long long)st.unclean_count,
                pheap_flush_name(st.flush), st.dax ? " (DAX, MAP_SYNC)" : "", n);
     }
     for (unsigned i = 0; i < n; i++) {

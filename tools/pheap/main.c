@@ -66,7 +66,16 @@ int cli_help(const char *usage)
 
 int cli_fail(const char *what, int rc)
 {
-    fprintf(stderr, "pheap: %s: %s (%s)\n", what, pheap_errmsg(), pheap_strerror(rc));
+    /* The library's message says what went wrong, usually with the path:
+     * `what` only when it is missing, the code's description only when
+     * there is no message. */
+    const char *msg = pheap_errno() == rc ? pheap_errmsg() : "";
+    if (!*msg)
+        msg = pheap_strerror(rc);
+    if (strstr(msg, what))
+        fprintf(stderr, "pheap: %s\n", msg);
+    else
+        fprintf(stderr, "pheap: %s: %s\n", what, msg);
     return 1;
 }
 
