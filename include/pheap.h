@@ -16,6 +16,12 @@
  *     failure of the machine (x86 persistency model, DESIGN section 2).
  *   - A handle may be used by many threads at once unless a call says
  *     otherwise.
+ *   - A handle belongs to the process that opened it.  After fork() the
+ *     child's copy of an open handle is unusable: every call on it fails
+ *     with PHEAP_EFORKED (pheap_direct and pheap_offset return NULL / 0
+ *     with that code), except pheap_close, which releases the copy.  The
+ *     parent's handle is unaffected.  A child that wants the heap opens it
+ *     itself once the parent has closed it (see pheap_close).
  */
 #ifndef PHEAP_H
 #define PHEAP_H
@@ -75,7 +81,7 @@ enum {
     PHEAP_EEMPTY = -13,     /* zero-length file (not created by pheap) */
     PHEAP_EISDIR = -14,     /* the path is a directory */
     PHEAP_ERDONLY = -15,    /* write through a read-only handle */
-    PHEAP_ENOSPC = -16,     /* a fixed table is full (e.g. roots) */
+    PHEAP_ENOSPC = -16,     /* file system full, or a fixed table (roots) */
     PHEAP_ENAME = -17,      /* name empty or longer than the limit */
     PHEAP_ENOTSUP = -18,    /* not supported here (CPU, file system) */
     PHEAP_ECORRUPT = -19,   /* metadata inconsistent (see pheap_check) */
@@ -83,6 +89,7 @@ enum {
     PHEAP_EDOUBLEFREE = -21,/* the block is already free */
     PHEAP_EINTERIOR = -22,  /* offset inside a block, not at its start */
     PHEAP_ENOTALLOC = -23,  /* offset in space that was never allocated */
+    PHEAP_EFORKED = -24,    /* handle inherited through fork(): see pheap_close */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -172,14 +179,30 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * Errors: PHEAP_EINVAL (bad options), PHEAP_ENOENT, PHEAP_EEXIST,
  * PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
  * PHEAP_ETRUNCATED, PHEAP_ECHECKSUM, PHEAP_EVERSION, PHEAP_ELAYOUT,
- * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOMEM, PHEAP_EIO.
- * On failure nothing in the file has changed. */
+ * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOSPC (the file
+ * system cannot hold the new heap), PHEAP_ENOMEM, PHEAP_EIO.
+ * On failure nothing in the file has changed.
+ *
+ * Space: creating reserves the file's space in the file system (fallocate,
+ * or zeros written where it is missing), and so does every growth, so that
+ * a full file system is an error (PHEAP_ENOSPC), never a SIGBUS at a store.
+ * The slab descriptors of space the heap has not grown into yet stay sparse
+ * (about 1.7% of max_size). */
 int pheap_open(const char *path, const pheap_options *opts, pheap **out);
 
 /* Clean shutdown: makes everything durable, marks the heap clean, unmaps it
  * and releases the lock.  NULL is accepted.  Under PHEAP_SIMULATE the file
  * receives the simulator's durable image (only what was flushed and fenced).
- * The handle is freed even when an error is returned (PHEAP_EIO). */
+ * The handle is freed even when an error is returned (PHEAP_EIO).
+ *
+ * In a child of fork(), on a handle the parent opened: releases only the
+ * child's copy (its memory, mapping and file descriptor) and returns 0.  The
+ * heap is not marked clean, nothing is flushed, no page goes back to the
+ * file system, and the parent keeps its lock and its heap as they were.
+ * The lock belongs to the open file, which the child's descriptor shares:
+ * until the child closes the copy (or exits, or execs: the descriptor is
+ * close-on-exec), a reopen of the heap by the parent after its own close
+ * fails with PHEAP_EBUSY. */
 int pheap_close(pheap *h);
 
 /* ===================================================================== */
@@ -253,7 +276,8 @@ int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
  * its offset; pheap_alloc_to closes that window.  Contents are not zeroed
  * (a fresh heap reads as zero).  Grows the file when needed, up to max_size.
  * Errors: PHEAP_EINVAL (size 0), PHEAP_ENOMEM (heap full at max_size),
- * PHEAP_ERDONLY. */
+ * PHEAP_ENOSPC (the file system is full: the heap could not grow; it is
+ * unchanged, and frees make room again), PHEAP_ERDONLY. */
 pheap_off pheap_alloc(pheap *h, size_t size);
 
 /* Frees the block at `off`.  Durable on return: it stays free across any

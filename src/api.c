@@ -21,6 +21,10 @@ ph_export void *pheap_direct(const pheap *h, pheap_off off)
 {
     if (ph_unlikely(!h || off == 0 || off >= ph_space_size(&h->sp)))
         return NULL;
+    if (ph_heap_inherited(h)) {
+        ph_heap_forked("pheap_direct");
+        return NULL;
+    }
     return h->sp.base + off;
 }
 
@@ -29,6 +33,10 @@ ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
     uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->sp.base : 0;
     if (ph_unlikely(!h || a <= b || a >= b + ph_space_size(&h->sp)))
         return 0;
+    if (ph_heap_inherited(h)) {
+        ph_heap_forked("pheap_offset");
+        return 0;
+    }
     return a - b;
 }
 
@@ -48,13 +56,17 @@ static size_t clamp(const pheap *h, const void **addr, size_t len)
 
 ph_export void pheap_flush(pheap *h, const void *addr, size_t len)
 {
-    if (h && (len = clamp(h, &addr, len)) != 0)
+    if (h && ph_heap_inherited(h))
+        ph_heap_forked("pheap_flush");
+    else if (h && (len = clamp(h, &addr, len)) != 0)
         ph_persist_flush(&h->sp.persist, ph_heap_pctx(h), addr, len);
 }
 
 ph_export void pheap_drain(pheap *h)
 {
-    if (h && !h->readonly)
+    if (h && ph_heap_inherited(h))
+        ph_heap_forked("pheap_drain");
+    else if (h && !h->readonly)
         ph_persist_fence(&h->sp.persist, ph_heap_pctx(h));
 }
 
@@ -68,6 +80,8 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
 {
     if (!h || !out)
         return ph_err(PHEAP_EINVAL, "pheap_stats: NULL argument");
+    if (ph_heap_inherited(h))
+        return ph_heap_forked("pheap_stats");
     memset(out, 0, sizeof(*out));
     out->size = ph_space_size(&h->sp);
     out->max_size = h->hdr.max_size;

@@ -102,7 +102,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
     int rc = 0;
     while (n < want) {
         rc = ph_extent_reserve(e->ext, c, PH_CHUNK_SIZE, PH_EXT_SLAB, &offs[n]);
-        if (rc == PHEAP_ENOMEM && n == 0 && release_empty(e, c, a) > 0)
+        if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && n == 0 && release_empty(e, c, a) > 0)
             continue; /* this arena's empty slabs of other classes made room */
         if (rc)
             break;
@@ -360,7 +360,7 @@ uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size)
     if (size > PH_SMALL_MAX) {
         uint64_t off = 0;
         int rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
-        if (rc == PHEAP_ENOMEM && reclaim(e, t, c))
+        if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && reclaim(e, t, c))
             rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
         return rc ? 0 : off;
     }
@@ -418,7 +418,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         return rc;
     if (size > PH_SMALL_MAX) {
         rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
-        if (rc == PHEAP_ENOMEM && reclaim(e, t, c))
+        if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && reclaim(e, t, c))
             rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
         if (rc)
             return rc;

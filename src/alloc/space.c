@@ -7,20 +7,37 @@
 #include "pheap.h"
 #include "util/error.h"
 
-/* Extends the file to `want` bytes and maps the new part: the program's
- * view.  Under the simulator the file is not touched before close: new
- * space is zeroed private memory, and the simulated file grows with it. */
-static int extend(ph_space *s, uint64_t cur, uint64_t want)
+/* Reserves what growing the file from `cur` to `want` bytes brings into
+ * use: the slab descriptors of the new chunks (their pages hold nothing
+ * yet: ph_space_desc_end rounds up to whole pages), then the new data. */
+static int reserve(ph_space *s, uint64_t cur, uint64_t want)
+{
+    uint64_t d0 = ph_space_desc_end(s->slab_region, s->data_off, cur);
+    uint64_t d1 = ph_space_desc_end(s->slab_region, s->data_off, want);
+    int rc = ph_os_allocate(s->fd, s->path, d0, d1 - d0);
+    return rc ? rc : ph_os_allocate(s->fd, s->path, cur, want - cur);
+}
+
+/* Extends the file from `cur` to *want bytes -- or to `need` when the file
+ * system cannot hold *want -- with its space reserved, and maps the new
+ * part: the program's view.  Under the simulator the file is not touched
+ * before close: new space is zeroed private memory, and the simulated file
+ * grows with it. */
+static int extend(ph_space *s, uint64_t cur, uint64_t need, uint64_t *want)
 {
     if (s->sim) {
-        int rc = ph_os_map_anon(s->base + cur, want - cur);
+        int rc = ph_os_map_anon(s->base + cur, *want - cur);
         if (!rc)
-            ph_sim_file_resize(s->sim, want);
+            ph_sim_file_resize(s->sim, *want);
         return rc;
     }
-    int rc = ph_os_resize(s->fd, "heap file", want);
+    int rc = reserve(s, cur, *want);
+    if (rc == PHEAP_ENOSPC && *want > need) {
+        *want = need; /* no room to double: what is needed */
+        rc = reserve(s, cur, *want);
+    }
     if (!rc)
-        rc = ph_os_map_file(s->fd, s->base + cur, want - cur, cur, PH_MAP_SHARED, s->dax, NULL);
+        rc = ph_os_map_file(s->fd, s->base + cur, *want - cur, cur, PH_MAP_SHARED, s->dax, NULL);
     return rc;
 }
 
@@ -33,7 +50,7 @@ static int sync_length(ph_space *s)
         ph_sim_file_sync(s->sim);
         return 0;
     }
-    return s->persist.kind == PHEAP_FLUSH_NONE ? 0 : ph_os_sync_file(s->fd, "heap file");
+    return s->persist.kind == PHEAP_FLUSH_NONE ? 0 : ph_os_sync_file(s->fd, s->path);
 }
 
 /* Crash protocol: the file is extended and its new length made durable
@@ -53,7 +70,7 @@ int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
         goto out;
     }
     uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), 2 * cur), s->max_size);
-    rc = extend(s, cur, want);
+    rc = extend(s, cur, PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), &want);
     if (!rc && !ph_plant("grow-no-sync")) /* planted: the new length not made durable */
         rc = sync_length(s);
     if (rc)
@@ -68,7 +85,7 @@ out:
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
 {
     uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);
-    if (end <= first)
+    if (s->inherited || end <= first)
         return;
     if (s->sim)
         ph_sim_punch(s->sim, first, end - first);

@@ -29,8 +29,10 @@ typedef struct ph_space {
     uint64_t extlog_region;   /* offset and size of the extent log */
     uint64_t extlog_size;
     int fd;                   /* heap file */
+    const char *path;         /* its path, for messages (owned by the handle) */
     unsigned dax;             /* mapped with MAP_SYNC */
     uint32_t features;        /* the header's feat_incompat */
+    unsigned inherited;       /* a fork child's copy being released: the file is not touched */
     ph_sim *sim;              /* simulation: working copy and durable image */
     ph_persist persist;       /* the flush back end */
     ph_state *state;          /* in the mapping */
@@ -54,11 +56,25 @@ static inline uint64_t ph_space_size(const ph_space *s)
     return ph_load(&s->xsize);
 }
 
+/* End of the slab-descriptor pages that a heap of `size` bytes writes: the
+ * descriptors of its chunks, rounded up to a whole page.  These pages and
+ * everything else the heap writes are reserved in the file system before
+ * use (creation and ph_space_grow), so a full file system is an error and
+ * never a SIGBUS.  Past this end, the slab region is sparse. */
+static inline uint64_t ph_space_desc_end(uint64_t slab_region, uint64_t data_off, uint64_t size)
+{
+    return slab_region +
+           PH_ALIGN_UP((size - data_off) / PH_CHUNK_SIZE * PH_SLAB_DESC_SIZE, PH_PAGE_SIZE);
+}
+
 /* Grows the heap to at least `min_size` bytes (rounded up to a chunk, at
- * least doubling, at most max_size).  Durable on return: the file is
- * extended and its length synced first, then state->xsize is persisted
- * (the commit); a crash in between leaves a file longer than xsize, which
- * open accepts.  Errors: PHEAP_ENOMEM (max_size reached), PHEAP_EIO. */
+ * least doubling, at most max_size; when the file system cannot hold the
+ * doubling, just enough).  Durable on return: the file is extended and its
+ * new space reserved (the new data and its slab descriptors), its length
+ * synced, then state->xsize is persisted (the commit); a crash in between
+ * leaves a file longer than xsize, which open accepts.
+ * Errors: PHEAP_ENOMEM (max_size reached), PHEAP_ENOSPC (the file system
+ * is full; nothing changed), PHEAP_EIO. */
 int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size);
 
 /* Returns the whole pages of [off, off+len) to the file system; they read

@@ -9,6 +9,8 @@ static int writable(pheap *h, const char *call)
 {
     if (ph_unlikely(!h))
         return ph_err(PHEAP_EINVAL, "%s: heap is NULL", call);
+    if (ph_heap_inherited(h))
+        return ph_heap_forked(call);
     if (ph_unlikely(h->readonly))
         return ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call);
     return 0;
@@ -95,6 +97,10 @@ ph_export size_t pheap_usable_size(pheap *h, pheap_off off)
         ph_err(PHEAP_EINVAL, "pheap_usable_size: heap is NULL");
         return 0;
     }
+    if (ph_heap_inherited(h)) {
+        ph_heap_forked("pheap_usable_size");
+        return 0;
+    }
     if (offset_in_heap(h, off) || ph_engine_usable(h->engine, off, &bytes))
         return 0;
     return (size_t)bytes;
@@ -110,6 +116,8 @@ ph_export int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out)
     if (!h || !out || cls >= PH_CLASSES)
         return ph_err(PHEAP_EINVAL, "pheap_stats_class: bad argument (class %u of %u)", cls,
                       PH_CLASSES);
+    if (ph_heap_inherited(h))
+        return ph_heap_forked("pheap_stats_class");
     ph_engine_stats st;
     ph_engine_stats_get(h->engine, &st);
     out->block_size = ph_class_size[cls];

@@ -16,6 +16,8 @@ ph_export int pheap_check(pheap *h, pheap_check_report *out)
     memset(&r, 0, sizeof(r));
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_check: heap is NULL");
+    if (ph_heap_inherited(h))
+        return ph_heap_forked("pheap_check");
     ph_header hdr;
     ph_state st;
     /* The live state word is OPEN while we hold the heap read-write. */

@@ -31,6 +31,7 @@ struct ph_thread {
 struct pheap {
     ph_space sp;                  /* the mapping, its growth, persistence */
     uint64_t id;                  /* unique per open in this process */
+    uint64_t fork_gen;            /* ph_fork_generation when opened */
     unsigned flags;               /* PHEAP_* open flags */
     unsigned readonly;            /* PHEAP_RDONLY */
     unsigned was_unclean;         /* found PH_STATE_OPEN at open */
@@ -62,7 +63,24 @@ static inline ph_thread *ph_thread_get(pheap *h)
     return ph_thread_get_slow(h);
 }
 
-/* Registers a newly opened heap (assigns h->id); unregisters and frees
+/* Handles inherited through fork().  A child gets a copy of the parent's
+ * handles (and of their thread caches and volatile allocator state) while
+ * the heap on media stays shared: allocating through the copy would hand
+ * out the parent's blocks again.  The pthread_atfork child handler bumps
+ * ph_fork_generation; a handle whose fork_gen differs is the copy, and
+ * every call on it fails with PHEAP_EFORKED (pheap_close only releases
+ * it).  Cost on the fast path: one load and a comparison. */
+extern uint64_t ph_fork_generation;
+
+static inline int ph_heap_inherited(const pheap *h)
+{
+    return ph_unlikely(h->fork_gen != ph_fork_generation);
+}
+
+/* Records PHEAP_EFORKED for `call` and returns it. */
+int ph_heap_forked(const char *call);
+
+/* Registers a newly opened heap (assigns h->id and h->fork_gen); unregisters and frees
  * every thread record at close, returning cached blocks to their slabs
  * when `keep_caches` (see fold in thread.c). */
 void ph_thread_register_heap(pheap *h);

@@ -50,9 +50,19 @@ static int create_file(const char *path, const ph_config *want, int replace)
     rc = ph_os_create_temp(path, cfg->mode, &fd, tmp);
     if (rc)
         goto out;
-    /* Metadata regions start zeroed (sparse): all roots free, all lanes
-     * and slab descriptors empty. */
+    /* Metadata regions start zeroed: all roots free, all lanes and slab
+     * descriptors empty.  Everything the heap writes is reserved in the
+     * file system now (growth reserves the rest), so that a full file
+     * system fails here rather than as a SIGBUS later: all but the slab
+     * descriptors of chunks the heap does not have yet, which stay sparse. */
+    const ph_region *slabs = ph_header_region(&hdr, PH_REGION_SLABS);
+    uint64_t data_off = ph_header_region(&hdr, PH_REGION_DATA)->offset;
+    uint64_t rest = slabs->offset + slabs->size;
     rc = ph_os_resize(fd, tmp, cfg->size);
+    if (!rc)
+        rc = ph_os_allocate(fd, path, 0, ph_space_desc_end(slabs->offset, data_off, cfg->size));
+    if (!rc)
+        rc = ph_os_allocate(fd, path, rest, cfg->size - rest);
     if (!rc)
         rc = ph_os_pwrite(fd, page, PH_PAGE_SIZE, 0);
     if (!rc)
@@ -242,6 +252,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         return ph_err(PHEAP_ENOMEM, "out of memory");
     }
     h->sp.fd = -1;
+    h->sp.path = h->path;
     h->flags = cfg.flags;
     h->readonly = (cfg.flags & PHEAP_RDONLY) != 0;
     pthread_mutex_init(&h->sp.grow_lock, NULL);
@@ -270,6 +281,15 @@ ph_export int pheap_close(pheap *h)
 {
     if (!h)
         return 0;
+    if (ph_heap_inherited(h)) {
+        /* The child's copy of a parent's handle: the heap is the parent's.
+         * Only this process's memory, mapping and descriptor go; no clean
+         * mark, no flush, no hole punch (sp.inherited), and the file lock
+         * stays with the parent's descriptor of the same open file. */
+        h->sp.inherited = 1;
+        release(h);
+        return 0;
+    }
     int rc = 0;
     /* Thread caches go back to their slabs first: that may release empty
      * slabs, which are durable changes of their own. */
@@ -295,6 +315,8 @@ ph_export int pheap_close(pheap *h)
 
 ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, double evict_probability)
 {
+    if (h && ph_heap_inherited(h))
+        return ph_heap_forked("pheap_sim_crash");
     if (!h || !h->sp.sim)
         return ph_err(PHEAP_EINVAL, "pheap_sim_crash: the heap was not opened with PHEAP_SIMULATE");
     ph_sim_crash_spec spec = h->sp.sim->crash;
@@ -307,7 +329,7 @@ ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, d
 
 ph_export uint64_t pheap_sim_fence_count(const pheap *h)
 {
-    return h && h->sp.sim ? ph_load_relaxed(&h->sp.sim->xfences) : 0;
+    return h && h->sp.sim && !ph_heap_inherited(h) ? ph_load_relaxed(&h->sp.sim->xfences) : 0;
 }
 
 ph_export uint64_t pheap_sim_store_count(const pheap *h)

@@ -44,6 +44,8 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
 {
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_root_set: heap is NULL");
+    if (ph_heap_inherited(h))
+        return ph_heap_forked("pheap_root_set");
     if (!name_ok(name))
         return bad_name(name);
     if (h->readonly)
@@ -84,6 +86,10 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
         ph_err(PHEAP_EINVAL, "pheap_root_get: heap is NULL");
         return 0;
     }
+    if (ph_heap_inherited(h)) {
+        ph_heap_forked("pheap_root_get");
+        return 0;
+    }
     if (!name_ok(name)) {
         bad_name(name);
         return 0;
@@ -100,6 +106,10 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
 ph_export unsigned pheap_root_count(pheap *h)
 {
     unsigned n = 0;
+    if (h && ph_heap_inherited(h)) {
+        ph_heap_forked("pheap_root_count");
+        return 0;
+    }
     for (unsigned i = 0; h && i < PH_ROOTS_MAX; i++)
         n += ph_load(&h->roots[i].xused) == 1;
     return n;
@@ -109,6 +119,8 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
 {
     if (!h || !name || !off)
         return ph_err(PHEAP_EINVAL, "pheap_root_at: NULL argument");
+    if (ph_heap_inherited(h))
+        return ph_heap_forked("pheap_root_at");
     pthread_mutex_lock(&h->root_lock);
     int rc = PHEAP_ENOENT;
     for (unsigned i = 0, seen = 0; i < PH_ROOTS_MAX; i++) {

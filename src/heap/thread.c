@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "util/error.h"
 
 __thread ph_tls_last ph_tls;
 
@@ -32,6 +33,8 @@ static uint64_t next_id = 1;      /* under registry_lock */
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static __thread tls_list tls_records;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+uint64_t ph_fork_generation; /* changes only in a child, while it has one thread */
 
 static int registered(const pheap *h, uint64_t id)
 {
@@ -131,10 +134,52 @@ ph_noinline ph_thread *ph_thread_get_slow(pheap *h)
     return t;
 }
 
-void ph_thread_register_heap(pheap *h)
+/* fork(): the registry and every open heap's thread list are locked
+ * across it (registry first, as everywhere), so that the child finds them
+ * consistent.  In the child, every open heap is a copy (ph_heap_inherited):
+ * the registry forgets them all, so that neither a thread exit nor a
+ * thread record lookup of the child touches their state. */
+static void atfork_prepare(void)
 {
     pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_n; i++)
+        pthread_mutex_lock(&registry[i]->threads_lock);
+}
+
+static void atfork_parent(void)
+{
+    for (size_t i = 0; i < registry_n; i++)
+        pthread_mutex_unlock(&registry[i]->threads_lock);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void atfork_child(void)
+{
+    for (size_t i = 0; i < registry_n; i++)
+        pthread_mutex_unlock(&registry[i]->threads_lock);
+    registry_n = 0;
+    ph_fork_generation++;
+    memset(&ph_tls, 0, sizeof(ph_tls));
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static void atfork_init(void)
+{
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+int ph_heap_forked(const char *call)
+{
+    return ph_err(PHEAP_EFORKED, "%s: the handle was inherited through fork(); this process must "
+                  "open the heap itself (after the parent closes it)", call);
+}
+
+void ph_thread_register_heap(pheap *h)
+{
+    pthread_once(&atfork_once, atfork_init);
+    pthread_mutex_lock(&registry_lock);
     h->id = next_id++;
+    h->fork_gen = ph_fork_generation;
     if (registry_n == registry_cap) {
         size_t cap = registry_cap ? registry_cap * 2 : 8;
         pheap **v = realloc(registry, cap * sizeof(*v));

@@ -33,6 +33,19 @@ int ph_os_file_size(int fd, const char *path, uint64_t *size);
  * until written (sparse). */
 int ph_os_resize(int fd, const char *path, uint64_t size);
 
+/* Reserves file-system space for [off, off+len), extending the file when
+ * the range ends past it, so that stores through a mapping of the range can
+ * never fault for want of space (a sparse page the file system cannot back
+ * is a SIGBUS at the store).  Existing data in the range is kept.
+ * Precondition: no one needs the bytes of the range.  On a file system
+ * without fallocate (EOPNOTSUPP) the range is written with zeros instead,
+ * which allocates it just as well; that is the one way to reserve space
+ * there.  (On copy-on-write file systems no reservation holds for later
+ * overwrites; pheap cannot do better than the file system.)
+ * On failure the file's size is what it was.
+ * Errors: PHEAP_ENOSPC (file system full, or quota exceeded), PHEAP_EIO. */
+int ph_os_allocate(int fd, const char *path, uint64_t off, uint64_t len);
+
 /* Gives the pages of [off, off+len) back to the file system (hole punch);
  * they read as zero afterwards.  PHEAP_ENOTSUP where unsupported. */
 int ph_os_punch_hole(int fd, uint64_t off, uint64_t len);

@@ -22,6 +22,7 @@
 
 #include "pheap.h"
 #include "util/error.h"
+#include "util/util.h"
 
 #ifndef MAP_SHARED_VALIDATE
 #define MAP_SHARED_VALIDATE 0x03
@@ -130,6 +131,50 @@ int ph_os_resize(int fd, const char *path, uint64_t size)
     if (ftruncate(fd, (off_t)size) != 0)
         return ph_err_sys("cannot resize", path);
     return 0;
+}
+
+/* The EOPNOTSUPP fallback of ph_os_allocate: zeros, 64 KiB at a time;
+ * returns 0 or an errno value. */
+static int write_zeros(int fd, uint64_t off, uint64_t len)
+{
+    static const char zeros[1u << 16];
+    while (len > 0) {
+        size_t n = (size_t)PH_MIN(len, (uint64_t)sizeof(zeros));
+        ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? errno : EIO;
+        off += (uint64_t)w;
+        len -= (uint64_t)w;
+    }
+    return 0;
+}
+
+int ph_os_allocate(int fd, const char *path, uint64_t off, uint64_t len)
+{
+    struct stat st;
+    if (len == 0)
+        return 0;
+    if (fstat(fd, &st) != 0)
+        return ph_err_sys("cannot stat", path);
+    int e = 0;
+    while (fallocate(fd, 0, (off_t)off, (off_t)len) != 0 && (e = errno) == EINTR)
+        e = 0;
+    if (e == EOPNOTSUPP)
+        e = write_zeros(fd, off, len);
+    if (e == 0)
+        return 0;
+    /* Give back what a partial reservation took: nothing past the old end
+     * of the file is in use. */
+    if (off + len > (uint64_t)st.st_size)
+        (void)!ftruncate(fd, st.st_size); /* failing, the file stays longer: open accepts that */
+    if (e == ENOSPC || e == EDQUOT)
+        return ph_err(PHEAP_ENOSPC, "%s: the file system is full: cannot reserve %llu bytes at "
+                      "offset %llu (%s)", path, (unsigned long long)len, (unsigned long long)off,
+                      strerror(e));
+    errno = e;
+    return ph_err_sys("cannot reserve space in", path);
 }
 
 int ph_os_punch_hole(int fd, uint64_t off, uint64_t len)

@@ -17,11 +17,15 @@ static __thread char tls_msg[512];
 
 int ph_err(int err, const char *fmt, ...)
 {
+    /* Formatted apart first: an argument may be the current message
+     * (pheap_errmsg()), which formatting in place would overwrite. */
+    char msg[sizeof(tls_msg)];
     va_list ap;
-    tls_err = err;
     va_start(ap, fmt);
-    vsnprintf(tls_msg, sizeof(tls_msg), fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    tls_err = err;
+    memcpy(tls_msg, msg, sizeof(msg));
     return err;
 }
 
@@ -38,6 +42,8 @@ int ph_err_from_errno(int e)
     case EWOULDBLOCK: return PHEAP_EBUSY;
     case EINVAL: return PHEAP_EINVAL;
     case EOPNOTSUPP: return PHEAP_ENOTSUP;
+    case ENOSPC:
+    case EDQUOT: return PHEAP_ENOSPC;
     default: return PHEAP_EIO;
     }
 }
@@ -83,7 +89,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EEMPTY: return "empty file";
     case PHEAP_EISDIR: return "is a directory";
     case PHEAP_ERDONLY: return "heap opened read-only";
-    case PHEAP_ENOSPC: return "table full";
+    case PHEAP_ENOSPC: return "no space left (file system or table full)";
     case PHEAP_ENAME: return "invalid name";
     case PHEAP_ENOTSUP: return "not supported";
     case PHEAP_ECORRUPT: return "heap metadata corrupted";
@@ -91,6 +97,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EDOUBLEFREE: return "block already free (double free)";
     case PHEAP_EINTERIOR: return "offset inside a block, not at its start";
     case PHEAP_ENOTALLOC: return "offset was never allocated";
+    case PHEAP_EFORKED: return "heap handle inherited through fork()";
     default: return "unknown error";
     }
 }

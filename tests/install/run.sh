@@ -75,6 +75,7 @@ inside "$libdir" || fail "pheap.pc libdir '$libdir' is not a directory under the
 [ -e "$libdir/libpheap.so" ] || fail "libpheap.so is not in the libdir $libdir"
 [ -f "$libdir/libpheap.a" ] || fail "libpheap.a is not in the libdir $libdir"
 [ -x "$prefix/bin/pheap" ] || fail "the pheap tool is not installed in bin/"
+[ -f "$prefix/share/man/man1/pheap.1" ] || fail "the pheap(1) man page is not installed in share/man/man1/"
 
 # ---- compiler: the build's, with its sanitizers ----------------------------
 cache_value() {

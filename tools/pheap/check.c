@@ -15,7 +15,12 @@ int cmd_check(int argc, char **argv)
     int json;
     static const char usage[] =
         "usage: pheap check PATH [--json]\n"
-        "  opens the heap read-write (recovery runs if it was not closed cleanly)\n";
+        "  Deep consistency check of the heap's metadata.  Opens the heap read-write\n"
+        "  (recovery runs if it was not closed cleanly).\n"
+        "  --json   one JSON object instead of text\n"
+        "  Exit 0 when consistent, 1 when a problem was found or the heap does not open.\n";
+    if (cli_help_asked(argc, argv))
+        return cli_help(usage);
     pheap *h;
     int rc = cli_open_path(argc, argv, "check", usage, 0, &path, &json, &h);
     if (rc)

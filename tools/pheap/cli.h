@@ -14,6 +14,11 @@ int cmd_info(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 
+/* 1 when an argument is --help or -h: the subcommand then prints its usage
+ * on stdout and exits 0 (cli_help). */
+int cli_help_asked(int argc, char **argv);
+int cli_help(const char *usage);
+
 /* Parses "123", "64K", "16M", "2G", "1T" (binary multiples).  0 on
  * success, -1 with a message on stderr otherwise. */
 int cli_parse_size(const char *s, uint64_t *out);

@@ -8,8 +8,19 @@
 
 #include "cli.h"
 
+static const char usage[] =
+    "usage: pheap create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]\n"
+    "  Creates a heap file at PATH; fails if PATH exists.\n"
+    "  --size SIZE       initial size, raised to what the metadata for --max-size\n"
+    "                    needs plus one 64 KiB data chunk\n"
+    "  --max-size SIZE   growth limit, fixed for the heap's life (default: --size)\n"
+    "  --mode OCTAL      permission bits of the new file (default 0600)\n"
+    "  SIZE takes a K, M, G or T suffix (binary multiples).\n";
+
 int cmd_create(int argc, char **argv)
 {
+    if (cli_help_asked(argc, argv))
+        return cli_help(usage);
     pheap_options o = {.flags = PHEAP_CREATE | PHEAP_EXCL};
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -34,7 +45,7 @@ int cmd_create(int argc, char **argv)
         }
     }
     if (!path || !o.size) {
-        fprintf(stderr, "usage: pheap create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]\n");
+        fprintf(stderr, "%s", usage);
         return 2;
     }
     pheap *h;

@@ -13,8 +13,14 @@ int cmd_info(int argc, char **argv)
     const char *path;
     int json;
     pheap *h;
-    int rc = cli_open_path(argc, argv, "info", "usage: pheap info PATH [--json]\n", PHEAP_RDONLY,
-                           &path, &json, &h);
+    static const char usage[] =
+        "usage: pheap info PATH [--json]\n"
+        "  Format, uuid, sizes, state, flush back end and roots of the heap.  Opens it\n"
+        "  read-only: nothing is written, no recovery runs.\n"
+        "  --json   one JSON object instead of text\n";
+    if (cli_help_asked(argc, argv))
+        return cli_help(usage);
+    int rc = cli_open_path(argc, argv, "info", usage, PHEAP_RDONLY, &path, &json, &h);
     if (rc)
         return rc;
     struct pheap_stats st;
@@ -38,14 +44,15 @@ int cmd_info(int argc, char **argv)
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
-               "state:       %s (opened %llu times, %llu unclean)\nflush:       %s%s\n"
+               "state:       %s (opened %llu time%s, %llu unclean)\nflush:       %s%s\n"
                "roots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
                st.was_unclean ? "dirty: not closed cleanly, recovery runs at the next read-write open"
                               : "clean",
-               (unsigned long long)st.open_count, (unsigned long long)st.unclean_count,
+               (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
+               (unsigned long long)st.unclean_count,
                pheap_flush_name(st.flush), st.dax ? " (DAX, MAP_SYNC)" : "", n);
     }
     for (unsigned i = 0; i < n; i++) {

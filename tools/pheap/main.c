@@ -17,19 +17,65 @@ static const struct {
     {"info", cmd_info, "info PATH [--json]"},
     {"check", cmd_check, "check PATH [--json]     (opens read-write: recovery runs first)"},
     {"stats", cmd_stats, "stats PATH [--json]     (read-only)"},
+    {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: pheap COMMAND [ARGS]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(f, "usage: pheap COMMAND [ARGS]\n       pheap --version\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(f, "  pheap %s\n", commands[i].usage);
-    fprintf(f, "\nSIZE takes a K, M, G or T suffix (binary multiples).\n");
+    fprintf(f, "\nSIZE takes a K, M, G or T suffix (binary multiples).  Every command takes --help.\n"
+               "Exit status: 0 success, 1 the operation failed, 2 bad usage.  See pheap(1).\n");
+}
+
+/* `pheap help [COMMAND]`: the overview, or COMMAND --help. */
+static int help(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (commands[i].fn && !strcmp(argv[1], commands[i].name)) {
+            char *args[] = {argv[1], "--help", NULL};
+            return commands[i].fn(2, args);
+        }
+    }
+    if (!strcmp(argv[1], "help"))
+        return help(1, argv);
+    fprintf(stderr, "pheap help: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
+
+int cli_help_asked(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return 1;
+    return 0;
+}
+
+int cli_help(const char *usage)
+{
+    fputs(usage, stdout);
+    return 0;
 }
 
 int cli_fail(const char *what, int rc)
 {
-    fprintf(stderr, "pheap: %s: %s (%s)\n", what, pheap_errmsg(), pheap_strerror(rc));
+    /* The library's message says what went wrong, usually with the path:
+     * `what` only when it is missing, the code's description only when
+     * there is no message. */
+    const char *msg = pheap_errno() == rc ? pheap_errmsg() : "";
+    if (!*msg)
+        msg = pheap_strerror(rc);
+    if (strstr(msg, what))
+        fprintf(stderr, "pheap: %s\n", msg);
+    else
+        fprintf(stderr, "pheap: %s: %s\n", what, msg);
     return 1;
 }
 
@@ -121,8 +167,10 @@ int main(int argc, char **argv)
         printf("pheap %s (format %d.%d)\n", pheap_version(), PHEAP_FORMAT_MAJOR, PHEAP_FORMAT_MINOR);
         return 0;
     }
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (!strcmp(argv[1], commands[i].name))
+    if (!strcmp(argv[1], "help"))
+        return help(argc - 1, argv + 1);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (commands[i].fn && !strcmp(argv[1], commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "pheap: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -62,8 +62,14 @@ int cmd_stats(int argc, char **argv)
     const char *path;
     int json;
     pheap *h;
-    int rc = cli_open_path(argc, argv, "stats", "usage: pheap stats PATH [--json]\n", PHEAP_RDONLY,
-                           &path, &json, &h);
+    static const char usage[] =
+        "usage: pheap stats PATH [--json]\n"
+        "  How the heap's space is used: per size class, in large extents and free,\n"
+        "  with the fragmentation.  Opens it read-only: nothing is written.\n"
+        "  --json   one JSON object instead of text\n";
+    if (cli_help_asked(argc, argv))
+        return cli_help(usage);
+    int rc = cli_open_path(argc, argv, "stats", usage, PHEAP_RDONLY, &path, &json, &h);
     if (rc)
         return rc;
     struct pheap_stats st;

@@ -1,0 +1,166 @@
+/*
+ * full_fs.c -- a heap on a file system that fills up: creation larger than
+ * the file system and growth past its end fail with PHEAP_ENOSPC (never a
+ * SIGBUS), and the heap stays consistent and usable afterwards.  Runs on an
+ * 8 MiB tmpfs mounted in a private mount namespace of a child process, so
+ * that the mount disappears with the child whatever happens; skipped with
+ * a message where mounting is not allowed.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define FS_SIZE  "8m"
+#define SKIPPED  77
+#define MAX_BLOCKS 100000
+
+static char fs_dir[512];
+
+/* Child: a private mount namespace with a small tmpfs at fs_dir. */
+static int mount_small_fs(void)
+{
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", fs_dir, "tmpfs", 0, "size=" FS_SIZE) != 0) {
+        printf("  skipped: cannot mount a %s tmpfs (%s); run as root to test a full file system\n",
+               FS_SIZE, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Entries of fs_dir other than "." and "..". */
+static unsigned dir_entries(void)
+{
+    unsigned n = 0;
+    DIR *d = opendir(fs_dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static size_t block_size(unsigned i)
+{
+    static const size_t sizes[] = {96, 3000, 100 << 10, 512, 40 << 10};
+    return sizes[i % 5];
+}
+
+static void creation_larger_than_the_fs(void)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/big.heap", fs_dir);
+    pheap_options o = {.size = 16u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = NULL;
+    int rc = pheap_open(path, &o, &h);
+    CHECK_EQ(rc, PHEAP_ENOSPC);
+    if (rc == 0)
+        pheap_close(h);
+    CHECK(strstr(pheap_errmsg(), "file system is full") != NULL);
+    unlink(path);
+    /* No heap and no temporary file left behind. */
+    CHECK_EQ(dir_entries(), 0);
+}
+
+static void fill_until_full(void)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/fill.heap", fs_dir);
+    pheap_options o = {.size = 3u << 20, .max_size = 64u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_off *offs = calloc(MAX_BLOCKS, sizeof(*offs));
+    REQUIRE(offs);
+    unsigned n = 0;
+    for (; n < MAX_BLOCKS; n++) {
+        offs[n] = pheap_alloc(h, block_size(n));
+        if (!offs[n])
+            break;
+        ph_test_fill(pheap_direct(h, offs[n]), block_size(n), n + 1);
+    }
+    REQUIRE(n > 0 && n < MAX_BLOCKS);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOSPC);
+    CHECK(strstr(pheap_errmsg(), "file system is full") != NULL);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK(st.size < st.max_size);
+    printf("  %u blocks, heap %llu of %llu bytes when the file system filled: %s\n", n,
+           (unsigned long long)st.size, (unsigned long long)st.max_size, pheap_errmsg());
+
+    /* Still usable: free every fourth block, allocate them again. */
+    for (unsigned i = 0; i < n; i += 4)
+        REQUIRE_OK(pheap_free(h, offs[i]));
+    for (unsigned i = 0; i < n; i += 4) {
+        offs[i] = pheap_alloc(h, block_size(i));
+        if (!offs[i]) {
+            ph_test_fail(__FILE__, __LINE__, "block %u (%zu bytes) again: %s", i, block_size(i),
+                         pheap_errmsg());
+            return;
+        }
+        ph_test_fill(pheap_direct(h, offs[i]), block_size(i), i + 1);
+    }
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    CHECK_EQ(rep.live_blocks, n);
+    REQUIRE_OK(pheap_root_set(h, "first", offs[0]));
+    REQUIRE_OK(pheap_close(h));
+
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    CHECK_EQ(rep.live_blocks, n);
+    CHECK_EQ(pheap_root_get(h, "first"), offs[0]);
+    unsigned bad = 0;
+    for (unsigned i = 0; i < n; i++)
+        bad += !ph_test_intact(pheap_direct(h, offs[i]), block_size(i), i + 1);
+    CHECK_EQ(bad, 0);
+    REQUIRE_OK(pheap_close(h));
+    free(offs);
+
+    ph_tool_result *r = ph_test_run_tool(PHEAP_TOOL, "check", path, NULL);
+    CHECK_TOOL(r->code == 0, r);
+
+    /* A file shorter than the size its header records is refused. */
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0);
+    REQUIRE(truncate(path, sb.st_size / 2) == 0);
+    CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_ETRUNCATED);
+    r = ph_test_run_tool(PHEAP_TOOL, "check", path, NULL);
+    CHECK_TOOL(r->code == 1 && strstr(r->err, "truncated"), r);
+    unlink(path);
+}
+
+TEST(full_file_system)
+{
+    snprintf(fs_dir, sizeof(fs_dir), "%s", ph_test_path("smallfs"));
+    REQUIRE(mkdir(fs_dir, 0755) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        if (mount_small_fs() != 0)
+            _exit(SKIPPED);
+        creation_larger_than_the_fs();
+        fill_until_full();
+        if (umount(fs_dir) != 0)
+            ph_test_fail(__FILE__, __LINE__, "umount %s: %s", fs_dir, strerror(errno));
+        fflush(NULL);
+        _exit(ph_test_failed ? 1 : 0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status))
+        ph_test_fail(__FILE__, __LINE__, "the process died of signal %d (%s)", WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+    else if (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != SKIPPED)
+        ph_test_fail(__FILE__, __LINE__, "failed on the small file system (see above)");
+    rmdir(fs_dir);
+}
