@@ -46,10 +46,16 @@ test-tsan: | deps
 	cd build-tsan && ctest $(CTEST_ARGS) -LE torture
 
 torture: build
-	cd $(BUILD) && ctest --output-on-failure -L torture
+	rm -f $(BUILD)/crash-table.txt
+	cd $(BUILD) && PHEAP_CRASH_TABLE=$(CURDIR)/$(BUILD)/crash-table.txt \
+	  ctest --output-on-failure -j $(JOBS) -L torture; status=$$?; \
+	  echo; echo "crash images per workload (PHEAP_CRASH=full)"; sort crash-table.txt; \
+	  awk '{ n += $$7; v += $$13 } END { printf "%d crash images, %d violations\n", n, v }' crash-table.txt; \
+	  exit $$status
+	sh tests/torture/faults.sh $(CURDIR) $(CURDIR)/build-faults
 
 bench: build
 	sh bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-faults

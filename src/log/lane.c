@@ -110,8 +110,9 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
     uint64_t w[8];
     for (unsigned k = 0; k < 8; k++)
         w[k] = ph_load_relaxed(&((const uint64_t *)e)[k]);
-    /* planted: retired entries replayed too (a stale log reused) */
-    if ((w[0] & 0xff) != PH_LOG_ACTIVE && !(ph_plant("lane-replay-retired") && w[0]))
+    if (ph_plant("lane-replay-retired") && w[0]) /* planted: a stale log reused */
+        w[0] = (w[0] & ~0xffull) | PH_LOG_ACTIVE;
+    if ((w[0] & 0xff) != PH_LOG_ACTIVE)
         return 0;
     if (L->legacy && legacy_committed(w)) {
         *out = (ph_lane_op){w[1], w[2], w[3], w[4]};

@@ -159,8 +159,6 @@ TEST(compaction_with_entries_of_held_threads)
         }
     }
     free(c);
-    fprintf(stderr, "crash: %-34s %6s fences %6s stores %7u images %6u nested (depth 2) "
-            "%3u violations %3u leaks\n", "compaction/held_threads", "-", "-", cs.images,
-            cs.nested, cs.violations, cs.leaks);
+    ph_crash_report("compaction/held_threads", &cs);
     CHECK(taken >= 4); /* every fence of the compaction, both variants */
 }

@@ -278,8 +278,6 @@ TEST(compaction_while_another_thread_appends)
         ph_crash_judge("threads/compaction_contended", image, where, 0, verify_slots, c, &st);
     }
     free(c);
-    fprintf(stderr, "crash: %-34s %6s fences %6s stores %7u images %6u nested (depth 2) "
-            "%3u violations %3u leaks\n", "threads/compaction_contended", "-", "-", st.images,
-            st.nested, st.violations, st.leaks);
+    ph_crash_report("threads/compaction_contended", &st);
     CHECK(st.images > points / 4);
 }

@@ -313,6 +313,21 @@ static int one_point(run_ctx *r, const char *base, ph_crash_workload_fn workload
     return ph_test_failed > limit ? -1 : 0;
 }
 
+void ph_crash_report(const char *name, const ph_crash_stats *st)
+{
+    char row[256];
+    snprintf(row, sizeof(row), "crash: %-36s %6llu fences %6llu stores %7u images %6u nested "
+             "(depth 2) %3u violations %3u leaks\n", name, (unsigned long long)st->fences,
+             (unsigned long long)st->stores, st->images, st->nested, st->violations, st->leaks);
+    fputs(row, stderr);
+    const char *table = getenv("PHEAP_CRASH_TABLE");
+    FILE *f = table ? fopen(table, "a") : NULL;
+    if (f) {
+        fputs(row, f);
+        fclose(f);
+    }
+}
+
 ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_workload_fn workload,
                                   ph_crash_verify_fn verify, void *arg)
 {
@@ -352,8 +367,6 @@ out:
     unlink(r.image);
     unlink(r.image2);
     free(c);
-    fprintf(stderr, "crash: %-34s %6llu fences %6llu stores %7u images %6u nested (depth 2) "
-            "%3u violations %3u leaks\n", name, (unsigned long long)st.fences,
-            (unsigned long long)st.stores, st.images, st.nested, st.violations, st.leaks);
+    ph_crash_report(name, &st);
     return st;
 }

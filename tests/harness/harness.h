@@ -165,6 +165,10 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
 void ph_crash_judge(const char *name, const char *image, const char *where, unsigned done,
                     ph_crash_verify_fn verify, ph_crash_ctx *c, ph_crash_stats *st);
 
+/* Prints a table row of stats (and appends it to the file
+ * PHEAP_CRASH_TABLE names, if set: make torture's table). */
+void ph_crash_report(const char *name, const ph_crash_stats *st);
+
 /* How hard to enumerate, from PHEAP_CRASH: full (make torture: every
  * store, every variant, every recovery fence), quick (the fault tables:
  * fewer variants and stores, stop at the first violation), or sampled
