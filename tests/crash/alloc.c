@@ -78,12 +78,6 @@ static void run_ops(ph_crash_ctx *c)
     }
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     workload *w = c->arg;
@@ -122,11 +116,7 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
         blocks[n][1] = v + usable;
         n++;
     }
-    qsort(blocks, n, sizeof(blocks[0]), cmp_u64);
-    for (unsigned i = 1; i < n; i++)
-        if (blocks[i - 1][1] > blocks[i][0])
-            ph_test_fail(__FILE__, __LINE__, "blocks at %llu and %llu overlap",
-                         (unsigned long long)blocks[i - 1][0], (unsigned long long)blocks[i][0]);
+    ph_test_disjoint(blocks, n);
     struct pheap_stats st;
     pheap_stats(h, &st);
     uint64_t reachable = n + 1; /* + the slot array */

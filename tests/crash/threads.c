@@ -3,11 +3,11 @@
  * operations at once, so that their fences interleave and extent-log
  * entries become durable out of log order.  The schedule differs from run
  * to run, so instead of enumerating every fence this samples fences across
- * the run, with eviction, and checks what must hold whatever the schedule:
- * pheap_check passes, every slot is 0 or a live block, no blocks overlap,
- * and nothing leaks beyond the window of a plain alloc or free in flight
- * (one per thread): live blocks = non-zero slots + the slot array, plus at
- * most one per thread.  Half the operations are logged (alloc_to /
+ * the run, with eviction, and judges each image as the harness does
+ * (ph_crash_judge: recovery, use, reopen, recovery crashed) against what
+ * must hold whatever the schedule: every slot is 0 or a live block, no
+ * blocks overlap, and nothing leaks beyond the window of a plain alloc or
+ * free in flight (one per thread).  Half the operations are logged (alloc_to /
  * free_from), half plain (alloc, then publish and persist the offset;
  * unpublish, persist, then free).
  */
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "util/util.h"
 
 enum { THREADS = 2, SLOTS = 32, OPS = 60 };
 
@@ -62,14 +63,14 @@ static void *work(void *arg)
     return NULL;
 }
 
-/* Runs the two workers on a simulated heap; returns the fences issued. */
-static uint64_t run(const char *base, uint64_t fence, const char *image)
+/* Runs THREADS workers of `ops` operations on `nslots` slots each, on a
+ * simulated heap opened from `base` with options `o`; returns the fences
+ * issued. */
+static uint64_t run(const char *base, const pheap_options *o, unsigned seed, unsigned ops,
+                    unsigned nslots)
 {
-    pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = fence,
-                       .sim_crash_image = fence ? image : NULL, .sim_evict_probability = 0.5,
-                       .sim_seed = fence};
     pheap *h;
-    if (pheap_open(base, &o, &h) != 0) {
+    if (pheap_open(base, o, &h) != 0) {
         ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());
         return 0;
     }
@@ -77,7 +78,7 @@ static uint64_t run(const char *base, uint64_t fence, const char *image)
     pthread_t t[THREADS];
     worker w[THREADS];
     for (unsigned i = 0; i < THREADS; i++) {
-        w[i] = (worker){h, slots + i * SLOTS, 7 + i, OPS, SLOTS};
+        w[i] = (worker){h, slots + i * SLOTS, seed + i, ops, nslots};
         pthread_create(&t[i], NULL, work, &w[i]);
     }
     for (unsigned i = 0; i < THREADS; i++)
@@ -87,90 +88,9 @@ static uint64_t run(const char *base, uint64_t fence, const char *image)
     return fences;
 }
 
-static int cmp_pair(const void *a, const void *b)
-{
-    const uint64_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-static void verify(const char *image, uint64_t fence)
-{
-    pheap *h;
-    if (pheap_open(image, NULL, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "fence %llu: reopen: %s", (unsigned long long)fence,
-                     pheap_errmsg());
-        return;
-    }
-    pheap_check_report r;
-    if (pheap_check(h, &r) != 0)
-        ph_test_fail(__FILE__, __LINE__, "fence %llu: check: %s", (unsigned long long)fence,
-                     r.first_error);
-    pheap_off *slots = pheap_direct(h, pheap_root_get(h, "slots"));
-    uint64_t blocks[THREADS * SLOTS][2];
-    unsigned n = 0;
-    for (unsigned k = 0; k < THREADS * SLOTS; k++) {
-        if (!slots[k])
-            continue;
-        size_t usable = pheap_usable_size(h, slots[k]);
-        if (usable < 64)
-            ph_test_fail(__FILE__, __LINE__, "fence %llu: slot %u = %llu is not a live block (%s)",
-                         (unsigned long long)fence, k, (unsigned long long)slots[k], pheap_errmsg());
-        blocks[n][0] = slots[k];
-        blocks[n][1] = slots[k] + usable;
-        n++;
-    }
-    qsort(blocks, n, sizeof(blocks[0]), cmp_pair);
-    for (unsigned i = 1; i < n; i++)
-        if (blocks[i - 1][1] > blocks[i][0])
-            ph_test_fail(__FILE__, __LINE__, "fence %llu: blocks at %llu and %llu overlap",
-                         (unsigned long long)fence, (unsigned long long)blocks[i - 1][0],
-                         (unsigned long long)blocks[i][0]);
-    struct pheap_stats st;
-    pheap_stats(h, &st);
-    if (st.live_blocks < n + 1 || st.live_blocks > n + 1 + THREADS)
-        ph_test_fail(__FILE__, __LINE__, "fence %llu: %llu live blocks, %u reachable",
-                     (unsigned long long)fence, (unsigned long long)st.live_blocks, n + 1);
-    pheap_close(h);
-}
-
-TEST(two_threads_sampled_fences)
-{
-#ifdef __SANITIZE_THREAD__
-    /* A crash image is a snapshot of memory that other threads are writing
-     * at that instant: a data race by design, which ThreadSanitizer would
-     * rightly report.  The other builds run this test. */
-    fprintf(stderr, "  not run under ThreadSanitizer (the crash snapshot races by design)\n");
-    return;
-#endif
-    const char *base = ph_test_path("threads-crash.heap");
-    pheap *h = ph_test_create(base, 8u << 20);
-    REQUIRE(h);
-    pheap_off s = pheap_alloc(h, THREADS * SLOTS * sizeof(pheap_off));
-    memset(pheap_direct(h, s), 0, THREADS * SLOTS * sizeof(pheap_off));
-    pheap_persist(h, pheap_direct(h, s), THREADS * SLOTS * sizeof(pheap_off));
-    REQUIRE_OK(pheap_root_set(h, "slots", s));
-    pheap_close(h);
-    uint64_t fences = run(base, 0, NULL);
-    REQUIRE(fences > 100);
-    const char *image = ph_test_path("threads-crash.image");
-    unsigned images = 0;
-    for (uint64_t k = 2; k < fences && ph_test_failed < 10; k += 3) {
-        unlink(image);
-        run(base, k, image);
-        if (access(image, F_OK) != 0)
-            continue; /* this schedule issued fewer fences */
-        verify(image, k);
-        images++;
-    }
-    fprintf(stderr, "  %u crash images of two threads checked (%llu fences per run)\n", images,
-            (unsigned long long)fences);
-    CHECK(images > 30);
-}
-
-/* ---- compaction while another thread appends --------------------------- */
-
-/* The contract whatever the schedule (see verify above), for the harness:
- * `done` is meaningless with threads. */
+/* What must hold whatever the schedule: every slot is 0 or a live block,
+ * no blocks overlap, and nothing leaks beyond the window of a plain alloc
+ * or free in flight (one per thread).  `done` is meaningless with threads. */
 static void verify_slots(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     (void)done;
@@ -189,11 +109,7 @@ static void verify_slots(pheap *h, unsigned done, ph_crash_ctx *c)
         blocks[n][1] = slots[k] + usable;
         n++;
     }
-    qsort(blocks, n, sizeof(blocks[0]), cmp_pair);
-    for (unsigned i = 1; i < n; i++)
-        if (blocks[i - 1][1] > blocks[i][0])
-            ph_test_fail(__FILE__, __LINE__, "blocks at %llu and %llu overlap",
-                         (unsigned long long)blocks[i - 1][0], (unsigned long long)blocks[i][0]);
+    ph_test_disjoint(blocks, n);
     struct pheap_stats st;
     pheap_stats(h, &st);
     if (st.live_blocks < n + 1 || st.live_blocks > n + 1 + THREADS)
@@ -201,83 +117,108 @@ static void verify_slots(pheap *h, unsigned done, ph_crash_ctx *c)
                      (unsigned long long)st.live_blocks, n + 1);
 }
 
-/* The function of the extent log that compacts it (a flush site name). */
-#define COMPACT_SITE "compact"
-
-/* Two threads of mostly large operations on a heap whose extent log holds
- * 576 entries a half, so that it is compacted a few times a run.  Crash
- * points are the fences of compactions taken while the other thread has
- * unfenced stores, under
- * a schedule drawn from a seed that pauses threads before some fences:
- * states such as one thread compacting while the other's entry is stored
- * but not fenced are reached.  The interleaving is not reproducible
- * (threads), the crash point and schedule seed are. */
-static uint64_t run_contended(const char *base, uint64_t fence, const char *image, uint64_t seed,
-                              unsigned words, unsigned ops)
+/* A fresh heap with a rooted, zeroed slot array for the workers. */
+static const char *make_base(const char *name, uint64_t size, uint64_t max_size)
 {
-    pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = fence,
-                       .sim_crash_image = fence ? image : NULL,
-                       .sim_evict_probability = words ? 0.5 : 0.0, .sim_seed = seed,
-                       .sim_mode = PHEAP_SIM_CONTENDED | (words ? PHEAP_SIM_WORDS : 0),
-                       .sim_schedule_seed = seed, .sim_crash_site = COMPACT_SITE};
+    const char *base = ph_test_path(name);
+    pheap_options co = {.size = size, .max_size = max_size, .flags = PHEAP_CREATE};
     pheap *h;
-    if (pheap_open(base, &o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());
-        return 0;
+    unlink(base);
+    if (pheap_open(base, &co, &h) != 0) {
+        ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
+        return NULL;
     }
-    pheap_off *slots = pheap_direct(h, pheap_root_get(h, "slots"));
-    pthread_t t[THREADS];
-    worker w[THREADS];
-    for (unsigned i = 0; i < THREADS; i++) {
-        w[i] = (worker){h, slots + i * SLOTS, (unsigned)seed * 31 + i, ops, 6};
-        pthread_create(&t[i], NULL, work, &w[i]);
-    }
-    for (unsigned i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
-    uint64_t fences = pheap_sim_fence_count(h);
-    pheap_sim_crash(h, NULL, 0, 0.0);
-    return fences;
+    pheap_off s = pheap_alloc(h, THREADS * SLOTS * sizeof(pheap_off));
+    memset(pheap_direct(h, s), 0, THREADS * SLOTS * sizeof(pheap_off));
+    pheap_persist(h, pheap_direct(h, s), THREADS * SLOTS * sizeof(pheap_off));
+    pheap_root_set(h, "slots", s);
+    pheap_close(h);
+    return base;
 }
 
+/* Judges the images of one test and prints its row. */
+static void judge_all(const char *name, const char *base, unsigned points, uint64_t first_fence,
+                      pheap_options (*options)(uint64_t i, const char *image, uint64_t *fence),
+                      unsigned ops, unsigned nslots)
+{
+    char image[512]; /* ph_test_path's buffers rotate */
+    snprintf(image, sizeof(image), "%s", ph_test_path("threads.image"));
+    ph_crash_stats st = {0};
+    ph_crash_ctx *c = calloc(1, sizeof(*c));
+    int limit = ph_crash_level() == PH_CRASH_QUICK ? 1 : 10;
+    for (uint64_t i = first_fence; i < first_fence + points && ph_test_failed < limit; i++) {
+        uint64_t fence;
+        pheap_options o = options(i, image, &fence);
+        unlink(image);
+        run(base, &o, (unsigned)i * 31, ops, nslots);
+        if (access(image, F_OK) != 0)
+            continue; /* this schedule issued fewer fences */
+        char where[96];
+        snprintf(where, sizeof(where), "fence %llu (%s), run %llu", (unsigned long long)fence,
+                 o.sim_crash_site ? "of a compaction, contended" : "any",
+                 (unsigned long long)i);
+        ph_crash_judge(name, image, where, 0, verify_slots, c, &st);
+    }
+    free(c);
+    ph_crash_report(name, &st);
+    CHECK(st.images > points / 4);
+}
+
+/* Every third fence of the run, half the lines or words evicted. */
+static pheap_options sampled(uint64_t i, const char *image, uint64_t *fence)
+{
+    *fence = 2 + 3 * i;
+    return (pheap_options){.flags = PHEAP_SIMULATE, .sim_crash_fence = *fence,
+                           .sim_crash_image = image, .sim_evict_probability = 0.5,
+                           .sim_seed = *fence, .sim_mode = i % 2 ? PHEAP_SIM_WORDS : 0};
+}
+
+TEST(two_threads_sampled_fences)
+{
+#ifdef __SANITIZE_THREAD__
+    /* A crash image is a snapshot of memory that other threads are writing
+     * at that instant: a data race by design, which ThreadSanitizer would
+     * rightly report.  The other builds run this test. */
+    fprintf(stderr, "  not run under ThreadSanitizer (the crash snapshot races by design)\n");
+    return;
+#endif
+    const char *base = make_base("threads-crash.heap", 8u << 20, 0);
+    REQUIRE(base);
+    pheap_options dry = {.flags = PHEAP_SIMULATE};
+    uint64_t fences = run(base, &dry, 7, OPS, SLOTS);
+    REQUIRE(fences > 100);
+    judge_all("threads/two_threads_sampled", base, (unsigned)(fences / 3), 0, sampled, OPS, SLOTS);
+}
+
+/* ---- compaction while another thread appends --------------------------- */
+
+/* One of the first fences of a compaction (the function "compact", a flush
+ * site name) taken while the other thread has unfenced stores, under a
+ * schedule drawn from a seed that pauses threads before some fences. */
+static pheap_options contended(uint64_t i, const char *image, uint64_t *fence)
+{
+    *fence = 1 + ph_mix64(i) % 4;
+    return (pheap_options){.flags = PHEAP_SIMULATE, .sim_crash_fence = *fence,
+                           .sim_crash_image = image, .sim_evict_probability = i % 2 ? 0.5 : 0.0,
+                           .sim_seed = i, .sim_schedule_seed = i, .sim_crash_site = "compact",
+                           .sim_mode = PHEAP_SIM_CONTENDED | (i % 2 ? PHEAP_SIM_WORDS : 0)};
+}
+
+/* Two threads of mostly large operations on a heap whose extent log holds
+ * 576 entries a half, so that it is compacted a few times a run; crashes
+ * at compaction fences while the other thread's entry may be stored but
+ * not fenced.  The interleaving is not reproducible (threads), the crash
+ * point and schedule seed are. */
 TEST(compaction_while_another_thread_appends)
 {
 #ifdef __SANITIZE_THREAD__
     fprintf(stderr, "  not run under ThreadSanitizer (the crash snapshot races by design)\n");
     return;
 #endif
-    const char *base = ph_test_path("contended.heap");
-    pheap_options co = {.size = 4u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE};
-    pheap *h;
-    unlink(base);
-    REQUIRE_OK(pheap_open(base, &co, &h));
-    pheap_off s = pheap_alloc(h, THREADS * SLOTS * sizeof(pheap_off));
-    memset(pheap_direct(h, s), 0, THREADS * SLOTS * sizeof(pheap_off));
-    pheap_persist(h, pheap_direct(h, s), THREADS * SLOTS * sizeof(pheap_off));
-    REQUIRE_OK(pheap_root_set(h, "slots", s));
-    pheap_close(h);
+    const char *base = make_base("contended.heap", 4u << 20, 8u << 20);
+    REQUIRE(base);
     static const unsigned points_of[] = {[PH_CRASH_QUICK] = 40, [PH_CRASH_SAMPLED] = 200,
                                          [PH_CRASH_FULL] = 3000};
-    unsigned ops = 1000, points = points_of[ph_crash_level()];
-    char image[512]; /* ph_test_path's buffers rotate */
-    snprintf(image, sizeof(image), "%s", ph_test_path("contended.image"));
-    ph_crash_stats st = {0};
-    ph_crash_ctx *c = calloc(1, sizeof(*c));
-    int limit = ph_crash_level() == PH_CRASH_QUICK ? 1 : 10;
-    for (unsigned i = 0; i < points && ph_test_failed < limit; i++) {
-        uint64_t seed = 1000 + i;
-        /* One of the first fences of a compaction taken while the other
-         * thread has unfenced stores. */
-        uint64_t fence = 1 + ph_mix_seed(seed) % 4;
-        unlink(image);
-        run_contended(base, fence, image, seed, i % 2, ops);
-        if (access(image, F_OK) != 0)
-            continue;
-        char where[96];
-        snprintf(where, sizeof(where), "contended fence %llu, seed %llu%s", (unsigned long long)fence,
-                 (unsigned long long)seed, i % 2 ? ", words" : "");
-        ph_crash_judge("threads/compaction_contended", image, where, 0, verify_slots, c, &st);
-    }
-    free(c);
-    ph_crash_report("threads/compaction_contended", &st);
-    CHECK(st.images > points / 4);
+    judge_all("threads/compaction_contended", base, points_of[ph_crash_level()], 1000, contended,
+              1000, 6);
 }

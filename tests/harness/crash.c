@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "util/util.h"
 
 void ph_crash_mark(ph_crash_ctx *c)
 {
@@ -225,7 +226,7 @@ void ph_crash_judge(const char *name, const char *image, const char *where, unsi
         snprintf(image2, sizeof(image2), "%s", ph_test_path("crash2.image"));
     run_ctx r = {name, image, image2, verify, c, st, where};
     judge(&r, image, done);
-    crash_recovery(&r, done, ph_mix_seed((uintptr_t)where ^ st->images), 1);
+    crash_recovery(&r, done, ph_mix64((uintptr_t)where ^ st->images), 1);
 }
 
 /* Depth 2: recovery of `image` crashed at each of its fences in two
@@ -242,7 +243,7 @@ static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed, int every)
     pheap_sim_crash(h, NULL, 0, 0.0);
     uint64_t first = 1, last = fences;
     if (!every && fences > 0)
-        first = last = 1 + ph_mix_seed(seed) % fences;
+        first = last = 1 + ph_mix64(seed) % fences;
     char where[160];
     const char *outer = r->where;
     for (uint64_t j = first; j <= last; j++) {
@@ -265,14 +266,6 @@ static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed, int every)
             r->where = outer;
         }
     }
-}
-
-uint64_t ph_mix_seed(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
 }
 
 /* Ops that had returned before the crash point: marked before it. */

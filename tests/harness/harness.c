@@ -162,3 +162,23 @@ int main(int argc, char **argv)
     printf("%d passed, %d failed\n", passed, failed);
     return failed || passed == 0 ? 1 : 0;
 }
+
+static int cmp_block(const void *a, const void *b)
+{
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+unsigned ph_test_disjoint(uint64_t (*b)[2], unsigned n)
+{
+    unsigned bad = 0;
+    qsort(b, n, sizeof(b[0]), cmp_block);
+    for (unsigned i = 1; i < n; i++) {
+        if (b[i - 1][1] > b[i][0]) {
+            ph_test_fail(__FILE__, __LINE__, "blocks at %llu and %llu overlap",
+                         (unsigned long long)b[i - 1][0], (unsigned long long)b[i][0]);
+            bad++;
+        }
+    }
+    return bad;
+}

@@ -80,6 +80,10 @@ pheap *ph_test_create(const char *path, uint64_t size);
 void ph_test_fill(void *p, size_t n, uint64_t seed);
 int ph_test_intact(const void *p, size_t n, uint64_t seed);
 
+/* Fails the test for every overlap among the n blocks [b[i][0], b[i][1])
+ * (sorts them); returns how many. */
+unsigned ph_test_disjoint(uint64_t (*b)[2], unsigned n);
+
 /* SplitMix64: the next value of the sequence whose state is *state, so a
  * test's seed replays its run. */
 uint64_t ph_test_rand(uint64_t *state);
@@ -176,9 +180,6 @@ void ph_crash_report(const char *name, const ph_crash_stats *st);
 enum { PH_CRASH_QUICK, PH_CRASH_SAMPLED, PH_CRASH_FULL };
 int ph_crash_level(void);
 int ph_crash_full(void);
-
-/* SplitMix64 finaliser of x: a seed drawn from a seed. */
-uint64_t ph_mix_seed(uint64_t x);
 
 #define PH_ARRAY_N(a) (sizeof(a) / sizeof((a)[0]))
 
