@@ -29,6 +29,8 @@ typedef struct workload {
     unsigned nops;
     size_t sizes[NSLOTS];          /* size asked for the block now in a slot */
     pheap_off after[MAXOPS];        /* slot value after op i (recorded by the run) */
+    uint64_t got_fence[MAXOPS];     /* plain alloc: fences and durable stores issued when */
+    uint64_t got_store[MAXOPS];     /*   pheap_alloc returned, before the offset was published */
 } workload;
 
 static pheap_off *slots_of(pheap *h)
@@ -58,6 +60,8 @@ static void run_ops(ph_crash_ctx *c)
         case OP_ALLOC: { /* the plain way: allocate, then publish */
             pheap_off off = pheap_alloc(h, o->size);
             rc = off ? 0 : pheap_errno();
+            w->got_fence[i] = pheap_sim_fence_count(h);
+            w->got_store[i] = pheap_sim_store_count(h);
             *s = off;
             pheap_persist(h, s, sizeof(*s));
             break;
@@ -95,6 +99,14 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
     int in_flight = done < w->nops;
     if (in_flight)
         alt[w->ops[done].slot] = w->after[done];
+    /* A plain alloc in flight whose pheap_alloc had returned: its block is
+     * allocated, published or not (DESIGN 2.1). */
+    if (in_flight && w->ops[done].kind == OP_ALLOC &&
+        ((c->crash_fence && c->crash_fence > w->got_fence[done]) ||
+         (c->crash_store && c->crash_store > w->got_store[done])) &&
+        pheap_usable_size(h, w->after[done]) < w->ops[done].size)
+        ph_test_fail(__FILE__, __LINE__, "op %u: pheap_alloc had returned %llu, not allocated now",
+                     done, (unsigned long long)w->after[done]);
     uint64_t blocks[NSLOTS][2];
     unsigned n = 0;
     for (unsigned k = 0; k < NSLOTS; k++) {

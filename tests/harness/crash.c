@@ -292,6 +292,8 @@ static int one_point(run_ctx *r, const char *base, ph_crash_workload_fn workload
         return 0; /* the point never came */
     unsigned done = fence ? ops_done(r->c->marks, r->c->nmarks, fence)
                           : ops_done(r->c->store_marks, r->c->nmarks, store);
+    r->c->crash_fence = fence;
+    r->c->crash_store = store;
     char where[128];
     snprintf(where, sizeof(where), "%s %llu, variant %u (evict %.1f%s, store evict %.1f, seed %llu)",
              fence ? "fence" : "store", (unsigned long long)point, vi, v->evict,

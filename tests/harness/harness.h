@@ -140,6 +140,8 @@ typedef struct ph_crash_ctx {
     unsigned nmarks;
     uint64_t fences;      /* fences the last run issued in all */
     uint64_t stores;      /* durable stores the last run made */
+    uint64_t crash_fence; /* for verify: the image was taken before this fence, */
+    uint64_t crash_store; /*   or after this durable store (the other is 0) */
 } ph_crash_ctx;
 
 void ph_crash_mark(ph_crash_ctx *c);
