@@ -439,7 +439,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         int exact;
         uint32_t sh, w = ph_slab_lock(s, ph_slab_index(s, off, &exact), &sh);
         ph_slab_set_locked(sp, c, s, w, sh);
-        ph_store(dest, off);
+        ph_persist_write(&sp->persist, c, dest, off);
         ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
         ph_slab_unlock(s, w);
         if (ph_plant("alloc-to-no-log") || ph_plant("lane-retire-first"))
@@ -478,7 +478,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
     rc = ph_slab_clear_locked(sp, c, s, w, sh);
     if (!rc) {
-        ph_store(src, 0);
+        ph_persist_write(&sp->persist, c, src, 0);
         ph_persist_range(&sp->persist, c, src, sizeof(*src));
     }
     ph_slab_unlock(s, w);
@@ -555,14 +555,14 @@ static void roll_forward(void *arg, const ph_lane_op *le)
             ph_slab_set_locked(sp, o->c, s, w, sh);
         else
             o->rc = ph_extent_claim(e->ext, o->c, le->block, le->size);
-        ph_store(dest, le->block);
+        ph_persist_write(&sp->persist, o->c, dest, le->block);
     } else {
         uint64_t bytes;
         if (s)
             (void)ph_slab_clear_locked(sp, o->c, s, w, sh); /* already clear: done before */
         else if (ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
-        ph_store(dest, 0);
+        ph_persist_write(&sp->persist, o->c, dest, 0);
     }
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
     if (s)

@@ -647,7 +647,7 @@ static void stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind
     append(x, c, n, kind);
     n->kind = kind;
     if (dest) {
-        ph_store(dest, dest_val);
+        ph_persist_write(&x->sp->persist, c, dest, dest_val);
         ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
     }
 }
@@ -751,7 +751,7 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
         if (kind == PH_EXT_LARGE)
             x->freed[n->page / 64] |= 1ull << (n->page % 64);
         if (dest) {
-            ph_store(dest, dest_val);
+            ph_persist_write(&x->sp->persist, c, dest, dest_val);
             ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
         }
     }

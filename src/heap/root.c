@@ -69,8 +69,10 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         if (!e) {
             rc = ph_err(PHEAP_ENOSPC, "pheap_root_set: all %u roots are in use", PH_ROOTS_MAX);
         } else {
-            memset(e->name, 0, sizeof(e->name));
-            strcpy(e->name, name);
+            uint64_t w[sizeof(e->name) / 8] = {0};
+            memcpy(w, name, strlen(name)); /* NUL-padded, fits: checked above */
+            for (unsigned k = 0; k < PH_ARRAY_LEN(w); k++)
+                ph_persist_write(&h->sp.persist, c, (uint64_t *)e->name + k, w[k]);
             ph_persist_write(&h->sp.persist, c, &e->xoff, off);
             ph_persist_range(&h->sp.persist, c, e, sizeof(*e));
             ph_persist_store64(&h->sp.persist, c, &e->xused, 1);
