@@ -17,6 +17,7 @@
 #include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -99,7 +100,21 @@ static int run(const char *base, const char *image, uint64_t k, unsigned words)
     pthread_t t[HELD];
     for (unsigned i = 0; i < HELD; i++) {
         pthread_create(&t[i], NULL, append_one, h);
-        sem_wait(&held);
+        /* A thread that never reaches a fence (a fence left out) would
+         * hang the test: give up after a while. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 20;
+        if (sem_timedwait(&held, &ts) != 0) {
+            ph_test_fail(__FILE__, __LINE__, "thread %u never reached its fence", i);
+            h->sp.sim->before_fence = NULL;
+            for (unsigned m = 0; m <= i; m++)
+                sem_post(&release);
+            for (unsigned m = 0; m <= i; m++)
+                pthread_join(t[m], NULL);
+            pheap_sim_crash(h, NULL, 0, 0.0);
+            return 0;
+        }
     }
     if (!pheap_alloc(h, 20000)) /* fills the half: compaction, and the crash */
         ph_test_fail(__FILE__, __LINE__, "alloc: %s", pheap_errmsg());
