@@ -4,7 +4,7 @@
  * log-structured extent log (format/layout.h).  Slabs take their 64 KiB
  * chunks from here too.  All calls lock the extent index (a spin lock:
  * short sections); log entries are written under the lock and fenced after
- * it (see extent.c for why replay copes with entries that become durable
+ * it (see extent_log.c for why replay copes with entries that become durable
  * out of order).
  *
  * Free extents of PH_PUNCH_MIN or more are handed back to the file system

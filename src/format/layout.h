@@ -208,7 +208,7 @@ typedef struct ph_slab_desc {
 _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
 #define PH_SLAB_DESC_SIZE ((uint64_t)sizeof(ph_slab_desc))
 
-/* ---- extent log (src/alloc/extent.c) -------------------------------------
+/* ---- extent log (src/alloc/extent_log.c) ---------------------------------
  * Log-structured bookkeeping of the data region (NVAlloc): every change of
  * an extent (allocated large block, slab chunk, or freed) is one 16-byte
  * entry appended to the active half of the region; the allocator's index

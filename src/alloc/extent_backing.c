@@ -1,0 +1,74 @@
+/*
+ * extent_backing.c -- which pages of the data region the file backs: the
+ * heap grows on demand (new pages become free extents), and free extents
+ * that stay free go back to the file system in purges (hole punching)
+ * rather than at each free: a block freed and allocated again soon -- the
+ * common case -- keeps its pages and costs no system call.
+ */
+#include "alloc/extent_int.h"
+
+#include <string.h>
+
+#include "pheap.h"
+#include "util/error.h"
+
+/* Touches the page maps for pages [from, to) so that allocations never take
+ * a page fault on them (a tail-latency cost, not a correctness one). */
+void ph_extent_backing_prefault(ph_extents *x, uint64_t from, uint64_t to)
+{
+    memset(x->head + from, 0, (to - from) * sizeof(*x->head));
+    memset(x->last + from, 0, (to - from) * sizeof(*x->last));
+}
+
+/* Makes [x->pages, new pages) free space after the heap grew. */
+static int add_backed(ph_extents *x)
+{
+    uint64_t pages = (ph_space_size(x->sp) - x->sp->data_off) / PH_PAGE_SIZE;
+    if (pages <= x->pages)
+        return 0;
+    ph_extent_backing_prefault(x, x->pages, pages);
+    ph_extnode *n = ph_extent_index_node(x, x->pages, pages - x->pages, PH_EXT_FREE, 0);
+    if (!n)
+        return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    x->pages = pages;
+    ph_extent_index_set(x, n);
+    ph_extent_index_make_free(x, n, 0); /* the file grew with holes */
+    return 0;
+}
+
+/* Grows the heap (lock held) until a free extent of n pages (chunk-aligned
+ * when `aligned`) fits: by what is missing beyond the free tail, at least. */
+int ph_extent_backing_grow(ph_extents *x, ph_pctx *c, uint64_t n, int aligned)
+{
+    ph_extnode *tail = x->pages ? x->last[x->pages - 1] : NULL;
+    uint64_t have = tail && tail->kind == PH_EXT_FREE ? tail->npages : 0;
+    uint64_t need = n + (aligned ? PAGES_PER_CHUNK : 0) - PH_MIN(have, n);
+    int rc = ph_space_grow(x->sp, c, ph_space_size(x->sp) + need * PH_PAGE_SIZE);
+    return rc ? rc : add_backed(x);
+}
+
+/* Punches the dirty free extents of PH_PUNCH_MIN or more (lock held: no
+ * one can allocate them meanwhile).  Rare by design; see extent.h. */
+void ph_extent_backing_purge(ph_extents *x)
+{
+    for (unsigned b = ph_extent_index_bin(PH_PUNCH_MIN / PH_PAGE_SIZE); b < PH_EXT_BINS; b++) {
+        for (ph_extnode *f = x->bins[b]; f; f = f->next) {
+            if (f->dirty && f->npages * PH_PAGE_SIZE >= PH_PUNCH_MIN) {
+                ph_space_punch(x->sp, off_of(x, f->page), f->npages * PH_PAGE_SIZE);
+                f->dirty = 0;
+            }
+        }
+    }
+    x->dirty_bytes = 0;
+    x->dirty_since = 0;
+}
+
+void ph_extent_backing_maybe_purge(ph_extents *x)
+{
+    if (ph_likely(!x->dirty_since))
+        return;
+    uint64_t now = ph_space_now(x->sp);
+    uint64_t budget = PH_MAX((uint64_t)PH_PURGE_BUDGET_MIN, ph_space_size(x->sp) / 16);
+    if (x->dirty_bytes >= budget || now - x->dirty_since >= PH_PURGE_DELAY_NS)
+        ph_extent_backing_purge(x);
+}

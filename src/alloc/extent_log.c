@@ -1,0 +1,216 @@
+/*
+ * extent_log.c -- the durable extent log (format/layout.h): entries and
+ * their check, appends, compaction into the other half, and the replay
+ * that rebuilds the set of live extents at open.
+ *
+ * Crash protocol.  Every durable change is one log entry, written with
+ * non-temporal stores under the index lock and fenced by its thread after
+ * the lock is released, so that large operations of several threads fence
+ * in parallel.  Entries may therefore become durable out of log order; replay
+ * reads every slot of the active half and skips the invalid ones.  That is
+ * sound because an entry that depends on another is only appended once the
+ * other is durable: a block is freed only after its allocation returned,
+ * and freed pages go back to the index only after the free's fence.  An
+ * allocation commits with its entry; a free commits with its entry and
+ * only then returns its pages to the index (and, when large, to the file
+ * system).  Replay rebuilds the set of live extents; everything else
+ * backed is free.  A torn entry has one zero word (it was appended over a
+ * durably zero slot: see compaction) and fails its kind or page count; it
+ * was never fenced, so the operation it describes had not returned.
+ *
+ * Compaction, when the active half is full (three fences):
+ *   C1  xlast_epoch := e' (the highest epoch ever used, plus one): no
+ *       compaction cut short by a crash can lend its epoch to a later one;
+ *   C2  every line of the other half: the live extents with epoch e', zeros
+ *       in every other slot (so each slot an append fills was durably
+ *       zero, and a torn append leaves a zero word that never decodes);
+ *   C3  xactive := e' << 1 | other: the commit.
+ * Before C3 is durable the old half rules, whatever C2 left.  Entries in
+ * flight (written, not yet fenced) are already reflected in the index that
+ * compaction writes out; if a crash loses them, the next compaction uses
+ * a newer epoch and rewrites the whole half, so nothing of this one
+ * survives there.
+ */
+#include "alloc/extent_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/sizeclass.h"
+#include "pheap.h"
+#include "util/error.h"
+
+static uint64_t check16(uint64_t w0, uint64_t w1lo)
+{
+    return ph_mix64(w0 ^ ph_mix64(w1lo ^ 0x5048454150455854ull)) >> 48;
+}
+
+static ph_extlog_entry encode(uint64_t page, uint64_t n, uint32_t kind, unsigned cls, uint64_t epoch)
+{
+    uint64_t w0 = page | (uint64_t)kind << 36 | (uint64_t)cls << 40 | ((epoch >> 16) & 0xffff) << 48;
+    uint64_t w1 = n | (epoch & 0xffff) << 32;
+    return (ph_extlog_entry){w0, w1 | check16(w0, w1) << 48};
+}
+
+/* Decodes a log entry; 0 when it is not a valid entry of `epoch`. */
+static int decode(const ph_extlog_entry *e, uint64_t epoch, ph_extent_rec *out)
+{
+    uint64_t w0 = ph_load_relaxed(&e->w0), w1 = ph_load_relaxed(&e->w1);
+    uint64_t e32 = (w0 >> 48) << 16 | ((w1 >> 32) & 0xffff);
+    if ((w1 >> 48) != check16(w0, w1 & 0xffffffffffffull) || e32 != (epoch & 0xffffffffu))
+        return 0;
+    *out = (ph_extent_rec){w0 & 0xfffffffffull, w1 & 0xffffffffull, (uint32_t)(w0 >> 36) & 0xf,
+                   (uint32_t)(w0 >> 40) & 0xff};
+    return out->kind >= PH_EXT_FREE && out->kind <= PH_EXT_SLAB && out->n > 0;
+}
+
+/* Entry j (in log order) of a half.  Entries are interleaved over the
+ * half's lines -- entry j in line j mod L, L lines of 4 entries -- so that
+ * consecutive appends flush different lines (no reflush). */
+static ph_extlog_entry *slot(const ph_extents *x, unsigned half, uint64_t j)
+{
+    uint64_t lines = x->half_entries / 4;
+    return &x->half[half][(j % lines) * 4 + j / lines];
+}
+
+static void compact(ph_extents *x, ph_pctx *c)
+{
+    unsigned other = !x->active;
+    ph_persist *p = &x->sp->persist;
+    /* The epoch is new for the life of the heap: recorded before any entry
+     * of it is written, so a compaction that a crash cut short never lends
+     * its epoch to the next one. */
+    uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
+    if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
+        epoch = x->epoch + 1;
+    else
+        ph_persist_store64(p, c, &x->hdr->xlast_epoch, epoch);
+    /* Every line of the half is written: the live extents in log order
+     * (entry j in slot (j mod L) * 4 + j / L), zeros in every other slot.
+     * A slot that an append later fills was durably zero, so a torn append
+     * leaves one zero word, which never decodes (kind 0 or 0 pages). */
+    uint64_t lines = x->half_entries / 4, used = 0;
+    ph_extlog_entry *v = x->scratch;
+    memset(v, 0, x->half_entries * sizeof(*v));
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
+        const ph_extnode *n = x->head[pg];
+        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+            v[(used % lines) * 4 + used / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            used++;
+        }
+    }
+    for (uint64_t l = 0; l < lines; l++) {
+        if (ph_plant("compact-reuse-epoch") && l >= used)
+            break; /* planted: only the lines the entries need */
+        ph_persist_store_nt_words(p, c, &x->half[other][l * 4].w0, &v[l * 4].w0, 8);
+    }
+    ph_persist_fence(p, c);
+    ph_persist_store64(p, c, &x->hdr->xactive, epoch << 1 | other);
+    x->active = other;
+    x->epoch = epoch;
+    x->tail = used;
+}
+
+/* Writes the next entry of the log (lock held); the caller fences it after
+ * dropping the lock, so that the lock is not held for the fence. */
+void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
+{
+    if (x->tail == x->half_entries)
+        compact(x, c);
+    ph_extlog_entry *e = slot(x, x->active, x->tail++);
+    /* planted: entries of the wrong epoch */
+    ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch + ph_plant("extent-wrong-epoch"));
+    /* Non-temporal: the slot is this call's alone, so no lock is needed
+     * until the fence; replay and check read the log from memory. */
+    ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
+}
+
+typedef struct live_set {
+    ph_extent_rec *v;       /* open addressing by page; n == 0 marks empty */
+    uint64_t cap;   /* power of two */
+    uint64_t count;
+} live_set;
+
+static ph_extent_rec *live_find(live_set *s, uint64_t page, int insert)
+{
+    uint64_t i = ph_mix64(page) & (s->cap - 1);
+    for (;; i = (i + 1) & (s->cap - 1)) {
+        if (s->v[i].n == 0)
+            return insert ? &s->v[i] : NULL;
+        if (s->v[i].page == page)
+            return &s->v[i];
+    }
+}
+
+static int cmp_page(const void *a, const void *b)
+{
+    const ph_extent_rec *x = a, *y = b;
+    return x->page < y->page ? -1 : x->page > y->page;
+}
+
+/* Replays the active half into a sorted array of live extents; *used gets
+ * the number of valid entries (the append position). */
+int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uint64_t *used)
+{
+    live_set s = {NULL, 64, 0};
+    while (s.cap < 2 * x->half_entries)
+        s.cap *= 2;
+    s.v = calloc(s.cap, sizeof(*s.v));
+    if (!s.v)
+        return ph_err(PHEAP_ENOMEM, "extent log replay: out of memory");
+    int rc = 0;
+    ph_extent_rec e;
+    uint64_t i, tail = 0;
+    for (i = 0; i < x->half_entries; i++) {
+        if (!decode(slot(x, x->active, i), x->epoch, &e))
+            continue; /* never written, or in flight at the crash */
+        tail = i + 1;
+        const char *why = NULL;
+        ph_extent_rec *slot = live_find(&s, e.page, e.kind != PH_EXT_FREE);
+        if (e.page + e.n > x->pages)
+            why = "extent beyond the heap's size";
+        else if (e.kind == PH_EXT_SLAB &&
+                 (e.n != PAGES_PER_CHUNK || e.page % PAGES_PER_CHUNK || e.cls >= PH_CLASSES))
+            why = "malformed slab extent";
+        else if (e.kind != PH_EXT_FREE && slot->n)
+            why = "extent allocated twice";
+        else if (e.kind == PH_EXT_FREE && (!slot || slot->n != e.n))
+            why = "free of an extent that is not allocated";
+        if (why) {
+            rc = ph_err(PHEAP_ECORRUPT, "extent log entry %llu (page %llu, %llu pages): %s",
+                        (unsigned long long)i, (unsigned long long)e.page, (unsigned long long)e.n, why);
+            break;
+        }
+        if (e.kind == PH_EXT_FREE) {
+            /* Backward-shift deletion keeps probe chains intact. */
+            uint64_t j = (uint64_t)(slot - s.v);
+            slot->n = 0;
+            for (uint64_t k = (j + 1) & (s.cap - 1); s.v[k].n; k = (k + 1) & (s.cap - 1)) {
+                ph_extent_rec moved = s.v[k];
+                s.v[k].n = 0;
+                *live_find(&s, moved.page, 1) = moved;
+            }
+            s.count--;
+        } else {
+            *slot = e;
+            s.count++;
+        }
+    }
+    uint64_t n = 0;
+    for (uint64_t k = 0; rc == 0 && k < s.cap; k++)
+        if (s.v[k].n)
+            s.v[n++] = s.v[k];
+    qsort(s.v, n, sizeof(*s.v), cmp_page);
+    for (uint64_t k = 1; rc == 0 && k < n; k++)
+        if (s.v[k - 1].page + s.v[k - 1].n > s.v[k].page)
+            rc = ph_err(PHEAP_ECORRUPT, "extent log: extents at pages %llu and %llu overlap",
+                        (unsigned long long)s.v[k - 1].page, (unsigned long long)s.v[k].page);
+    if (rc) {
+        free(s.v);
+        return rc;
+    }
+    *out = s.v;
+    *nout = n;
+    *used = tail;
+    return 0;
+}
