@@ -145,7 +145,7 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     unsigned reserved0;         /* must be 0 */
     /* More of the crash simulator (with PHEAP_SIMULATE; see its section): */
     uint64_t sim_crash_store;   /* or just after this durable store (1-based), same image */
-    unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED */
+    unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG */
     unsigned reserved1;         /* must be 0 */
     double sim_store_evict_probability; /* at each durable store, its line is written
                                    back on its own with this probability */
@@ -162,6 +162,9 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
                                     its own (x86's guarantee), not whole lines */
 #define PHEAP_SIM_CONTENDED 0x2u /* sim_crash_fence counts only fences taken while
                                     another thread has unfenced stores or flushes */
+#define PHEAP_SIM_NT_LAG 0x4u    /* with PHEAP_SIM_WORDS: non-temporal stores not yet
+                                    fenced stay out of the image while other words
+                                    join (write-combining buffers drain last) */
 
 /* Opens the heap file at `path`, creating it first when PHEAP_CREATE is set
  * and the file does not exist (or is empty), and stores the handle in *out.

@@ -285,7 +285,7 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
 {
     lock_index(x);
     uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE, p = page;
-    int rc = 0, staged = 0;
+    int rc = 0;
     while (p > 0 && !x->head[p])
         p--;
     ph_extnode *f = x->head[p];
@@ -300,13 +300,10 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
     if (!f) {
         rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
     } else {
-        stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
-        staged = 1;
+        stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0); /* fenced by the caller */
     }
 out:
     ph_spin_unlock(&x->xlock);
-    if (staged)
-        ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
     return rc;
 }
 

@@ -106,7 +106,9 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
 void ph_extent_release(ph_extents *x, uint64_t off);
 
 /* Recovery: makes [off, off + bytes) a live large block if it is free
- * space now (durable, one fence); 0 if it already is one. */
+ * space now; 0 if it already is one.  The entry is durable at the caller's
+ * next fence (recovery persists the destination word with it: until both
+ * are, the lane entry stays committed and the redo repeats). */
 int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes);
 
 /* Classifies `off` without changing anything: 0 and *bytes when it starts

@@ -79,7 +79,9 @@ static void compact(ph_extents *x, ph_pctx *c)
     ph_persist *p = &x->sp->persist;
     /* The epoch is new for the life of the heap: recorded before any entry
      * of it is written, so a compaction that a crash cut short never lends
-     * its epoch to the next one. */
+     * its epoch to the next one.  (The whole-half rewrite below already
+     * keeps a reused epoch from mixing with a cut-short compaction's
+     * entries; this fence, one per compaction, keeps the simpler rule.) */
     uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
     if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
         epoch = x->epoch + 1;

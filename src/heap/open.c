@@ -162,6 +162,7 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
             ph_sim_crash_spec spec = {opts->sim_crash_fence, opts->sim_crash_store,
                                       opts->sim_evict_probability, opts->sim_seed,
                                       (opts->sim_mode & PHEAP_SIM_WORDS) != 0,
+                                      (opts->sim_mode & PHEAP_SIM_NT_LAG) != 0,
                                       (opts->sim_mode & PHEAP_SIM_CONTENDED) != 0,
                                       opts->sim_crash_site};
             rc = ph_sim_configure(h->sp.sim, &spec, opts->sim_crash_image,

@@ -149,7 +149,6 @@ unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg)
 
 void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c)
 {
-    int any = 0;
     for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
         ph_lane_entry *e = lane_of(L, lane);
         for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
@@ -157,12 +156,9 @@ void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c)
             if ((s & 0xff) != PH_LOG_IDLE) {
                 ph_persist_write(L->persist, c, &e[i].xstate, (s & ~0xffull) | PH_LOG_IDLE);
                 ph_persist_flush(L->persist, c, &e[i].xstate, 8);
-                any = 1;
             }
         }
     }
-    if (any)
-        ph_persist_fence(L->persist, c);
 }
 
 unsigned ph_lanes_active(ph_lanes *L)

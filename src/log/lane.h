@@ -49,7 +49,9 @@ typedef struct ph_lane_op {
 
 /* Calls fn for every committed entry of every lane and returns how many
  * there were.  fn must make the operation's effects durable;
- * ph_lanes_retire_all then retires the entries. */
+ * ph_lanes_retire_all then retires the entries: flushed, durable at the
+ * caller's next fence (the open's, which marks the heap OPEN before any
+ * new operation can reuse a block or a destination). */
 typedef void (*ph_lane_replay_fn)(void *arg, const ph_lane_op *op);
 unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg);
 void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c);

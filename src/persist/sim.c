@@ -31,6 +31,7 @@ typedef struct ph_sim_line {
     uint32_t from, len;             /* bytes of the line covered: all for a
                                        flush, its words for a non-temporal
                                        store */
+    uint32_t nt;                    /* a non-temporal store */
     uint8_t data[PH_CACHE_LINE];    /* contents at flush time */
 } ph_sim_line;
 
@@ -49,7 +50,9 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
         return ph_err(PHEAP_ENOMEM, "simulator: out of memory");
     s->durable = ph_os_alloc_pages(capacity);
     s->changed = calloc((capacity / PH_SIM_PAGE + 63) / 64, sizeof(uint64_t));
-    if (!s->durable || !s->changed) {
+    s->xnt = ph_os_alloc_pages(PH_ALIGN_UP(capacity / 64, 4096));
+    if (!s->durable || !s->changed || !s->xnt) {
+        ph_os_free_pages(s->xnt, PH_ALIGN_UP(capacity / 64, 4096));
         free(s->changed);
         free(s);
         return ph_err(PHEAP_ENOMEM, "simulator: cannot allocate a durable image of %llu bytes",
@@ -60,6 +63,7 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     int rc = size ? ph_os_map_file(fd, s->durable, size, 0, PH_MAP_PRIVATE, 0, NULL) : 0;
     if (rc) {
         ph_os_free_pages(s->durable, capacity);
+        ph_os_free_pages(s->xnt, PH_ALIGN_UP(capacity / 64, 4096));
         free(s->changed);
         free(s);
         return rc;
@@ -77,6 +81,7 @@ void ph_sim_destroy(ph_sim *s)
     if (!s)
         return;
     ph_os_free_pages(s->durable, s->capacity);
+    ph_os_free_pages(s->xnt, PH_ALIGN_UP(s->capacity / 64, 4096));
     free(s->changed);
     free(s->crash_image);
     free(s->crash_site);
@@ -153,8 +158,13 @@ static void trace(ph_sim *s, uint64_t kind, uint64_t a, uint64_t b)
 
 /* The parts of line `l` (from `off` in the images, `len` bytes) that join
  * a crash image: whole lines or single words, each drawn on its own. */
-static void join_line(const ph_sim_crash_spec *spec, char *img, const char *w, uint64_t off,
-                      uint64_t len)
+static int nt_unfenced(const ph_sim *s, uint64_t word)
+{
+    return (ph_load_relaxed(&s->xnt[word / 64]) >> (word % 64)) & 1;
+}
+
+static void join_line(const ph_sim *s, const ph_sim_crash_spec *spec, char *img, const char *w,
+                      uint64_t off, uint64_t len)
 {
     if (memcmp(img, w, len) == 0)
         return;
@@ -164,7 +174,7 @@ static void join_line(const ph_sim_crash_spec *spec, char *img, const char *w, u
         return;
     }
     for (uint64_t k = 0; k < len; k += 8)
-        if (memcmp(img + k, w + k, 8) != 0 &&
+        if (memcmp(img + k, w + k, 8) != 0 && !(spec->nt_lag && nt_unfenced(s, (off + k) / 8)) &&
             ph_sim_evicts(spec->seed ^ 0x574f524453ull, (off + k) / 8, spec->evict))
             memcpy(img + k, w + k, 8);
 }
@@ -185,7 +195,7 @@ static int write_image_locked(ph_sim *s, const char *path, const ph_sim_crash_sp
         if (memcmp(s->durable + off, s->working + off, len) == 0)
             continue;
         memcpy(line, s->durable + off, len);
-        join_line(spec, line, s->working + off, off, len);
+        join_line(s, spec, line, s->working + off, off, len);
         if (memcmp(line, s->durable + off, len) != 0)
             rc = ph_os_pwrite(fd, line, len, off);
     }
@@ -313,8 +323,13 @@ void ph_sim_store(struct ph_sim *s, ph_pctx *c, uint64_t *dst, uint64_t v)
 {
     (void)c;
     ph_store(dst, v);
-    if (in_working(s, (uintptr_t)dst))
-        stored(s, (uint64_t)((uintptr_t)dst - (uintptr_t)s->working), v, 0);
+    if (!in_working(s, (uintptr_t)dst))
+        return;
+    uint64_t at = (uint64_t)((uintptr_t)dst - (uintptr_t)s->working), word = at / 8;
+    /* The word is now an ordinary dirty word, whatever a non-temporal
+     * store left pending in it. */
+    __atomic_fetch_and(&s->xnt[word / 64], ~(1ull << (word % 64)), __ATOMIC_RELAXED);
+    stored(s, at, v, 0);
 }
 
 static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
@@ -327,6 +342,7 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
         sl->index = (line - (uintptr_t)s->working) / PH_CACHE_LINE;
         sl->from = 0;
         sl->len = PH_CACHE_LINE;
+        sl->nt = 0;
         memcpy(sl->data, (const void *)line, PH_CACHE_LINE);
         trace(s, EV_FLUSH, sl->index, 0);
     }
@@ -347,9 +363,13 @@ static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_
     sl->index = at / PH_CACHE_LINE;
     sl->from = (uint32_t)(at % PH_CACHE_LINE);
     sl->len = n * (uint32_t)sizeof(*src);
+    sl->nt = 1;
     memcpy(sl->data + sl->from, src, sl->len);
-    for (unsigned i = 0; i < n; i++)
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t word = at / 8 + i;
+        __atomic_fetch_or(&s->xnt[word / 64], 1ull << (word % 64), __ATOMIC_RELAXED);
         stored(s, at + 8 * i, src[i], 1);
+    }
 }
 
 /* A seeded pause before some fences, so that threads of a simulated heap
@@ -403,6 +423,9 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
         const ph_sim_line *sl = &q->lines[i];
         memcpy(s->durable + sl->index * PH_CACHE_LINE + sl->from, sl->data + sl->from, sl->len);
         changed(s, sl->index * PH_CACHE_LINE + sl->from, sl->len);
+        for (uint64_t w = (sl->index * PH_CACHE_LINE + sl->from) / 8; sl->nt && w <
+             (sl->index * PH_CACHE_LINE + sl->from + sl->len) / 8; w++)
+            __atomic_fetch_and(&s->xnt[w / 64], ~(1ull << (w % 64)), __ATOMIC_RELAXED);
     }
     if (mine) {
         q->n = 0;

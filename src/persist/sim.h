@@ -19,13 +19,17 @@
 
 /* What a crash takes (ph_sim_crash_spec.mode, PHEAP_SIM_* in pheap.h):
  *   lines      each differing line joins whole with probability `evict`;
- *   words      each differing aligned 8-byte word joins on its own. */
+ *   words      each differing aligned 8-byte word joins on its own;
+ *   nt_lag     with words: words of non-temporal stores not yet fenced never
+ *              join (write-combining buffers drain last), while the other
+ *              words join with probability `evict`. */
 typedef struct ph_sim_crash_spec {
     uint64_t fence;              /* crash just before this fence (1-based; 0 = no) */
     uint64_t store;              /* ... or just after this durable store (0 = no) */
     double evict;                /* probability that a differing part joins */
     uint64_t seed;               /* draws of that image */
     unsigned words;              /* 8-byte granularity instead of lines */
+    unsigned nt_lag;             /* unfenced non-temporal words stay out */
     unsigned contended;          /* `fence` counts contended fences only */
     const char *site;            /* ... and fences of this site only (function
                                     name or file:line; NULL: all) */
@@ -39,6 +43,8 @@ typedef struct ph_sim {
     char *durable;               /* durable image, capacity bytes */
     uint64_t *changed;           /* bit per PH_SIM_PAGE of durable[]: differs
                                     from the file it was read from */
+    uint64_t *xnt;               /* bit per 8-byte word: stored non-temporally,
+                                    not yet fenced (atomic) */
     uint64_t size;               /* file length the program sees */
     uint64_t durable_size;       /* file length a crash keeps */
     uint64_t capacity;           /* bytes reserved for durable[] */

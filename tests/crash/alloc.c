@@ -269,8 +269,10 @@ TEST(new_lane_holder_over_retired_entries)
     REQUIRE_OK(pheap_free_from(h, &slots[10]));
     REQUIRE_OK(pheap_free_from(h, &slots[11]));
     pheap_close(h);
+    /* A large block first: its entry follows the lane's zeroing with no
+     * other fence between (a small one would make a slab first). */
     static const op ops[] = {
-        {OP_ALLOC_TO, 0, 64},        {OP_ALLOC_TO, 1, 100 * KiB}, {OP_FREE_FROM, 0, 0},
+        {OP_ALLOC_TO, 1, 100 * KiB}, {OP_ALLOC_TO, 0, 64},        {OP_FREE_FROM, 0, 0},
         {OP_FREE_FROM, 1, 0},        {OP_ALLOC_TO, 2, 64},
     };
     enumerate("alloc/new_lane_holder", base, ops, sizeof(ops) / sizeof(ops[0]));

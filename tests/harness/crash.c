@@ -34,6 +34,7 @@ typedef struct variant {
     unsigned words;      /* 8-byte words on their own instead of whole lines */
     double store_evict;  /* write-back of the stored line at each durable store */
     uint64_t seed;       /* 0: the same draw everywhere; else drawn afresh per point */
+    unsigned nt_lag;     /* unfenced non-temporal stores stay out, the rest joins */
 } variant;
 
 static const variant sampled_variants[] = {
@@ -42,15 +43,16 @@ static const variant sampled_variants[] = {
     {1.0, 0, 0.0, 0},  /* everything that differs */
     {0.5, 1, 0.0, 2},  /* 8-byte words, each on its own */
     {0.3, 1, 0.3, 3},  /* words, and lines written back early at stores */
+    {1.0, 1, 0.0, 0, 1}, /* every word but those of unfenced non-temporal stores */
 };
 static const variant full_variants[] = {
     {0.0, 0, 0.0, 0}, {0.5, 0, 0.0, 1}, {0.5, 0, 0.0, 2}, {0.5, 0, 0.0, 3}, {1.0, 0, 0.0, 0},
     {0.5, 1, 0.0, 4}, {0.5, 1, 0.0, 5}, {0.2, 1, 0.0, 6}, {0.8, 1, 0.0, 7}, {0.3, 1, 0.3, 8},
-    {0.0, 0, 0.5, 9}, {0.5, 1, 0.5, 10},
+    {0.0, 0, 0.5, 9}, {0.5, 1, 0.5, 10}, {1.0, 1, 0.0, 0, 1}, {0.5, 1, 0.0, 11, 1},
 };
 
 static const variant quick_variants[] = {
-    {0.0, 0, 0.0, 0}, {0.5, 1, 0.0, 2}, {0.3, 1, 0.3, 3},
+    {0.0, 0, 0.0, 0}, {0.5, 1, 0.0, 2}, {0.3, 1, 0.3, 3}, {1.0, 1, 0.0, 0, 1},
 };
 
 int ph_crash_level(void)
@@ -84,7 +86,8 @@ static pheap_options sim_options(uint64_t fence, uint64_t store, const char *ima
                            .sim_crash_store = store,
                            .sim_crash_image = fence || store ? image : NULL,
                            .sim_evict_probability = v->evict, .sim_seed = seed,
-                           .sim_mode = v->words ? PHEAP_SIM_WORDS : 0,
+                           .sim_mode = (v->words ? PHEAP_SIM_WORDS : 0) |
+                                       (v->nt_lag ? PHEAP_SIM_NT_LAG : 0),
                            .sim_store_evict_probability = v->store_evict,
                            .sim_store_seed = seed ^ 0x5354ull};
 }
@@ -295,9 +298,10 @@ static int one_point(run_ctx *r, const char *base, ph_crash_workload_fn workload
     r->c->crash_fence = fence;
     r->c->crash_store = store;
     char where[128];
-    snprintf(where, sizeof(where), "%s %llu, variant %u (evict %.1f%s, store evict %.1f, seed %llu)",
+    snprintf(where, sizeof(where), "%s %llu, variant %u (evict %.1f%s%s, store evict %.1f, seed %llu)",
              fence ? "fence" : "store", (unsigned long long)point, vi, v->evict,
-             v->words ? " words" : " lines", v->store_evict, (unsigned long long)seed);
+             v->words ? " words" : " lines", v->nt_lag ? " nt-lag" : "", v->store_evict,
+             (unsigned long long)seed);
     r->where = where;
     judge(r, r->image, done);
     /* Depth 2: every image when full; else one in four, by variant. */
@@ -348,12 +352,14 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
             if (one_point(&r, base, workload, k, 0, &vs[v], v) != 0)
                 goto out;
     /* Between fences: after every durable store, with everything stored so
-     * far on media (each prefix of the stores, in program order); and after
-     * a sample of them (all when full) in the word-granular variants. */
-    static const variant prefix = {1.0, 1, 0.0, 0};
+     * far on media (each prefix of the stores, in program order), and the
+     * same but for non-temporal stores not yet fenced; and after a sample
+     * of them (all when full) in the word-granular variants. */
+    static const variant prefix[] = {{1.0, 1, 0.0, 0}, {1.0, 1, 0.0, 0, 1}};
     for (uint64_t s = 1; s <= st.stores; s++) {
-        if (one_point(&r, base, workload, 0, s, &prefix, nv) != 0)
-            goto out;
+        for (unsigned v = 0; v < PH_ARRAY_N(prefix); v++)
+            if (one_point(&r, base, workload, 0, s, &prefix[v], nv + v) != 0)
+                goto out;
         for (unsigned v = 0; v < nv && s % store_step == 0; v++)
             if (vs[v].words && one_point(&r, base, workload, 0, s, &vs[v], v) != 0)
                 goto out;
