@@ -485,3 +485,29 @@ TEST(same_calls_same_fences_on_any_cpu)
     if (ncpu < 2)
         fprintf(stderr, "  one CPU: the runs compared ran on the same CPU\n");
 }
+
+/* PHEAP_SIM_NT_LAG: words of non-temporal stores not yet fenced stay out of
+ * the image while ordinary stores join; a later ordinary store to such a
+ * word makes it an ordinary dirty word again. */
+TEST(unfenced_nt_words_lag_behind)
+{
+    pheap_options o = {.sim_mode = PHEAP_SIM_WORDS | PHEAP_SIM_NT_LAG};
+    pheap *h = open_sim(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *line = pheap_direct(h, d);
+    ph_pctx *c = ph_heap_pctx(h);
+    static const uint64_t v[4] = {0x11, 0x22, 0x33, 0x44};
+    ph_persist_store_nt_words(&h->sp.persist, c, line, v, 4); /* not fenced */
+    ph_persist_write(&h->sp.persist, c, &line[1], 0x55);     /* over an NT word */
+    line[5] = 0x66;                                           /* ordinary, dirty */
+    const char *img = ph_test_path("nt-lag");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 1.0));
+    uint64_t got[6];
+    read_image(img, d, got, sizeof(got));
+    CHECK_EQ(got[0], 0);
+    CHECK_EQ(got[1], 0x55);
+    CHECK_EQ(got[2], 0);
+    CHECK_EQ(got[3], 0);
+    CHECK_EQ(got[5], 0x66);
+}
