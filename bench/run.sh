@@ -10,7 +10,14 @@
 # usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]
 #   --quick        smaller parameters and a 512 MiB heap, under two minutes
 #   --alloc LIST   allocators to run (default pheap,pmemobj,mimalloc,jemalloc,glibc)
+#   --fs-dir DIR   where the back-end table runs (default BUILD_DIR-bench/heaps,
+#                  on the file system of the build tree; --fs-dir none skips it)
 #   other options go to pheap_bench (--heap-dir, --heap-size, --threads, --reps, ...)
+#
+# After the main run, the back-end table runs pheap with each flush back end
+# (msync, none, cache-line flushes) and libpmemobj with and without
+# PMEM_IS_PMEM_FORCE on an ordinary file system, with fewer calls: what each
+# durability costs outside tmpfs.
 set -eu
 
 usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]" >&2; exit 2; }
@@ -20,13 +27,16 @@ BUILD=${1%/}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=""
 ALLOCS="pheap,pmemobj,mimalloc,jemalloc,glibc"
+FS_DIR=""
 PASS=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=--quick ;;
     --alloc|-a) [ $# -ge 2 ] || usage; ALLOCS=$2; shift ;;
     --alloc=*) ALLOCS=${1#--alloc=} ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --fs-dir) [ $# -ge 2 ] || usage; FS_DIR=$2; shift ;;
+    --fs-dir=*) FS_DIR=${1#--fs-dir=} ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) PASS="$PASS $1" ;;    # options without spaces, passed through as words
     esac
     shift
@@ -95,6 +105,42 @@ for alloc in $(echo "$ALLOCS" | tr ',' ' '); do
     echo "run.sh: $alloc took $(( $(date +%s) - t0 )) s"
 done
 
+# ---- back ends on an ordinary file system ---------------------------------
+# Each line of the table is one pheap_bench process with its own flush
+# setting; the JSON lines get a "backend" field for the report.
+FS_LINES="$RES/$RUN-fs.jsonl"
+: >"$FS_LINES"
+FS_DIR=${FS_DIR:-$BDIR/heaps}
+if [ "$FS_DIR" != none ]; then
+    mkdir -p "$FS_DIR"
+    FS_OPS=20000; [ -n "$QUICK" ] && FS_OPS=4000
+    fs_run() {  # fs_run LABEL ALLOC ENV...: one configuration
+        label=$1 alloc=$2; shift 2
+        tmp="$FS_LINES.one"
+        : >"$tmp"
+        # fixed-64 allocates --batch blocks then frees them; threadtest does --ops calls
+        for wl in "fixed-64 --threads 1 --batch $((FS_OPS / 2))" "threadtest --threads 1,2 --ops $FS_OPS"; do
+            # shellcheck disable=SC2086  # wl holds separate words on purpose
+            env "$@" "$BIN" --alloc "$alloc" --workload $wl --reps 3 --heap-dir "$FS_DIR" \
+                --heap-size 64M --json "$tmp" >/dev/null || {
+                echo "run.sh: back end $label failed"; failed=1; }
+        done
+        sed "s/^{/{\"backend\":\"$label\",/" "$tmp" >>"$FS_LINES"
+        rm -f "$tmp"
+    }
+    t0=$(date +%s)
+    case ",$ALLOCS," in *,pheap,*)
+        fs_run "pheap msync" pheap PHEAP_FLUSH=msync
+        fs_run "pheap none" pheap PHEAP_FLUSH=none
+        fs_run "pheap $CPU_FLUSH" pheap PHEAP_FLUSH=$CPU_FLUSH ;;
+    esac
+    case ",$ALLOCS," in *,pmemobj,*)
+        fs_run "pmemobj msync" pmemobj PMEM_IS_PMEM_FORCE=0
+        fs_run "pmemobj forced" pmemobj PMEM_IS_PMEM_FORCE=1 ;;
+    esac
+    echo "run.sh: back ends on $FS_DIR took $(( $(date +%s) - t0 )) s"
+fi
+
 # ---- report ---------------------------------------------------------------
 ver() { dpkg-query -W -f '${Version}' "$1" 2>/dev/null || echo none; }
 HEAP_DIR=$(echo "$PASS" | sed -n 's/.*--heap-dir[= ]\([^ ]*\).*/\1/p')
@@ -105,6 +151,7 @@ SUMMARY="--summary $RES/SUMMARY.md"
 OPTIONS=$(echo "$PASS" | sed 's/^ *//')
 # shellcheck disable=SC2086
 python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "$RES/$RUN" $SUMMARY \
+    --backends "$FS_LINES" --meta "fs_dir=$FS_DIR ($(stat -f -c %T "$FS_DIR" 2>/dev/null || echo none))" \
     --meta "run=$RUN" --meta "mode=$MODE" \
     --meta "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)" \
     --meta "cpu=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)" \
@@ -114,7 +161,7 @@ python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "
     --meta "PMEM_IS_PMEM_FORCE=$PMEM_IS_PMEM_FORCE" --meta "PHEAP_FLUSH=$PHEAP_FLUSH" \
     --meta "libpmemobj=$(ver libpmemobj1)" --meta "mimalloc=$(ver libmimalloc2.0)" \
     --meta "jemalloc=$(ver libjemalloc2)" --meta "glibc=$(ver libc6)"
-rm -f "$LINES"
+rm -f "$LINES" "$FS_LINES"
 # A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
 if [ "$MODE" = full ]; then
     mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null

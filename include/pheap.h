@@ -68,7 +68,7 @@ enum {
     PHEAP_OK = 0,
     PHEAP_EINVAL = -1,      /* bad argument or option value */
     PHEAP_ENOMEM = -2,      /* out of memory (process or heap) */
-    PHEAP_ENOENT = -3,      /* no such file, or no such root */
+    PHEAP_ENOENT = -3,      /* not found: the heap file, or a root */
     PHEAP_EEXIST = -4,      /* PHEAP_EXCL and the file exists */
     PHEAP_EACCES = -5,      /* no permission to open the file as asked */
     PHEAP_EBUSY = -6,       /* heap open read-write elsewhere (file lock) */
@@ -128,6 +128,37 @@ enum pheap_flush_kind {
 
 /* Name of a flush kind ("clwb", "msync", ...). */
 const char *pheap_flush_name(unsigned kind);
+
+/* pheap_stats.flush_source: why the flush kind in use was chosen. */
+enum pheap_flush_source {
+    PHEAP_FLUSH_FROM_DAX = 1,  /* AUTO, and the file maps with MAP_SYNC (DAX): the
+                                  best cache-line flush of the CPU */
+    PHEAP_FLUSH_FROM_NOT_DAX,  /* AUTO, and the file is not on DAX: msync */
+    PHEAP_FLUSH_FROM_OPTION,   /* pheap_options.flush */
+    PHEAP_FLUSH_FROM_ENV,      /* the PHEAP_FLUSH environment variable */
+    PHEAP_FLUSH_FROM_SIMULATE, /* PHEAP_SIMULATE */
+};
+
+/* Reason a flush kind was chosen, as a phrase ("automatic: file not on
+ * DAX", ...); "unknown" for a value outside the enum. */
+const char *pheap_flush_source_name(unsigned source);
+
+/* What to expect of each kind (`make bench`, bench/README.md has numbers):
+ *   cache-line flushes on DAX   durable against power loss at every fence;
+ *                               about 10 M small allocations/s per thread.
+ *   cache-line flushes elsewhere (forced on a file that is not on DAX)
+ *                               the lines reach the page cache, not the
+ *                               disk: a process crash loses nothing, a power
+ *                               loss can lose anything since the kernel last
+ *                               wrote the file back (pheap_stats.power_safe 0).
+ *   msync                       durable against power loss at every fence;
+ *                               each fence is an msync of the dirty pages, a
+ *                               few thousand allocations/s on an SSD (ext4).
+ *   none                        a process crash (kill -9) loses nothing; a
+ *                               power loss can lose anything written since
+ *                               the kernel last wrote the file back; as fast
+ *                               as cache-line flushes or faster.
+ * On tmpfs the file itself is memory: nothing survives a power loss. */
 
 typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     uint64_t size;              /* bytes, when creating (0 = 64 MiB); rounded up to
@@ -349,6 +380,14 @@ struct pheap_stats {
     uint64_t largest_free;    /* largest free extent now backed, bytes */
     uint64_t cached_blocks;   /* free blocks held in thread caches */
     double   fragmentation;   /* 1 - live_bytes / (slab_bytes + large_bytes) */
+    unsigned flush_source;    /* enum pheap_flush_source: why `flush` was chosen */
+    unsigned in_memory;       /* 1 if the file is on tmpfs or ramfs */
+    unsigned power_safe;      /* 1 if `flush` writes to the file's storage (msync,
+                                 or cache-line flushes on DAX), so that what is
+                                 durable survives a power loss; 0 for none, the
+                                 simulator, cache-line flushes on a file not on
+                                 DAX, and files in memory (durable against
+                                 process crashes only) */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

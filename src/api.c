@@ -92,6 +92,11 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->format_minor = h->hdr.minor;
     out->flush = h->sp.persist.kind;
     out->dax = h->sp.dax;
+    out->flush_source = h->flush_source;
+    out->in_memory = h->sp.in_memory;
+    out->power_safe = !h->sp.in_memory &&
+                      (out->flush == PHEAP_FLUSH_MSYNC ||
+                       (h->sp.dax && out->flush >= PHEAP_FLUSH_CLWB && out->flush <= PHEAP_FLUSH_CLFLUSH));
     out->readonly = h->readonly;
     out->was_unclean = h->was_unclean;
     out->open_count = ph_load(&h->sp.state->xopen_count);

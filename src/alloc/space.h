@@ -31,6 +31,7 @@ typedef struct ph_space {
     int fd;                   /* heap file */
     const char *path;         /* its path, for messages (owned by the handle) */
     unsigned dax;             /* mapped with MAP_SYNC */
+    unsigned in_memory;       /* the file is on tmpfs or ramfs */
     uint32_t features;        /* the header's feat_incompat */
     unsigned inherited;       /* a fork child's copy being released: the file is not touched */
     ph_sim *sim;              /* simulation: working copy and durable image */

@@ -101,7 +101,12 @@ ph_export size_t pheap_usable_size(pheap *h, pheap_off off)
         ph_heap_forked("pheap_usable_size");
         return 0;
     }
-    if (offset_in_heap(h, off) || ph_engine_usable(h->engine, off, &bytes))
+    if (offset_in_heap(h, off))
+        return 0;
+    int rc = ph_engine_usable(h->engine, off, &bytes);
+    if (rc == PHEAP_EDOUBLEFREE)
+        ph_err(rc, "pheap_usable_size: the block at %llu is free", (unsigned long long)off);
+    if (rc)
         return 0;
     return (size_t)bytes;
 }

@@ -35,6 +35,7 @@ struct pheap {
     unsigned flags;               /* PHEAP_* open flags */
     unsigned readonly;            /* PHEAP_RDONLY */
     unsigned was_unclean;         /* found PH_STATE_OPEN at open */
+    unsigned flush_source;        /* enum pheap_flush_source of sp.persist.kind */
     char *path;                   /* as given to pheap_open */
     ph_header hdr;                /* validated copy of the header */
     ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */

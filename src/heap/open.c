@@ -152,10 +152,11 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     h->sp.base = base;
     int kind = h->readonly ? PH_MAP_READONLY : h->flags & PHEAP_SIMULATE ? PH_MAP_PRIVATE : PH_MAP_SHARED;
     int dax = 0;
-    rc = ph_os_map_file(h->sp.fd, base, ph_space_size(&h->sp), 0, kind, kind == PH_MAP_SHARED, &dax);
+    rc = ph_os_map_file(h->sp.fd, base, ph_space_size(&h->sp), 0, kind, kind != PH_MAP_PRIVATE, &dax);
     if (rc)
         return rc;
     h->sp.dax = (unsigned)dax;
+    h->sp.in_memory = (unsigned)ph_os_file_in_memory(h->sp.fd);
     if (h->flags & PHEAP_SIMULATE) {
         rc = ph_sim_create(&h->sp.sim, h->sp.base, ph_space_size(&h->sp), h->sp.reserve, h->sp.fd);
         if (!rc && opts) {
@@ -172,7 +173,12 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
         if (rc)
             return rc;
     }
-    unsigned flush = cfg->flush == PHEAP_FLUSH_AUTO ? ph_persist_auto_kind(dax) : cfg->flush;
+    unsigned flush = cfg->flush;
+    h->flush_source = cfg->flush_source;
+    if (flush == PHEAP_FLUSH_AUTO) {
+        flush = ph_persist_auto_kind(dax);
+        h->flush_source = dax ? PHEAP_FLUSH_FROM_DAX : PHEAP_FLUSH_FROM_NOT_DAX;
+    }
     rc = ph_persist_init(&h->sp.persist, flush, h->sp.sim);
     if (rc)
         return rc;

@@ -26,8 +26,10 @@ static int env_flush(const char *value, ph_config *cfg)
     if (ph_persist_parse_kind(value, &kind) != 0)
         return ph_err(PHEAP_EINVAL, "PHEAP_FLUSH=%s: unknown value (auto, clwb, clflushopt, "
                       "clflush, msync, none)", value);
-    if (cfg->flush == PHEAP_FLUSH_AUTO)
+    if (cfg->flush == PHEAP_FLUSH_AUTO && kind != PHEAP_FLUSH_AUTO) {
         cfg->flush = kind;
+        cfg->flush_source = PHEAP_FLUSH_FROM_ENV;
+    }
     return 0;
 }
 
@@ -88,6 +90,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.max_size %llu is below options.size %llu",
                       (unsigned long long)opts->max_size, (unsigned long long)opts->size);
     cfg->flush = opts->flush;
+    if (cfg->flush != PHEAP_FLUSH_AUTO)
+        cfg->flush_source = PHEAP_FLUSH_FROM_OPTION;
     for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++) {
         const char *v = getenv(option_table[i].name);
         if (v && *v) {
@@ -96,8 +100,10 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
                 return rc;
         }
     }
-    if (opts->flags & PHEAP_SIMULATE)
+    if (opts->flags & PHEAP_SIMULATE) {
         cfg->flush = PHEAP_FLUSH_SIM;
+        cfg->flush_source = PHEAP_FLUSH_FROM_SIMULATE;
+    }
     return 0;
 }
 

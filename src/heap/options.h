@@ -17,6 +17,7 @@ typedef struct ph_config {
     unsigned flags;         /* PHEAP_* */
     unsigned mode;          /* permission bits when creating */
     unsigned flush;         /* enum pheap_flush_kind; AUTO until mapped */
+    unsigned flush_source;  /* enum pheap_flush_source; 0 while flush is AUTO */
 } ph_config;
 
 /* Validates `opts` (NULL = defaults) and merges the PHEAP_* environment

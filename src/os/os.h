@@ -66,11 +66,16 @@ int ph_os_reserve(size_t len, void **addr);
 void ph_os_unreserve(void *addr, size_t len);
 
 /* Maps [off, off+len) of the file at the fixed address `addr` (inside a
- * reservation).  kind: PH_MAP_SHARED (writes go to the file; MAP_SYNC is
- * tried first when try_sync, and *is_sync tells whether it worked),
- * PH_MAP_PRIVATE (copy-on-write working copy) or PH_MAP_READONLY. */
+ * reservation).  kind: PH_MAP_SHARED (writes go to the file),
+ * PH_MAP_PRIVATE (copy-on-write working copy) or PH_MAP_READONLY.  For the
+ * shared kinds MAP_SYNC is tried first when try_sync, and *is_sync tells
+ * whether it worked (the file is on DAX). */
 enum { PH_MAP_SHARED, PH_MAP_PRIVATE, PH_MAP_READONLY };
 int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int try_sync, int *is_sync);
+
+/* 1 when the file lives in memory (tmpfs, ramfs): nothing of it survives a
+ * power loss, whatever is flushed.  0 otherwise or when unknown. */
+int ph_os_file_in_memory(int fd);
 
 /* Maps zero-filled private memory at the fixed address `addr`. */
 int ph_os_map_anon(void *addr, size_t len);

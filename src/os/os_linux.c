@@ -14,6 +14,8 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -214,14 +216,63 @@ int ph_os_pwrite(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+/* Describes who holds a flock on the file of `fd`, from /proc/locks
+ * ("FLOCK ADVISORY WRITE pid maj:min:inode ..."): "read-write by process
+ * 1234 (prog)" or "read-only by process 1234 (prog) and 2 others"; a
+ * generic phrase when /proc says nothing. */
+static void lock_holders(int fd, char *buf, size_t len)
+{
+    struct stat st;
+    FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+    int found = 0, writer = 0;
+    long first = 0;
+    char line[256];
+    while (f && fgets(line, sizeof(line), f)) {
+        char cls[16], kind[16], mode[16];
+        long pid;
+        unsigned maj, min;
+        unsigned long long ino;
+        const char *rec = strchr(line, ':');
+        if (!rec || sscanf(rec + 1, "%15s %15s %15s %ld %x:%x:%llu", cls, kind, mode, &pid, &maj, &min,
+                           &ino) != 7)
+            continue;
+        if (strcmp(cls, "FLOCK") != 0 || ino != (unsigned long long)st.st_ino ||
+            maj != major(st.st_dev) || min != minor(st.st_dev) || pid == (long)getpid())
+            continue;
+        if (!found++ || (!writer && strcmp(mode, "WRITE") == 0))
+            first = pid;
+        writer |= strcmp(mode, "WRITE") == 0;
+    }
+    if (f)
+        fclose(f);
+    if (!found) {
+        snprintf(buf, len, "elsewhere");
+        return;
+    }
+    char comm[64] = "", path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/comm", first);
+    FILE *c = fopen(path, "re");
+    if (c) {
+        if (fgets(comm, sizeof(comm), c))
+            comm[strcspn(comm, "\n")] = 0;
+        fclose(c);
+    }
+    int n = snprintf(buf, len, "%s by process %ld%s%s%s", writer ? "read-write" : "read-only", first,
+                     *comm ? " (" : "", comm, *comm ? ")" : "");
+    if (found > 1 && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " and %d other%s", found - 1, found > 2 ? "s" : "");
+}
+
 int ph_os_lock(int fd, int exclusive)
 {
     while (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
         if (errno == EINTR)
             continue;
-        if (errno == EWOULDBLOCK)
-            return ph_err(PHEAP_EBUSY, "heap file is locked: it is open %s elsewhere",
-                          exclusive ? "" : "read-write");
+        if (errno == EWOULDBLOCK) {
+            char who[128];
+            lock_holders(fd, who, sizeof(who));
+            return ph_err(PHEAP_EBUSY, "heap file is locked: it is open %s", who);
+        }
         return ph_err_sys("cannot lock", "heap file");
     }
     return 0;
@@ -247,8 +298,9 @@ int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int t
     void *p = MAP_FAILED;
     if (is_sync)
         *is_sync = 0;
-    if (kind == PH_MAP_SHARED && try_sync) {
-        p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, (off_t)off);
+    if (kind != PH_MAP_PRIVATE && try_sync) {
+        int prot = kind == PH_MAP_READONLY ? PROT_READ : PROT_READ | PROT_WRITE;
+        p = mmap(addr, len, prot, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, (off_t)off);
         if (p != MAP_FAILED && is_sync)
             *is_sync = 1;
     }
@@ -268,6 +320,15 @@ int ph_os_map_anon(void *addr, size_t len)
     if (p == MAP_FAILED)
         return ph_err_sys("cannot map memory for", "heap growth");
     return 0;
+}
+
+int ph_os_file_in_memory(int fd)
+{
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0)
+        return 0;
+    /* tmpfs and ramfs (magic numbers of linux/magic.h) */
+    return fs.f_type == 0x01021994 || fs.f_type == (__typeof__(fs.f_type))0x858458f6;
 }
 
 void ph_os_populate(void *addr, size_t len)

@@ -100,6 +100,23 @@ ph_export const char *pheap_flush_name(unsigned kind)
     return "unknown";
 }
 
+ph_export const char *pheap_flush_source_name(unsigned source)
+{
+    switch (source) {
+    case PHEAP_FLUSH_FROM_DAX:
+        return "automatic: file on DAX, MAP_SYNC works";
+    case PHEAP_FLUSH_FROM_NOT_DAX:
+        return "automatic: file not on DAX, MAP_SYNC refused";
+    case PHEAP_FLUSH_FROM_OPTION:
+        return "set by pheap_options.flush";
+    case PHEAP_FLUSH_FROM_ENV:
+        return "set by PHEAP_FLUSH";
+    case PHEAP_FLUSH_FROM_SIMULATE:
+        return "crash simulator (PHEAP_SIMULATE)";
+    }
+    return "unknown";
+}
+
 int ph_persist_parse_kind(const char *s, unsigned *kind)
 {
     for (size_t i = 0; i < PH_ARRAY_LEN(kind_names); i++) {

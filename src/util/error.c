@@ -76,7 +76,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_OK: return "success";
     case PHEAP_EINVAL: return "invalid argument";
     case PHEAP_ENOMEM: return "out of memory";
-    case PHEAP_ENOENT: return "no such file or root";
+    case PHEAP_ENOENT: return "not found";
     case PHEAP_EEXIST: return "heap file already exists";
     case PHEAP_EACCES: return "permission denied";
     case PHEAP_EBUSY: return "heap is open elsewhere";

@@ -3,6 +3,7 @@
  * full heap, and the tool's messages say the path and the reason once.
  */
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -68,4 +69,70 @@ TEST(info_counts_opens_in_words)
     CHECK_TOOL(r->code == 0, r);
     r = run("info", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "opened 2 times,"), r);
+}
+
+TEST(usable_size_of_a_freed_block_is_not_a_double_free)
+{
+    pheap *h = ph_test_create(ph_test_path("usable.heap"), 4u << 20);
+    REQUIRE(h);
+    pheap_off off = pheap_alloc(h, 100);
+    REQUIRE(off);
+    REQUIRE_OK(pheap_free(h, off));
+    CHECK_EQ(pheap_usable_size(h, off), 0);
+    CHECK(strstr(pheap_errmsg(), "double") == NULL);
+    CHECK(strstr(pheap_errmsg(), "is free") != NULL);
+    pheap_close(h);
+}
+
+TEST(not_found_says_not_found)
+{
+    CHECK(strcmp(pheap_strerror(PHEAP_ENOENT), "not found") == 0);
+    pheap *h;
+    CHECK_EQ(pheap_open(ph_test_path("absent.heap"), NULL, &h), PHEAP_ENOENT);
+    CHECK(strstr(pheap_errmsg(), "absent.heap") != NULL);
+}
+
+/* A second open of a heap held elsewhere names the holder and its mode. */
+TEST(busy_says_by_whom_and_how)
+{
+    const char *path = ph_test_path("busy.heap");
+    pheap_close(ph_test_create(path, 4u << 20));
+    int ready[2], done[2];
+    REQUIRE(pipe(ready) == 0 && pipe(done) == 0);
+    for (int rw = 0; rw < 2; rw++) {
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            pheap_options o = {.flags = rw ? 0 : PHEAP_RDONLY};
+            pheap *held;
+            char c = pheap_open(path, &o, &held) == 0 ? 'y' : 'n';
+            if (write(ready[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
+                _exit(1);
+            _exit(0);
+        }
+        char c = 0;
+        REQUIRE(read(ready[0], &c, 1) == 1 && c == 'y');
+        pheap *h;
+        char want[64];
+        snprintf(want, sizeof(want), "by process %d", (int)pid);
+        CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EBUSY);
+        CHECK(strstr(pheap_errmsg(), want) != NULL);
+        CHECK(strstr(pheap_errmsg(), rw ? "read-write" : "read-only") != NULL);
+        if (!strstr(pheap_errmsg(), want))
+            printf("  message: %s\n", pheap_errmsg());
+        REQUIRE(write(done[1], "x", 1) == 1);
+        int status;
+        waitpid(pid, &status, 0);
+    }
+}
+
+TEST(stats_do_not_call_an_empty_heap_fragmented)
+{
+    const char *path = ph_test_path("frag.heap");
+    pheap *h = ph_test_create(path, 8u << 20);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc(h, 24));
+    pheap_close(h);
+    ph_tool_result *r = run("stats", path, NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "fragmentation:") && !strstr(r->out, "100.0%"), r);
 }

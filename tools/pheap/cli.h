@@ -35,6 +35,9 @@ int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, uns
 /* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
 void cli_json_string(const char *s);
 
+/* What survives a crash with the flush kind of `st`, as a phrase. */
+const char *cli_durability(const struct pheap_stats *st);
+
 /* Prints a uuid as 8-4-4-4-12 hex into buf[37]. */
 void cli_format_uuid(const uint8_t uuid[16], char *buf);
 

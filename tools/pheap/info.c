@@ -35,17 +35,19 @@ int cmd_info(int argc, char **argv)
         printf(", \"format\": \"%u.%u\", \"library\": \"%s\", \"uuid\": \"%s\", "
                "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
                "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
-               "\"flush\": \"%s\", \"dax\": %s, \"roots\": [",
+               "\"flush\": \"%s\", \"flush_source\": \"%s\", \"power_safe\": %s, \"dax\": %s, "
+               "\"roots\": [",
                st.format_major, st.format_minor, pheap_version(), uuid, (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_offset,
                (unsigned long long)st.data_size, state, (unsigned long long)st.open_count,
                (unsigned long long)st.unclean_count, pheap_flush_name(st.flush),
+               pheap_flush_source_name(st.flush_source), st.power_safe ? "true" : "false",
                st.dax ? "true" : "false");
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
-               "state:       %s (opened %llu time%s, %llu unclean)\nflush:       %s%s\n"
-               "roots:       %u\n",
+               "state:       %s (opened %llu time%s, %llu unclean)\nflush:       %s%s (%s)\n"
+               "durability:  %s\nroots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
@@ -53,7 +55,8 @@ int cmd_info(int argc, char **argv)
                               : "clean",
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
                (unsigned long long)st.unclean_count,
-               pheap_flush_name(st.flush), st.dax ? " (DAX, MAP_SYNC)" : "", n);
+               pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),
+               cli_durability(&st), n);
     }
     for (unsigned i = 0; i < n; i++) {
         char name[PHEAP_ROOT_NAME_MAX + 1];

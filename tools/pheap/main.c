@@ -157,6 +157,22 @@ void cli_format_uuid(const uint8_t u[16], char *buf)
             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
+const char *cli_durability(const struct pheap_stats *st)
+{
+    if (st->flush == PHEAP_FLUSH_SIM)
+        return "simulated: the file gets what was flushed and fenced at close";
+    if (st->in_memory)
+        return "process crashes only: the file is on tmpfs, in memory";
+    if (st->flush == PHEAP_FLUSH_NONE)
+        return "process crashes only: a power loss may lose what the kernel has not written back";
+    if (!st->power_safe)
+        return "process crashes only: cache-line flushes reach the page cache of a file not on DAX, "
+               "not its storage";
+    if (st->flush == PHEAP_FLUSH_MSYNC)
+        return "power loss: every fence is an msync of the dirty pages (slow on disks)";
+    return "power loss: every fence makes the flushed lines durable";
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

@@ -57,6 +57,10 @@ static void print_classes(pheap *h, int json)
         printf("  (no slabs)\n");
 }
 
+/* Below this many bytes in slabs and extents, the share of them without
+ * live data says more about the slab size than about fragmentation. */
+#define FRAG_MIN_HELD (4ull << 20)
+
 int cmd_stats(int argc, char **argv)
 {
     const char *path;
@@ -118,7 +122,11 @@ int cmd_stats(int argc, char **argv)
            bytes(b1, st.large_bytes), percent(st.large_bytes, st.data_size));
     printf("free:           %s (%.1f%%), largest free extent %s\n", bytes(b1, st.free_bytes),
            percent(st.free_bytes, st.data_size), bytes(b2, st.largest_free));
-    printf("fragmentation:  %.1f%% of slab and extent bytes hold no live data\n", 100.0 * frag);
+    if (st.slab_bytes + st.large_bytes < FRAG_MIN_HELD)
+        printf("fragmentation:  not measured: less than %llu MiB in slabs and extents (every "
+               "size class in use holds at least one 64 KiB slab)\n", FRAG_MIN_HELD >> 20);
+    else
+        printf("fragmentation:  %.1f%% of slab and extent bytes hold no live data\n", 100.0 * frag);
     printf("flush:          %s; this read-only open: %llu flushes, %llu fences, %llu reflushes\n",
            pheap_flush_name(st.flush), (unsigned long long)st.flushes,
            (unsigned long long)st.fences, (unsigned long long)st.reflushes);
