@@ -20,7 +20,13 @@ all: build
 deps:
 	@command -v $(CMAKE) >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 && \
 	  command -v pkg-config >/dev/null 2>&1 || \
-	  { apt-get update && apt-get install -y cmake build-essential pkg-config; }
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && apt-get install -y cmake build-essential pkg-config; \
+	  else \
+	    echo "pheap needs cmake, a C compiler (cc) and pkg-config to build."; \
+	    echo "Install them, e.g. on Debian or Ubuntu: sudo apt-get install cmake build-essential pkg-config"; \
+	    exit 1; \
+	  fi
 
 build: | deps
 	@test -f $(BUILD)/CMakeCache.txt || $(CMAKE) -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX)
