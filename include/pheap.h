@@ -179,9 +179,17 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * read-write or read-only open elsewhere fails with PHEAP_EBUSY until
  * pheap_close (or the death of the process).  Read-only opens share.
  *
+ * Metadata that recovery cannot trust is refused, not obeyed: a damaged
+ * extent log (a slot of its active half that is neither zero, nor an
+ * entry, nor a torn append; impossible epochs; entries that contradict
+ * each other) or a live slab whose descriptor is not its class's gives
+ * PHEAP_ECORRUPT, with the finding in the message (docs/RECOVERY.md lists
+ * what open refuses and what only pheap_check reports).
+ *
  * Errors: PHEAP_EINVAL (bad options), PHEAP_ENOENT, PHEAP_EEXIST,
  * PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
  * PHEAP_ETRUNCATED, PHEAP_ECHECKSUM, PHEAP_EVERSION, PHEAP_ELAYOUT,
+ * PHEAP_ECORRUPT,
  * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOSPC (the file
  * system cannot hold the new heap), PHEAP_ENOMEM, PHEAP_EIO.
  * On failure nothing in the file has changed.
@@ -379,11 +387,14 @@ typedef struct pheap_check_report {
 } pheap_check_report;
 
 /* Deep consistency check of all metadata: header, region table, state,
- * roots, extent log against the extent index (no overlap, everything
- * accounted for), every slab descriptor and bitmap against its size class,
- * the per-thread logs.  Returns 0 when consistent, PHEAP_ECORRUPT when a
- * problem was found (details in *out, which may be NULL).  Changes nothing;
- * run it while no other thread allocates. */
+ * roots (each names 0 or the start of a live block), the extent log (its
+ * header's epochs, every slot of its active half an entry, zeros or a torn
+ * append) against the extent index (no overlap, everything accounted for),
+ * every slab descriptor and bitmap against its size class, the descriptors
+ * of chunks that are no slab (no allocated block may be recorded there: a
+ * slab the log lost), the per-thread logs.  Returns 0 when consistent,
+ * PHEAP_ECORRUPT when a problem was found (details in *out, which may be
+ * NULL).  Changes nothing; run it while no other thread allocates. */
 int pheap_check(pheap *h, pheap_check_report *out);
 
 /* ===================================================================== */

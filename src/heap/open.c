@@ -219,6 +219,8 @@ static int start_session(pheap *h)
     ph_state *s = h->sp.state;
     h->was_unclean = s->xclean == PH_STATE_OPEN;
     int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), h->was_unclean && !h->readonly, &h->engine);
+    if (rc == PHEAP_ECORRUPT) /* what recovery cannot trust */
+        return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
     if (rc || h->readonly)
         return rc;
     ph_persist *p = &h->sp.persist;
