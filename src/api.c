@@ -94,6 +94,9 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->dax = h->sp.dax;
     out->readonly = h->readonly;
     out->was_unclean = h->was_unclean;
+    out->snapshot = h->snapshot;
+    out->held_elsewhere = h->held_elsewhere;
+    out->recovered_ops = h->engine->recovered;
     out->open_count = ph_load(&h->sp.state->xopen_count);
     out->unclean_count = ph_load(&h->sp.state->xunclean_count);
     out->roots = pheap_root_count(h);

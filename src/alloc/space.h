@@ -33,6 +33,7 @@ typedef struct ph_space {
     unsigned dax;             /* mapped with MAP_SYNC */
     uint32_t features;        /* the header's feat_incompat */
     unsigned inherited;       /* a fork child's copy being released: the file is not touched */
+    unsigned snapshot;        /* a private copy-on-write view: the file is never touched */
     ph_sim *sim;              /* simulation: working copy and durable image */
     ph_persist persist;       /* the flush back end */
     ph_state *state;          /* in the mapping */
