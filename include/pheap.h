@@ -180,7 +180,8 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * handle is returned, and pheap_stats() reports it (was_unclean).
  * A read-write open takes an exclusive lock on the file: a second
  * read-write or read-only open elsewhere fails with PHEAP_EBUSY until
- * pheap_close (or the death of the process).  Read-only opens share.
+ * pheap_close (or the death of the process); a PHEAP_SNAPSHOT open does
+ * not (see below).  Read-only opens share.
  *
  * PHEAP_SNAPSHOT opens a private view that never writes the file: the file
  * is opened for reading only (a heap the caller may only read opens) and
