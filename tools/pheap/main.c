@@ -194,6 +194,10 @@ int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, uns
         return rc;
     pheap_options o = {.flags = flags};
     rc = pheap_open(*path, &o, h);
+    /* A snapshot of a heap in use may read its extent log mid-change and
+     * see it contradict itself: try again before calling it damaged. */
+    for (int tries = 1; rc == PHEAP_ECORRUPT && (flags & PHEAP_SNAPSHOT) && tries < 3; tries++)
+        rc = pheap_open(*path, &o, h);
     return rc ? cli_fail_json(*path, rc, *json) : 0;
 }
 
