@@ -111,6 +111,8 @@ const char *pheap_errmsg(void);
 #define PHEAP_EXCL     0x2u  /* with PHEAP_CREATE: fail if it exists */
 #define PHEAP_RDONLY   0x4u  /* map read-only; every write call fails */
 #define PHEAP_SIMULATE 0x8u  /* crash simulator: see the section below */
+#define PHEAP_SNAPSHOT 0x10u /* a private view that never writes the file: see
+                                pheap_open (tools: pheap check, info, stats) */
 
 /* pheap_options.flush: how stores are made durable.  AUTO picks cache-line
  * flushes when the file is on DAX (MAP_SYNC works) and msync otherwise; the
@@ -165,7 +167,8 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
                                    64 KiB and to the minimum for max_size: the
                                    metadata (about 1.9% of max_size + 1.3 MiB)
                                    plus one 64 KiB data chunk */
-    unsigned flags;             /* PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE */
+    unsigned flags;             /* PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE
+                                   | PHEAP_SNAPSHOT */
     unsigned mode;              /* permission bits when creating (0 = 0600) */
     uint64_t sim_crash_fence;   /* with PHEAP_SIMULATE: just before this fence (1-based) */
     const char *sim_crash_image;/*   takes effect, write the durable image here (0 = never) */
@@ -208,11 +211,39 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * handle is returned, and pheap_stats() reports it (was_unclean).
  * A read-write open takes an exclusive lock on the file: a second
  * read-write or read-only open elsewhere fails with PHEAP_EBUSY until
- * pheap_close (or the death of the process).  Read-only opens share.
+ * pheap_close (or the death of the process); a PHEAP_SNAPSHOT open does
+ * not (see below).  Read-only opens share.
+ *
+ * PHEAP_SNAPSHOT opens a private view that never writes the file: the file
+ * is opened for reading only (a heap the caller may only read opens) and
+ * mapped copy-on-write; every write call fails with PHEAP_ERDONLY, as on a
+ * read-only handle, and nothing reaches the file, ever.
+ *   - When no other process holds the heap read-write, the view takes the
+ *     shared lock (like PHEAP_RDONLY), and a heap that was not closed
+ *     cleanly is recovered inside the private view: the handle shows the
+ *     heap as the next read-write open will leave it (pheap_stats:
+ *     was_unclean, recovered_ops), and pheap_check checks that.
+ *   - When another process holds it read-write (where PHEAP_RDONLY fails
+ *     with PHEAP_EBUSY), the view takes no lock and runs no recovery: it
+ *     is a snapshot of a heap in use (pheap_stats: held_elsewhere), read
+ *     while its owner may change it -- good for figures, not a
+ *     consistent state (pheap_check may report what an operation in
+ *     flight looks like; the open itself may fail with PHEAP_ECORRUPT when
+ *     it reads the extent log mid-change: try again).
+ * PHEAP_SNAPSHOT excludes PHEAP_CREATE and PHEAP_SIMULATE; with
+ * PHEAP_RDONLY it means the same.  The flush back end is "none".
+ *
+ * Metadata that recovery cannot trust is refused, not obeyed: a damaged
+ * extent log (a slot of its active half that is neither zero, nor an
+ * entry, nor a torn append; impossible epochs; entries that contradict
+ * each other) or a live slab whose descriptor is not its class's gives
+ * PHEAP_ECORRUPT, with the finding in the message (docs/RECOVERY.md lists
+ * what open refuses and what only pheap_check reports).
  *
  * Errors: PHEAP_EINVAL (bad options), PHEAP_ENOENT, PHEAP_EEXIST,
  * PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
  * PHEAP_ETRUNCATED, PHEAP_ECHECKSUM, PHEAP_EVERSION, PHEAP_ELAYOUT,
+ * PHEAP_ECORRUPT,
  * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOSPC (the file
  * system cannot hold the new heap), PHEAP_ENOMEM, PHEAP_EIO.
  * On failure nothing in the file has changed.
@@ -359,8 +390,10 @@ struct pheap_stats {
     uint8_t  uuid[16];        /* identity of the heap, set at creation */
     unsigned format_major;    /* format version of the file */
     unsigned format_minor;
-    unsigned flush;           /* enum pheap_flush_kind in use */
-    unsigned dax;             /* 1 if mapped with MAP_SYNC */
+    unsigned flush;           /* enum pheap_flush_kind in use (a PHEAP_SNAPSHOT
+                                 writes nothing: the kind a read-write open with
+                                 the same options and environment would use) */
+    unsigned dax;             /* 1 if the file maps with MAP_SYNC (DAX) */
     unsigned readonly;        /* 1 if opened with PHEAP_RDONLY */
     unsigned was_unclean;     /* 1 if the last shutdown was not clean */
     uint64_t open_count;      /* read-write opens over the heap's life */
@@ -388,6 +421,14 @@ struct pheap_stats {
                                  simulator, cache-line flushes on a file not on
                                  DAX, and files in memory (durable against
                                  process crashes only) */
+    unsigned snapshot;        /* 1 if opened with PHEAP_SNAPSHOT (readonly is 1 too) */
+    unsigned held_elsewhere;  /* 1 if, at that snapshot open, another process held
+                                 the heap read-write: no lock, no recovery, and
+                                 was_unclean is 0 (the heap is in use, not crashed) */
+    uint64_t recovered_ops;   /* logged operations (alloc_to / free_from) rolled
+                                 forward at this open: in the file after a
+                                 read-write open, in the private view after a
+                                 snapshot open */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */
@@ -418,11 +459,14 @@ typedef struct pheap_check_report {
 } pheap_check_report;
 
 /* Deep consistency check of all metadata: header, region table, state,
- * roots, extent log against the extent index (no overlap, everything
- * accounted for), every slab descriptor and bitmap against its size class,
- * the per-thread logs.  Returns 0 when consistent, PHEAP_ECORRUPT when a
- * problem was found (details in *out, which may be NULL).  Changes nothing;
- * run it while no other thread allocates. */
+ * roots (each names 0 or the start of a live block), the extent log (its
+ * header's epochs, every slot of its active half an entry, zeros or a torn
+ * append) against the extent index (no overlap, everything accounted for),
+ * every slab descriptor and bitmap against its size class, the descriptors
+ * of chunks that are no slab (no allocated block may be recorded there: a
+ * slab the log lost), the per-thread logs.  Returns 0 when consistent,
+ * PHEAP_ECORRUPT when a problem was found (details in *out, which may be
+ * NULL).  Changes nothing; run it while no other thread allocates. */
 int pheap_check(pheap *h, pheap_check_report *out);
 
 /* ===================================================================== */

@@ -90,15 +90,18 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     memcpy(out->uuid, h->hdr.uuid, sizeof(out->uuid));
     out->format_major = h->hdr.major;
     out->format_minor = h->hdr.minor;
-    out->flush = h->sp.persist.kind;
-    out->dax = h->sp.dax;
+    out->flush = h->flush;
+    out->dax = h->dax_file;
     out->flush_source = h->flush_source;
     out->in_memory = h->sp.in_memory;
     out->power_safe = !h->sp.in_memory &&
                       (out->flush == PHEAP_FLUSH_MSYNC ||
-                       (h->sp.dax && out->flush >= PHEAP_FLUSH_CLWB && out->flush <= PHEAP_FLUSH_CLFLUSH));
+                       (h->dax_file && out->flush >= PHEAP_FLUSH_CLWB && out->flush <= PHEAP_FLUSH_CLFLUSH));
     out->readonly = h->readonly;
     out->was_unclean = h->was_unclean;
+    out->snapshot = h->snapshot;
+    out->held_elsewhere = h->held_elsewhere;
+    out->recovered_ops = h->engine->recovered;
     out->open_count = ph_load(&h->sp.state->xopen_count);
     out->unclean_count = ph_load(&h->sp.state->xunclean_count);
     out->roots = pheap_root_count(h);

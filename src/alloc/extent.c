@@ -111,6 +111,9 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
     int rc = extents_init(sp, x);
     ph_extent_rec *live = NULL;
     uint64_t n = 0;
+    char why[256];
+    if (!rc && ph_extent_log_audit(x, why, sizeof(why)))
+        rc = ph_err(PHEAP_ECORRUPT, "%s", why);
     if (!rc)
         rc = ph_extent_log_replay(x, &live, &n, &x->tail);
     if (!rc)
@@ -342,8 +345,8 @@ int ph_extents_check(ph_extents *x, char *err, size_t errlen)
     lock_index(x);
     ph_extent_rec *live = NULL;
     uint64_t n = 0, i = 0, free_pages = 0, p = 0, used;
-    int bad = 0;
-    if (ph_extent_log_replay(x, &live, &n, &used) != 0) {
+    int bad = ph_extent_log_audit(x, err, errlen);
+    if (!bad && ph_extent_log_replay(x, &live, &n, &used) != 0) {
         snprintf(err, errlen, "%s", pheap_errmsg());
         bad = 1;
     }

@@ -60,6 +60,12 @@ void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32
  * contradicts itself. */
 int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uint64_t *used);
 
+/* Whether recovery can trust the log: its header's epochs, and every slot
+ * of the active half that replay reads holds an entry of the active epoch,
+ * zeros, or one word of a torn append (heaps with tagged logs: see
+ * compaction).  0, or 1 with a message in err. */
+int ph_extent_log_audit(const ph_extents *x, char *err, size_t errlen);
+
 /* ---- the backed range and purges (extent_backing.c) ---- */
 
 /* Faults in the page maps for pages [from, to). */

@@ -33,6 +33,7 @@
  */
 #include "alloc/extent_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,65 @@ void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32
     ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
 }
 
+/* Slots of the active half that replay reads, in log order: [0, span).
+ * Replay and the audit below both go through here, so that a bound on
+ * replay changes them together. */
+static uint64_t replay_span(const ph_extents *x)
+{
+    return x->half_entries;
+}
+
+/* Why the header of the log cannot be trusted, or NULL.  xactive == 0 is a
+ * heap never compacted (epoch 1, half 0).  In heaps with tagged logs,
+ * compaction persists xlast_epoch before it writes an entry of the new
+ * epoch, so the active epoch never exceeds it (or 1). */
+static const char *header_fault(const ph_extents *x)
+{
+    uint64_t v = ph_load(&x->hdr->xactive), last = ph_load(&x->hdr->xlast_epoch);
+    if (v && (v >> 1) == 0)
+        return "the active epoch is 0";
+    if ((v >> 1) > PH_EXTLOG_EPOCH_MAX || last > PH_EXTLOG_EPOCH_MAX)
+        return "an epoch beyond any a heap reaches";
+    if ((x->sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS) && (v >> 1) > PH_MAX(last, 1u))
+        return "the active epoch is above the highest epoch ever used";
+    return NULL;
+}
+
+int ph_extent_log_audit(const ph_extents *x, char *err, size_t errlen)
+{
+    const char *why = header_fault(x);
+    if (why) {
+        snprintf(err, errlen, "extent log header (active %#llx, last epoch %#llx): %s",
+                 (unsigned long long)ph_load(&x->hdr->xactive),
+                 (unsigned long long)ph_load(&x->hdr->xlast_epoch), why);
+        return 1;
+    }
+    /* Heaps without tagged logs may keep stale slots of older epochs, and
+     * torn appends over them: there a slot that does not decode proves
+     * nothing. */
+    if (!(x->sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS))
+        return 0;
+    uint64_t span = replay_span(x), bad = 0, first = 0;
+    ph_extent_rec e;
+    for (uint64_t i = 0; i < span; i++) {
+        const ph_extlog_entry *s = slot(x, x->active, i);
+        /* Zero, or one word of a torn append (see compaction): legal. */
+        if (!ph_load_relaxed(&s->w0) || !ph_load_relaxed(&s->w1) || decode(s, x->epoch, &e))
+            continue;
+        if (bad++ == 0)
+            first = i;
+    }
+    if (bad) {
+        const ph_extlog_entry *s = slot(x, x->active, first);
+        snprintf(err, errlen, "extent log: %llu slot(s) of the active half hold neither an entry of "
+                 "epoch %llu nor zeros, first entry %llu (%#llx %#llx)", (unsigned long long)bad,
+                 (unsigned long long)x->epoch, (unsigned long long)first,
+                 (unsigned long long)ph_load_relaxed(&s->w0), (unsigned long long)ph_load_relaxed(&s->w1));
+        return 1;
+    }
+    return 0;
+}
+
 typedef struct live_set {
     ph_extent_rec *v;       /* open addressing by page; n == 0 marks empty */
     uint64_t cap;   /* power of two */
@@ -163,7 +223,7 @@ int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uin
     int rc = 0;
     ph_extent_rec e;
     uint64_t i, tail = 0;
-    for (i = 0; i < x->half_entries; i++) {
+    for (i = 0; i < replay_span(x); i++) {
         if (!decode(slot(x, x->active, i), x->epoch, &e))
             continue; /* never written, or in flight at the crash */
         tail = i + 1;

@@ -118,7 +118,7 @@ uint32_t ph_slab_live(const ph_slab *s)
     return n;
 }
 
-int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
+int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen)
 {
     const ph_slab_desc *d = s->desc;
     if (cls >= PH_CLASSES || d->cls != cls || d->block_size != ph_class_size[cls] ||
@@ -128,12 +128,15 @@ int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
                  (unsigned long long)d->block_size, (unsigned long long)d->nblocks, cls);
         return 1;
     }
-    /* Every bit pair beyond nblocks is zero and A implies E. */
-    uint64_t used[PH_SLAB_WORDS] = {0};
-    for (uint32_t i = 0; i < d->nblocks; i++) {
-        uint32_t w, sh;
-        ph_slab_bitpos(i, &w, &sh);
-        used[w] |= 3ull << sh;
+    /* Every bit pair beyond nblocks is zero and A implies E.  Word w holds
+     * line l = w / 8, positions k in [32 (w % 8), 32 (w % 8) + 32), blocks
+     * l + 16 k: those below nblocks are the word's first `count` pairs. */
+    uint64_t used[PH_SLAB_WORDS];
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
+        uint64_t line = w / 8, first = 32 * (w % 8);
+        uint64_t nk = d->nblocks > line ? (d->nblocks - line + 15) / 16 : 0;
+        uint64_t count = nk > first ? PH_MIN(nk - first, 32u) : 0;
+        used[w] = count == 32 ? ~0ull : (1ull << (2 * count)) - 1;
     }
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
         uint64_t v = ph_load(&d->xbits[w]);
@@ -142,6 +145,16 @@ int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
                      (unsigned long long)s->off, w, (unsigned long long)v);
             return 1;
         }
+    }
+    return 0;
+}
+
+int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
+{
+    if (ph_slab_check_desc(s, cls, err, errlen))
+        return 1;
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
+        uint64_t v = ph_load(&s->desc->xbits[w]);
         if (v != ph_load(&s->bits[w])) {
             snprintf(err, errlen, "slab at %llu: bitmap word %u is %#llx, its copy %#llx",
                      (unsigned long long)s->off, w, (unsigned long long)v,
@@ -150,4 +163,12 @@ int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+uint32_t ph_slab_desc_allocated(const ph_slab_desc *d)
+{
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
+        n += (uint32_t)__builtin_popcountll(ph_load(&d->xbits[w]) & 0x5555555555555555ull);
+    return n;
 }

@@ -167,4 +167,15 @@ uint32_t ph_slab_live(const ph_slab *s);
  * returns 1. */
 int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen);
 
+/* The durable descriptor alone: its header names class `cls` with that
+ * class's sizes, no bit lies beyond the last block, and A implies E --
+ * true in every crash image (the descriptor is fenced before the slab's
+ * extent-log entry, and each bitmap word changes by one 8-byte store).
+ * 0, or 1 with a message. */
+int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen);
+
+/* A bits set in a descriptor's bitmap (of a chunk that may not be a slab
+ * now: a slab is released only once all its A bits are durably clear). */
+uint32_t ph_slab_desc_allocated(const ph_slab_desc *d);
+
 #endif

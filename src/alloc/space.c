@@ -85,7 +85,7 @@ out:
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
 {
     uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);
-    if (s->inherited || end <= first)
+    if (s->inherited || s->snapshot || end <= first)
         return;
     if (s->sim)
         ph_sim_punch(s->sim, first, end - first);

@@ -34,6 +34,7 @@ typedef struct ph_space {
     unsigned in_memory;       /* the file is on tmpfs or ramfs */
     uint32_t features;        /* the header's feat_incompat */
     unsigned inherited;       /* a fork child's copy being released: the file is not touched */
+    unsigned snapshot;        /* a private copy-on-write view: the file is never touched */
     ph_sim *sim;              /* simulation: working copy and durable image */
     ph_persist persist;       /* the flush back end */
     ph_state *state;          /* in the mapping */

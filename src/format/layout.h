@@ -228,12 +228,20 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  * a slot that was durably zero, so a torn one has a zero word).  Heaps
  * without PH_FEAT_INCOMPAT_TAGGED_LOGS may keep stale slots of older
  * epochs until their first compaction by a 1.1 build.
+ * Invariants (tagged heaps; open refuses a heap that breaks one): every
+ * slot of the active half that replay reads is zero, an entry of the
+ * active epoch, or has one zero word; 1 <= active epoch <= max(1,
+ * xlast_epoch); no epoch exceeds PH_EXTLOG_EPOCH_MAX.
  * Order: entry j of a half (j-th appended) is slot (j mod L) * 4 + j / L of
  * the half's L lines of four slots, so consecutive entries lie in
  * different lines. */
 #define PH_EXT_FREE 1u      /* pages returned to free space */
 #define PH_EXT_LARGE 2u     /* pages allocated as one large block */
 #define PH_EXT_SLAB 3u      /* one chunk allocated as a slab */
+
+/* No heap reaches this many compactions (one per filled half); an epoch
+ * above it in the header is damage, not history. */
+#define PH_EXTLOG_EPOCH_MAX (1ull << 40)
 
 typedef struct ph_extlog_header {
     uint64_t xactive;     /* epoch << 1 | active half; epoch starts at 1 */

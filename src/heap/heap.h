@@ -33,9 +33,14 @@ struct pheap {
     uint64_t id;                  /* unique per open in this process */
     uint64_t fork_gen;            /* ph_fork_generation when opened */
     unsigned flags;               /* PHEAP_* open flags */
-    unsigned readonly;            /* PHEAP_RDONLY */
-    unsigned was_unclean;         /* found PH_STATE_OPEN at open */
-    unsigned flush_source;        /* enum pheap_flush_source of sp.persist.kind */
+    unsigned readonly;            /* PHEAP_RDONLY or PHEAP_SNAPSHOT: no write call */
+    unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
+    unsigned held_elsewhere;      /* snapshot of a heap held read-write elsewhere */
+    unsigned was_unclean;         /* found PH_STATE_OPEN at open (not held elsewhere) */
+    unsigned flush_source;        /* enum pheap_flush_source of `flush` below */
+    unsigned flush;               /* enum pheap_flush_kind a read-write open uses
+                                     (sp.persist.kind but for snapshots) */
+    unsigned dax_file;            /* the file maps with MAP_SYNC */
     char *path;                   /* as given to pheap_open */
     ph_header hdr;                /* validated copy of the header */
     ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */

@@ -86,7 +86,7 @@ out:
  * once both end up opening the one heap that won the rename. */
 static int open_or_create(const char *path, const ph_config *cfg, int *fd)
 {
-    int readonly = (cfg->flags & PHEAP_RDONLY) != 0;
+    int readonly = (cfg->flags & (PHEAP_RDONLY | PHEAP_SNAPSHOT)) != 0;
     if (!(cfg->flags & PHEAP_CREATE))
         return ph_os_open(path, readonly, fd);
     int created = 0, lost_race = 0;
@@ -150,7 +150,10 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     if (rc)
         return rc;
     h->sp.base = base;
-    int kind = h->readonly ? PH_MAP_READONLY : h->flags & PHEAP_SIMULATE ? PH_MAP_PRIVATE : PH_MAP_SHARED;
+    int kind = h->snapshot                  ? PH_MAP_PRIVATE
+               : h->readonly                ? PH_MAP_READONLY
+               : h->flags & PHEAP_SIMULATE ? PH_MAP_PRIVATE
+                                            : PH_MAP_SHARED;
     int dax = 0;
     rc = ph_os_map_file(h->sp.fd, base, ph_space_size(&h->sp), 0, kind, kind != PH_MAP_PRIVATE, &dax);
     if (rc)
@@ -173,13 +176,16 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
         if (rc)
             return rc;
     }
-    unsigned flush = cfg->flush;
+    /* h->flush is what a read-write open with these options would use;
+     * a snapshot (a private view) makes nothing durable. */
+    h->dax_file = h->snapshot ? (unsigned)ph_os_file_on_dax(h->sp.fd) : h->sp.dax;
+    h->flush = cfg->flush;
     h->flush_source = cfg->flush_source;
-    if (flush == PHEAP_FLUSH_AUTO) {
-        flush = ph_persist_auto_kind(dax);
-        h->flush_source = dax ? PHEAP_FLUSH_FROM_DAX : PHEAP_FLUSH_FROM_NOT_DAX;
+    if (h->flush == PHEAP_FLUSH_AUTO) {
+        h->flush = ph_persist_auto_kind((int)h->dax_file);
+        h->flush_source = h->dax_file ? PHEAP_FLUSH_FROM_DAX : PHEAP_FLUSH_FROM_NOT_DAX;
     }
-    rc = ph_persist_init(&h->sp.persist, flush, h->sp.sim);
+    rc = ph_persist_init(&h->sp.persist, h->snapshot ? PHEAP_FLUSH_NONE : h->flush, h->sp.sim);
     if (rc)
         return rc;
     h->sp.data_off = ph_header_region(&h->hdr, PH_REGION_DATA)->offset;
@@ -223,8 +229,15 @@ static void release(pheap *h)
 static int start_session(pheap *h)
 {
     ph_state *s = h->sp.state;
-    h->was_unclean = s->xclean == PH_STATE_OPEN;
-    int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), h->was_unclean && !h->readonly, &h->engine);
+    /* A heap held read-write elsewhere is OPEN because it is in use. */
+    h->was_unclean = s->xclean == PH_STATE_OPEN && !h->held_elsewhere;
+    /* A snapshot recovers into its private view, unless the heap has
+     * features this build may only read. */
+    int recover = h->was_unclean && (!h->readonly || h->snapshot) &&
+                  !(h->hdr.feat_ro_compat & ~PH_FEAT_RO_COMPAT_KNOWN);
+    int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), recover, &h->engine);
+    if (rc == PHEAP_ECORRUPT) /* what recovery cannot trust */
+        return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
     if (rc || h->readonly)
         return rc;
     ph_persist *p = &h->sp.persist;
@@ -261,13 +274,19 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     h->sp.fd = -1;
     h->sp.path = h->path;
     h->flags = cfg.flags;
-    h->readonly = (cfg.flags & PHEAP_RDONLY) != 0;
+    h->snapshot = (cfg.flags & PHEAP_SNAPSHOT) != 0;
+    h->readonly = (cfg.flags & PHEAP_RDONLY) != 0 || h->snapshot;
+    h->sp.snapshot = h->snapshot;
     pthread_mutex_init(&h->sp.grow_lock, NULL);
     pthread_mutex_init(&h->root_lock, NULL);
     pthread_mutex_init(&h->threads_lock, NULL);
     rc = open_or_create(path, &cfg, &h->sp.fd);
     if (!rc)
         rc = ph_os_lock(h->sp.fd, !h->readonly);
+    if (rc == PHEAP_EBUSY && h->snapshot) { /* held read-write elsewhere: a snapshot of it */
+        h->held_elsewhere = 1;
+        rc = 0;
+    }
     if (!rc)
         rc = read_header(h);
     if (!rc)

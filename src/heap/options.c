@@ -47,11 +47,13 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     if (!opts)
         opts = &zero;
     memset(cfg, 0, sizeof(*cfg));
-    unsigned known = PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE;
+    unsigned known = PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE | PHEAP_SNAPSHOT;
     if (opts->flags & ~known)
         return ph_err(PHEAP_EINVAL, "options.flags: unknown bits %#x", opts->flags & ~known);
     if ((opts->flags & PHEAP_RDONLY) && (opts->flags & (PHEAP_CREATE | PHEAP_SIMULATE)))
         return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_RDONLY excludes PHEAP_CREATE and PHEAP_SIMULATE");
+    if ((opts->flags & PHEAP_SNAPSHOT) && (opts->flags & (PHEAP_CREATE | PHEAP_SIMULATE)))
+        return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_SNAPSHOT excludes PHEAP_CREATE and PHEAP_SIMULATE");
     if ((opts->flags & PHEAP_EXCL) && !(opts->flags & PHEAP_CREATE))
         return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_EXCL needs PHEAP_CREATE");
     if (opts->flush > PHEAP_FLUSH_NONE)

@@ -142,6 +142,8 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
 {
     unsigned errors = 0, n = 0;
+    char dangling[160];
+    uint64_t bytes;
     for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
         uint64_t used = ph_load(&e->xused), off = ph_load(&e->xoff);
@@ -154,7 +156,13 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
             why = "name is empty or not terminated";
         else if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
             why = "offset outside the data region";
-        else {
+        else if (off && ph_engine_usable(h->engine, off, &bytes) != 0) {
+            /* Dangling: the block it named was freed, or it never named one. */
+            snprintf(dangling, sizeof(dangling), "root '%.*s' = %llu names no live block's start (%s)",
+                     (int)PH_ROOT_NAME_MAX, e->name, (unsigned long long)off,
+                     pheap_strerror(pheap_errno()));
+            why = dangling;
+        } else {
             n++;
             for (unsigned j = i + 1; j < PH_ROOTS_MAX && !why; j++)
                 if (ph_load(&h->roots[j].xused) == 1 &&
@@ -163,6 +171,8 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
         }
         if (why && errors++ == 0)
             snprintf(err, errlen, "root entry %u: %s", i, why);
+        if (why == dangling)
+            n++;
     }
     *nroots = n;
     return (int)errors;

@@ -73,6 +73,10 @@ void ph_os_unreserve(void *addr, size_t len);
 enum { PH_MAP_SHARED, PH_MAP_PRIVATE, PH_MAP_READONLY };
 int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int try_sync, int *is_sync);
 
+/* 1 when the file maps with MAP_SYNC (DAX), probed with a one-page
+ * read-only mapping that is dropped at once; 0 otherwise. */
+int ph_os_file_on_dax(int fd);
+
 /* 1 when the file lives in memory (tmpfs, ramfs): nothing of it survives a
  * power loss, whatever is flushed.  0 otherwise or when unknown. */
 int ph_os_file_in_memory(int fd);

@@ -322,6 +322,16 @@ int ph_os_map_anon(void *addr, size_t len)
     return 0;
 }
 
+int ph_os_file_on_dax(int fd)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    munmap(p, (size_t)page);
+    return 1;
+}
+
 int ph_os_file_in_memory(int fd)
 {
     struct statfs fs;

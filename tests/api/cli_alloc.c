@@ -1,7 +1,8 @@
 /*
  * cli_alloc.c -- `pheap check` and `pheap stats`, run as a separate
  * program on heaps with live blocks: text and JSON output agree with the
- * library, check recovers a dirty heap and reports corruption (exit 1),
+ * library, check reports a dirty heap without writing it and --repair
+ * recovers it, check reports corruption (exit 1),
  * stats writes nothing, bad usage exits 2.
  */
 #include <ctype.h>
@@ -133,9 +134,21 @@ TEST(check_recovers_a_dirty_heap)
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"dirty\""), r);
     r = run("stats", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "not closed cleanly"), r);
-    r = run("check", "--json", path, NULL);
+    char copy[600], cmd[1300];
+    snprintf(copy, sizeof(copy), "%s.copy", path);
+    REQUIRE(ph_test_copy_file(path, copy) == 0);
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", path, copy);
+    r = run("check", "--json", path, NULL); /* read-only: says what recovery would do */
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
-    CHECK_TOOL(strstr(r->out, "\"recovered\": true"), r);
+    CHECK_TOOL(strstr(r->out, "\"recovery_needed\": true") && strstr(r->out, "\"recovered\": false"), r);
+    CHECK_TOOL(jnum(r->out, "live_blocks") == NSMALL + NMID + NLARGE + 2, r);
+    CHECK(system(cmd) == 0);
+    r = run("check", path, NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "recovery:      needed"), r);
+    CHECK(system(cmd) == 0);
+    r = run("check", "--repair", "--json", path, NULL); /* recovery runs */
+    CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"recovered\": true") && strstr(r->out, "\"mode\": \"repair\""), r);
     CHECK_TOOL(jnum(r->out, "live_blocks") == NSMALL + NMID + NLARGE + 2, r);
     r = run("stats", "--json", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\""), r);
@@ -184,7 +197,8 @@ TEST(usage_and_failures)
     r = run("check", ph_test_path("missing.heap"), NULL);
     CHECK_TOOL(r->code == 1 && r->err[0], r);
     r = run("stats", "--json", ph_test_path("missing.heap"), NULL);
-    CHECK_TOOL(r->code == 1 && r->err[0] && !r->out[0], r);
+    CHECK_TOOL(r->code == 1 && r->err[0] && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"error\": \"PHEAP_ENOENT\""), r);
     r = run("--help", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "pheap check") && strstr(r->out, "pheap stats"), r);
 }

@@ -84,6 +84,14 @@ TEST(automatic)
     CHECK_EQ(rst.flush, st.flush);
     CHECK_EQ(rst.flush_source, st.flush_source);
     CHECK_EQ(rst.dax, st.dax);
+    /* and so does a snapshot, which writes nothing */
+    pheap_options snap = {.flags = PHEAP_SNAPSHOT};
+    struct pheap_stats sst = stats_of(path, &snap);
+    CHECK_EQ(sst.snapshot, 1);
+    CHECK_EQ(sst.flush, st.flush);
+    CHECK_EQ(sst.flush_source, st.flush_source);
+    CHECK_EQ(sst.dax, st.dax);
+    CHECK_EQ(sst.power_safe, st.power_safe);
 }
 
 TEST(cache_lines_on_a_plain_file_are_not_power_safe)

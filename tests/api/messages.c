@@ -65,7 +65,11 @@ TEST(info_counts_opens_in_words)
     CHECK_TOOL(r->code == 0, r);
     r = run("info", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "opened 1 time,") && !strstr(r->out, "1 times"), r);
-    r = run("check", path, NULL);
+    r = run("check", path, NULL); /* read-only: not an open that counts */
+    CHECK_TOOL(r->code == 0, r);
+    r = run("info", path, NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "opened 1 time,"), r);
+    r = run("check", "--repair", path, NULL); /* read-write */
     CHECK_TOOL(r->code == 0, r);
     r = run("info", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "opened 2 times,"), r);

@@ -182,3 +182,55 @@ unsigned ph_test_disjoint(uint64_t (*b)[2], unsigned n)
     }
     return bad;
 }
+
+/* ---- a heap left by a crash inside a logged operation ---- */
+
+/* The two logged operations of the workload: a warm-up (makes the slab and
+ * takes the lane), then the one the crash interrupts. */
+static void two_alloc_tos(pheap *h, uint64_t *before, uint64_t *after)
+{
+    pheap_off *slots = pheap_direct(h, pheap_root_get(h, "slots"));
+    if (!slots || pheap_alloc_to(h, 64, &slots[0]) != 0)
+        ph_test_fail(__FILE__, __LINE__, "warm-up alloc_to: %s", pheap_errmsg());
+    *before = pheap_sim_fence_count(h);
+    if (pheap_alloc_to(h, 64, &slots[1]) != 0)
+        ph_test_fail(__FILE__, __LINE__, "alloc_to: %s", pheap_errmsg());
+    *after = pheap_sim_fence_count(h);
+}
+
+/* A heap image whose last pheap_alloc_to (see harness.h) was cut after its lane entry
+ * became durable (F1) and before its changes did (F2): recovery has one
+ * operation to roll forward.  *slots_off gets the slot array's offset. */
+int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off)
+{
+    const char *base = ph_test_path("snap-base.heap");
+    pheap *h = ph_test_create(base, 4u << 20);
+    if (!h)
+        return -1;
+    *slots_off = pheap_alloc(h, 2 * sizeof(pheap_off));
+    pheap_off *slots = pheap_direct(h, *slots_off);
+    slots[0] = slots[1] = 0;
+    pheap_persist(h, slots, 2 * sizeof(pheap_off));
+    if (pheap_root_set(h, "slots", *slots_off) != 0 || pheap_close(h) != 0)
+        return -1;
+    /* Dry run: where the second alloc_to's fences are. */
+    const char *work = ph_test_path("snap-work.heap");
+    uint64_t before, after;
+    pheap_options sim = {.flags = PHEAP_SIMULATE};
+    if (ph_test_copy_file(base, work) != 0 || pheap_open(work, &sim, &h) != 0)
+        return -1;
+    two_alloc_tos(h, &before, &after);
+    pheap_sim_crash(h, NULL, 0, 0);
+    if (after - before != 3) {
+        ph_test_fail(__FILE__, __LINE__, "alloc_to took %llu fences, expected 3", (unsigned long long)(after - before));
+        return -1;
+    }
+    /* Crash just before its second fence: F1 durable, F2 not. */
+    sim.sim_crash_fence = before + 2;
+    sim.sim_crash_image = image;
+    if (ph_test_copy_file(base, work) != 0 || pheap_open(work, &sim, &h) != 0)
+        return -1;
+    two_alloc_tos(h, &before, &after);
+    pheap_sim_crash(h, NULL, 0, 0);
+    return access(image, F_OK);
+}

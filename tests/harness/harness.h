@@ -91,6 +91,13 @@ uint64_t ph_test_rand(uint64_t *state);
 /* Byte-copies a file. */
 int ph_test_copy_file(const char *from, const char *to);
 
+/* Writes to `image` a heap left by a crash inside a pheap_alloc_to: its
+ * lane entry durable, its changes not (made with the crash simulator), so
+ * that recovery has one operation to roll forward: a 64-byte block into
+ * slot 1 of the two-word array at *slots_off (also the root "slots").
+ * 0 on success. */
+int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off);
+
 
 /* ---- running programs (tool.c) ---- */
 typedef struct ph_tool_result {

@@ -1,66 +1,115 @@
 /*
- * check.c -- `pheap check PATH [--json]`: opens the heap read-write, so
- * that a heap left by a crash is recovered first, then runs the deep
- * consistency check of all metadata and prints its report.  Exit 0 when
- * consistent, 1 when a problem was found or the heap cannot be opened.
+ * check.c -- `pheap check PATH [--repair] [--json]`: the deep consistency
+ * check of all metadata.  By default read-only: the heap is opened as a
+ * private snapshot (PHEAP_SNAPSHOT), so the file is never written, a heap
+ * the user may only read is checked, and a heap that was not closed
+ * cleanly is checked as recovery would leave it, with what recovery would
+ * do.  --repair opens it read-write: recovery runs, then the check.
+ * Exit 0 when consistent, 1 when a problem was found or the heap cannot
+ * be opened or checked, 2 on bad usage.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
+static const char usage[] =
+    "usage: pheap check PATH [--repair] [--json]\n"
+    "  Deep consistency check of the heap's metadata.  Read-only by default: the\n"
+    "  file is never written.  If the heap was not closed cleanly, check says what\n"
+    "  recovery would do and checks the heap as recovery would leave it.\n"
+    "  --repair  open it read-write instead: recovery runs (and is written), then\n"
+    "            the check\n"
+    "  --json    one JSON object instead of text (an error object on failure)\n"
+    "  Exit 0 when consistent, 1 when a problem was found or the heap does not open.\n";
+
+/* What recovery did or would do, in words. */
+static void print_recovery(const struct pheap_stats *st, int repair)
+{
+    unsigned long long n = (unsigned long long)st->recovered_ops;
+    if (!st->was_unclean)
+        printf("recovery:      not needed (closed cleanly)\n");
+    else if (repair)
+        printf("recovery:      ran (the heap was not closed cleanly): %llu logged operation%s "
+               "rolled forward\n", n, n == 1 ? "" : "s");
+    else
+        printf("recovery:      needed (the heap was not closed cleanly): %llu logged operation%s "
+               "to roll forward; checked as recovery will leave it, the file unchanged "
+               "(--repair recovers it)\n", n, n == 1 ? "" : "s");
+}
+
+static void print_report(const char *path, const struct pheap_stats *st, const pheap_check_report *r,
+                         int repair, int json)
+{
+    if (json) {
+        printf("{\"path\": ");
+        cli_json_string(path);
+        printf(", \"mode\": \"%s\", \"consistent\": %s, \"errors\": %u, \"first_error\": ",
+               repair ? "repair" : "read-only", r->errors ? "false" : "true", r->errors);
+        cli_json_string(r->first_error);
+        printf(", \"recovery_needed\": %s, \"recovered\": %s, \"rolled_forward\": %llu, "
+               "\"roots\": %u, \"live_blocks\": %llu, \"live_bytes\": %llu, \"slabs\": %llu, "
+               "\"large_extents\": %llu, \"free_bytes\": %llu}\n",
+               st->was_unclean && !repair ? "true" : "false",
+               st->was_unclean && repair ? "true" : "false", (unsigned long long)st->recovered_ops,
+               r->roots, (unsigned long long)r->live_blocks, (unsigned long long)r->live_bytes,
+               (unsigned long long)r->slabs, (unsigned long long)r->large_extents,
+               (unsigned long long)r->free_bytes);
+        return;
+    }
+    printf("heap:          %s\n", path);
+    printf("mode:          %s\n", repair ? "repair (opened read-write)"
+                                          : "read-only (the file is not written)");
+    print_recovery(st, repair);
+    if (r->errors)
+        printf("result:        INCONSISTENT: %u problem(s); first: %s\n", r->errors, r->first_error);
+    else
+        printf("result:        consistent (0 errors)\n");
+    printf("roots:         %u\n", r->roots);
+    printf("live blocks:   %llu (%llu bytes)\n", (unsigned long long)r->live_blocks,
+           (unsigned long long)r->live_bytes);
+    printf("slabs:         %llu\n", (unsigned long long)r->slabs);
+    printf("large extents: %llu\n", (unsigned long long)r->large_extents);
+    printf("free bytes:    %llu\n", (unsigned long long)r->free_bytes);
+}
+
 int cmd_check(int argc, char **argv)
 {
     const char *path;
-    int json;
-    static const char usage[] =
-        "usage: pheap check PATH [--json]\n"
-        "  Deep consistency check of the heap's metadata.  Opens the heap read-write\n"
-        "  (recovery runs if it was not closed cleanly).\n"
-        "  --json   one JSON object instead of text\n"
-        "  Exit 0 when consistent, 1 when a problem was found or the heap does not open.\n";
+    int json, repair;
     if (cli_help_asked(argc, argv))
         return cli_help(usage);
-    pheap *h;
-    int rc = cli_open_path(argc, argv, "check", usage, 0, &path, &json, &h);
+    int rc = cli_parse_path(argc, argv, "check", usage, "--repair", &path, &json, &repair);
     if (rc)
         return rc;
+    pheap *h;
+    pheap_options o = {.flags = repair ? 0 : PHEAP_SNAPSHOT};
+    rc = pheap_open(path, &o, &h);
+    if (rc) {
+        if (rc == PHEAP_ECORRUPT && !json)
+            printf("heap:          %s\nresult:        INCONSISTENT: the heap does not open\n", path);
+        return cli_fail_json(path, rc, json);
+    }
     struct pheap_stats st;
     pheap_stats(h, &st);
+    if (st.held_elsewhere) {
+        /* Its owner may change it under the check: findings would not be
+         * the heap's. */
+        pheap_close(h);
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s is open read-write in another process; check needs it "
+                 "closed (pheap info and pheap stats show a snapshot)", path);
+        return cli_error(PHEAP_EBUSY, msg, json);
+    }
     pheap_check_report r;
     memset(&r, 0, sizeof(r));
     rc = pheap_check(h, &r);
     if (rc && !r.errors) { /* the check itself could not run */
-        r.errors = 1;
-        snprintf(r.first_error, sizeof(r.first_error), "%s", pheap_errmsg());
+        rc = cli_fail_json(path, rc, json);
+        pheap_close(h);
+        return rc;
     }
-    if (json) {
-        printf("{\"path\": ");
-        cli_json_string(path);
-        printf(", \"consistent\": %s, \"errors\": %u, \"first_error\": ", r.errors ? "false" : "true",
-               r.errors);
-        cli_json_string(r.first_error);
-        printf(", \"recovered\": %s, \"roots\": %u, \"live_blocks\": %llu, \"live_bytes\": %llu, "
-               "\"slabs\": %llu, \"large_extents\": %llu, \"free_bytes\": %llu}\n",
-               st.was_unclean ? "true" : "false", r.roots, (unsigned long long)r.live_blocks,
-               (unsigned long long)r.live_bytes, (unsigned long long)r.slabs,
-               (unsigned long long)r.large_extents, (unsigned long long)r.free_bytes);
-    } else {
-        printf("heap:          %s\n", path);
-        printf("recovery:      %s\n", st.was_unclean ? "ran (the heap was not closed cleanly)"
-                                                     : "not needed (closed cleanly)");
-        if (r.errors)
-            printf("result:        INCONSISTENT: %u problem(s); first: %s\n", r.errors,
-                   r.first_error);
-        else
-            printf("result:        consistent (0 errors)\n");
-        printf("roots:         %u\n", r.roots);
-        printf("live blocks:   %llu (%llu bytes)\n", (unsigned long long)r.live_blocks,
-               (unsigned long long)r.live_bytes);
-        printf("slabs:         %llu\n", (unsigned long long)r.slabs);
-        printf("large extents: %llu\n", (unsigned long long)r.large_extents);
-        printf("free bytes:    %llu\n", (unsigned long long)r.free_bytes);
-    }
+    print_report(path, &st, &r, repair, json);
     rc = pheap_close(h);
     if (rc)
         return cli_fail(path, rc);

@@ -23,14 +23,35 @@ int cli_help(const char *usage);
  * success, -1 with a message on stderr otherwise. */
 int cli_parse_size(const char *s, uint64_t *out);
 
-/* Reports a failed library call: "pheap: what: message" on stderr. */
+/* Reports a failed library call: "pheap: what: message" on stderr, and
+ * with `json` also {"error": "PHEAP_E...", "code": rc, "message": "..."}
+ * on stdout.  Returns 1, the exit status of a failed operation. */
 int cli_fail(const char *what, int rc);
+int cli_fail_json(const char *what, int rc, int json);
 
-/* Parses "PATH [--json]" for subcommand `cmd` and opens the heap with
- * `flags`.  Returns 0, or the exit status after printing why: 2 for wrong
- * arguments (with `usage`), 1 when the heap does not open. */
+/* Reports failure `rc` with message `msg` as cli_fail_json does. */
+int cli_error(int rc, const char *msg, int json);
+
+/* The name of an error code ("PHEAP_ENOENT"); "PHEAP_E?" if unknown. */
+const char *cli_error_name(int rc);
+
+/* Parses "PATH [--json] [OPTION]" for subcommand `cmd`; `option` (or NULL)
+ * is the one extra flag the command takes, *option_set says whether it was
+ * given.  Returns 0, or 2 after printing `usage` (and with --json an
+ * error object). */
+int cli_parse_path(int argc, char **argv, const char *cmd, const char *usage, const char *option,
+                   const char **path, int *json, int *option_set);
+
+/* Parses "PATH [--json]" and opens the heap with `flags`.  Returns 0, or
+ * the exit status after printing why: 2 for wrong arguments (with
+ * `usage`), 1 when the heap does not open (an error object with --json). */
 int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, unsigned flags,
                   const char **path, int *json, pheap **h);
+
+/* The line the read-only commands print for a snapshot of a heap that
+ * another process holds read-write (PHEAP_SNAPSHOT, held_elsewhere). */
+#define CLI_HELD_NOTE "snapshot of a heap open elsewhere: read while its owner may change it; no recovery ran"
+
 
 /* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
 void cli_json_string(const char *s);

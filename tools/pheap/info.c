@@ -1,7 +1,8 @@
 /*
  * info.c -- `pheap info PATH [--json]`: version, sizes, uuid, clean or
- * dirty, flush back end and roots of a heap, opened read-only (nothing is
- * written, no recovery runs).
+ * dirty, and roots of a heap, opened as a private snapshot
+ * (PHEAP_SNAPSHOT): nothing is written, and a heap that another process
+ * holds read-write is shown as it is at that moment, said so.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,19 +16,20 @@ int cmd_info(int argc, char **argv)
     pheap *h;
     static const char usage[] =
         "usage: pheap info PATH [--json]\n"
-        "  Format, uuid, sizes, state, flush back end and roots of the heap.  Opens it\n"
-        "  read-only: nothing is written, no recovery runs.\n"
-        "  --json   one JSON object instead of text\n";
+        "  Format, uuid, sizes, state and roots of the heap.  Read-only: the file is\n"
+        "  never written.  A heap another process holds open read-write is shown as a\n"
+        "  snapshot taken while it may change.\n"
+        "  --json   one JSON object instead of text (an error object on failure)\n";
     if (cli_help_asked(argc, argv))
         return cli_help(usage);
-    int rc = cli_open_path(argc, argv, "info", usage, PHEAP_RDONLY, &path, &json, &h);
+    int rc = cli_open_path(argc, argv, "info", usage, PHEAP_SNAPSHOT, &path, &json, &h);
     if (rc)
         return rc;
     struct pheap_stats st;
     pheap_stats(h, &st);
     char uuid[37];
     cli_format_uuid(st.uuid, uuid);
-    const char *state = st.was_unclean ? "dirty" : "clean";
+    const char *state = st.held_elsewhere ? "open elsewhere" : st.was_unclean ? "dirty" : "clean";
     unsigned n = pheap_root_count(h);
     if (json) {
         printf("{\"path\": ");
@@ -36,13 +38,13 @@ int cmd_info(int argc, char **argv)
                "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
                "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
                "\"flush\": \"%s\", \"flush_source\": \"%s\", \"power_safe\": %s, \"dax\": %s, "
-               "\"roots\": [",
+               "\"held_elsewhere\": %s, \"roots\": [",
                st.format_major, st.format_minor, pheap_version(), uuid, (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_offset,
                (unsigned long long)st.data_size, state, (unsigned long long)st.open_count,
                (unsigned long long)st.unclean_count, pheap_flush_name(st.flush),
                pheap_flush_source_name(st.flush_source), st.power_safe ? "true" : "false",
-               st.dax ? "true" : "false");
+               st.dax ? "true" : "false", st.held_elsewhere ? "true" : "false");
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
@@ -51,8 +53,9 @@ int cmd_info(int argc, char **argv)
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
-               st.was_unclean ? "dirty: not closed cleanly, recovery runs at the next read-write open"
-                              : "clean",
+               st.held_elsewhere ? "open elsewhere (" CLI_HELD_NOTE ")"
+               : st.was_unclean  ? "dirty: not closed cleanly, recovery runs at the next read-write open"
+                                 : "clean",
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
                (unsigned long long)st.unclean_count,
                pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),

@@ -15,7 +15,7 @@ static const struct {
 } commands[] = {
     {"create", cmd_create, "create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]"},
     {"info", cmd_info, "info PATH [--json]"},
-    {"check", cmd_check, "check PATH [--json]     (opens read-write: recovery runs first)"},
+    {"check", cmd_check, "check PATH [--repair] [--json]  (read-only; --repair runs recovery)"},
     {"stats", cmd_stats, "stats PATH [--json]     (read-only)"},
     {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };
@@ -62,6 +62,47 @@ int cli_help(const char *usage)
 {
     fputs(usage, stdout);
     return 0;
+}
+
+const char *cli_error_name(int rc)
+{
+    static const char *const names[] = {
+        "PHEAP_OK", "PHEAP_EINVAL", "PHEAP_ENOMEM", "PHEAP_ENOENT", "PHEAP_EEXIST",
+        "PHEAP_EACCES", "PHEAP_EBUSY", "PHEAP_EIO", "PHEAP_ENOTHEAP", "PHEAP_ETRUNCATED",
+        "PHEAP_ECHECKSUM", "PHEAP_EVERSION", "PHEAP_ELAYOUT", "PHEAP_EEMPTY", "PHEAP_EISDIR",
+        "PHEAP_ERDONLY", "PHEAP_ENOSPC", "PHEAP_ENAME", "PHEAP_ENOTSUP", "PHEAP_ECORRUPT",
+        "PHEAP_ERANGE", "PHEAP_EDOUBLEFREE", "PHEAP_EINTERIOR", "PHEAP_ENOTALLOC", "PHEAP_EFORKED",
+    };
+    return rc <= 0 && -rc < (int)(sizeof(names) / sizeof(names[0])) ? names[-rc] : "PHEAP_E?";
+}
+
+/* {"error": ..., "code": ..., "message": ...} on stdout. */
+static void json_error(int rc, const char *msg)
+{
+    printf("{\"error\": \"%s\", \"code\": %d, \"message\": ", cli_error_name(rc), rc);
+    cli_json_string(msg);
+    printf("}\n");
+}
+
+int cli_fail_json(const char *what, int rc, int json)
+{
+    const char *msg = pheap_errno() == rc ? pheap_errmsg() : "";
+    char full[1024];
+    if (!*msg)
+        msg = pheap_strerror(rc);
+    if (strstr(msg, what))
+        snprintf(full, sizeof(full), "%s", msg);
+    else
+        snprintf(full, sizeof(full), "%s: %s", what, msg);
+    return cli_error(rc, full, json);
+}
+
+int cli_error(int rc, const char *msg, int json)
+{
+    if (json)
+        json_error(rc, msg);
+    fprintf(stderr, "pheap: %s\n", msg);
+    return 1;
 }
 
 int cli_fail(const char *what, int rc)
@@ -112,28 +153,52 @@ int cli_parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+int cli_parse_path(int argc, char **argv, const char *cmd, const char *usage, const char *option,
+                   const char **path, int *json, int *option_set)
+{
+    const char *bad = NULL;
+    *path = NULL;
+    *json = 0;
+    if (option_set)
+        *option_set = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            *json = 1;
+        else if (option && option_set && !strcmp(argv[i], option))
+            *option_set = 1;
+        else if (argv[i][0] != '-' && !*path)
+            *path = argv[i];
+        else if (!bad)
+            bad = argv[i];
+    }
+    if (!bad && *path)
+        return 0;
+    char msg[300];
+    if (bad) {
+        snprintf(msg, sizeof(msg), "pheap %s: unexpected argument '%s'", cmd, bad);
+        fprintf(stderr, "%s\n", msg);
+    } else {
+        snprintf(msg, sizeof(msg), "pheap %s: no heap file given", cmd);
+        fprintf(stderr, "%s", usage);
+    }
+    if (*json)
+        json_error(PHEAP_EINVAL, msg);
+    return 2;
+}
+
 int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, unsigned flags,
                   const char **path, int *json, pheap **h)
 {
-    *path = NULL;
-    *json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) {
-            *json = 1;
-        } else if (argv[i][0] != '-' && !*path) {
-            *path = argv[i];
-        } else {
-            fprintf(stderr, "pheap %s: unexpected argument '%s'\n", cmd, argv[i]);
-            return 2;
-        }
-    }
-    if (!*path) {
-        fprintf(stderr, "%s", usage);
-        return 2;
-    }
+    int rc = cli_parse_path(argc, argv, cmd, usage, NULL, path, json, NULL);
+    if (rc)
+        return rc;
     pheap_options o = {.flags = flags};
-    int rc = pheap_open(*path, &o, h);
-    return rc ? cli_fail(*path, rc) : 0;
+    rc = pheap_open(*path, &o, h);
+    /* A snapshot of a heap in use may read its extent log mid-change and
+     * see it contradict itself: try again before calling it damaged. */
+    for (int tries = 1; rc == PHEAP_ECORRUPT && (flags & PHEAP_SNAPSHOT) && tries < 3; tries++)
+        rc = pheap_open(*path, &o, h);
+    return rc ? cli_fail_json(*path, rc, *json) : 0;
 }
 
 void cli_json_string(const char *s)

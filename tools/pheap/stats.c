@@ -1,7 +1,9 @@
 /*
  * stats.c -- `pheap stats PATH [--json]`: how a heap's space is used, per
  * size class (classes holding slabs), in large extents and free, with the
- * fragmentation.  Opened read-only: nothing is written, no recovery runs.
+ * fragmentation.  Opened as a private snapshot (PHEAP_SNAPSHOT): nothing is
+ * written; a heap left by a crash is shown as recovery will leave it, and
+ * one another process holds read-write as it is at that moment, said so.
  */
 #include <math.h>
 #include <stdio.h>
@@ -69,17 +71,19 @@ int cmd_stats(int argc, char **argv)
     static const char usage[] =
         "usage: pheap stats PATH [--json]\n"
         "  How the heap's space is used: per size class, in large extents and free,\n"
-        "  with the fragmentation.  Opens it read-only: nothing is written.\n"
-        "  --json   one JSON object instead of text\n";
+        "  with the fragmentation.  Read-only: the file is never written.  A heap\n"
+        "  another process holds open read-write is shown as a snapshot taken while\n"
+        "  it may change.\n"
+        "  --json   one JSON object instead of text (an error object on failure)\n";
     if (cli_help_asked(argc, argv))
         return cli_help(usage);
-    int rc = cli_open_path(argc, argv, "stats", usage, PHEAP_RDONLY, &path, &json, &h);
+    int rc = cli_open_path(argc, argv, "stats", usage, PHEAP_SNAPSHOT, &path, &json, &h);
     if (rc)
         return rc;
     struct pheap_stats st;
     rc = pheap_stats(h, &st);
     if (rc) {
-        cli_fail(path, rc);
+        cli_fail_json(path, rc, json);
         pheap_close(h);
         return 1;
     }
@@ -88,28 +92,27 @@ int cmd_stats(int argc, char **argv)
     if (json) {
         printf("{\"path\": ");
         cli_json_string(path);
-        printf(", \"state\": \"%s\", \"size\": %llu, \"max_size\": %llu, \"data_size\": %llu, "
+        printf(", \"state\": \"%s\", \"held_elsewhere\": %s, \"size\": %llu, \"max_size\": %llu, \"data_size\": %llu, "
                "\"live_blocks\": %llu, \"live_bytes\": %llu, \"classes\": [",
-               st.was_unclean ? "dirty" : "clean", (unsigned long long)st.size,
+               st.held_elsewhere ? "open elsewhere" : st.was_unclean ? "dirty" : "clean",
+               st.held_elsewhere ? "true" : "false", (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_size,
                (unsigned long long)st.live_blocks, (unsigned long long)st.live_bytes);
         print_classes(h, 1);
         printf("], \"slabs\": %llu, \"slab_bytes\": %llu, \"large_extents\": %llu, "
                "\"large_bytes\": %llu, \"free_bytes\": %llu, \"largest_free\": %llu, "
-               "\"cached_blocks\": %llu, \"fragmentation\": %.4f, \"flush\": \"%s\", "
-               "\"flushes\": %llu, \"fences\": %llu, \"reflushes\": %llu}\n",
+               "\"fragmentation\": %.4f}\n",
                (unsigned long long)st.slabs, (unsigned long long)st.slab_bytes,
                (unsigned long long)st.large_extents, (unsigned long long)st.large_bytes,
-               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free,
-               (unsigned long long)st.cached_blocks, frag, pheap_flush_name(st.flush),
-               (unsigned long long)st.flushes, (unsigned long long)st.fences,
-               (unsigned long long)st.reflushes);
+               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free, frag);
         pheap_close(h);
         return 0;
     }
     printf("heap:           %s%s\n", path,
-           st.was_unclean ? " (not closed cleanly: figures as last written; recovery runs at "
-                            "the next read-write open)" : "");
+           st.held_elsewhere ? " (" CLI_HELD_NOTE ")"
+           : st.was_unclean  ? " (not closed cleanly: figures as recovery will leave them; the "
+                               "file is unchanged, recovery runs at the next read-write open)"
+                             : "");
     printf("size:           %s of at most %s\n", bytes(b1, st.size), bytes(b2, st.max_size));
     printf("data region:    %s\n", bytes(b1, st.data_size));
     printf("live:           %llu blocks, %s\n", (unsigned long long)st.live_blocks,
@@ -127,9 +130,6 @@ int cmd_stats(int argc, char **argv)
                "size class in use holds at least one 64 KiB slab)\n", FRAG_MIN_HELD >> 20);
     else
         printf("fragmentation:  %.1f%% of slab and extent bytes hold no live data\n", 100.0 * frag);
-    printf("flush:          %s; this read-only open: %llu flushes, %llu fences, %llu reflushes\n",
-           pheap_flush_name(st.flush), (unsigned long long)st.flushes,
-           (unsigned long long)st.fences, (unsigned long long)st.reflushes);
     pheap_close(h);
     return 0;
 }
