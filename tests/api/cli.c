@@ -177,8 +177,8 @@ static int make_heap_with_roots(const char *path, const char *const *names, unsi
     struct pheap_stats st;
     pheap_stats(h, &st);
     for (unsigned i = 0; i < n; i++) {
-        offs[i] = st.data_offset + 64 * (i + 1) * (i + 3);
-        if (pheap_root_set(h, names[i], offs[i]) != 0) {
+        offs[i] = pheap_alloc(h, 64 * (i + 1) * (i + 3)); /* roots name live blocks */
+        if (!offs[i] || pheap_root_set(h, names[i], offs[i]) != 0) {
             FAIL("root_set %s: %s", names[i], pheap_errmsg());
             pheap_close(h);
             return -1;

@@ -10,7 +10,7 @@
 
 typedef struct op {
     const char *name;
-    uint64_t slot; /* value = data offset + 64 * slot; 0 = remove */
+    uint64_t slot; /* value = the slot-th block of the base heap; 0 = remove */
 } op;
 
 static const op ops[] = {
@@ -21,13 +21,17 @@ static const op ops[] = {
 #define NOPS (sizeof(ops) / sizeof(ops[0]))
 static const char *names[] = {"alpha", "beta", "gamma", "delta", "r0", "r1", "r2"};
 
-static uint64_t value_of(uint64_t data, uint64_t slot)
+enum { NBLOCKS = 12 };
+
+/* Roots name live blocks: the base heap holds NBLOCKS of them, their
+ * offsets in an array block named by the root "blocks". */
+static uint64_t value_of(const uint64_t *blocks, uint64_t slot)
 {
-    return slot ? data + 64 * slot : 0;
+    return slot ? blocks[slot] : 0;
 }
 
 /* Value of `name` after the first n operations. */
-static uint64_t model(uint64_t data, const char *name, unsigned n)
+static uint64_t model(const uint64_t *data, const char *name, unsigned n)
 {
     uint64_t v = 0;
     for (unsigned i = 0; i < n; i++)
@@ -36,16 +40,14 @@ static uint64_t model(uint64_t data, const char *name, unsigned n)
     return v;
 }
 
-static uint64_t data_offset(pheap *h)
+static const uint64_t *data_offset(pheap *h)
 {
-    struct pheap_stats st;
-    pheap_stats(h, &st);
-    return st.data_offset;
+    return pheap_direct(h, pheap_root_get(h, "blocks"));
 }
 
 static void workload(ph_crash_ctx *c)
 {
-    uint64_t d = data_offset(c->heap);
+    const uint64_t *d = data_offset(c->heap);
     for (unsigned i = 0; i < NOPS; i++) {
         if (pheap_root_set(c->heap, ops[i].name, value_of(d, ops[i].slot)) != 0)
             ph_test_fail(__FILE__, __LINE__, "op %u: %s", i, pheap_errmsg());
@@ -56,7 +58,11 @@ static void workload(ph_crash_ctx *c)
 static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     (void)c;
-    uint64_t d = data_offset(h);
+    const uint64_t *d = data_offset(h);
+    if (!d) {
+        ph_test_fail(__FILE__, __LINE__, "root \"blocks\" lost");
+        return;
+    }
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
         uint64_t got = pheap_root_get(h, names[k]);
         uint64_t before = model(d, names[k], done);
@@ -71,7 +77,16 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 TEST(root_updates_at_every_fence)
 {
     const char *base = ph_test_path("roots-crash.heap");
-    pheap_close(ph_test_create(base, 4u << 20));
+    pheap *h = ph_test_create(base, 4u << 20);
+    REQUIRE(h);
+    pheap_off arr = pheap_alloc(h, NBLOCKS * sizeof(uint64_t));
+    REQUIRE(arr);
+    uint64_t *blocks = pheap_direct(h, arr);
+    for (unsigned i = 0; i < NBLOCKS; i++)
+        REQUIRE((blocks[i] = pheap_alloc(h, 64)) != 0);
+    pheap_persist(h, blocks, NBLOCKS * sizeof(uint64_t));
+    REQUIRE_OK(pheap_root_set(h, "blocks", arr));
+    pheap_close(h);
     ph_crash_stats st = ph_crash_enumerate("roots/updates", base, workload, verify, NULL);
     /* open: 1 fence; insert: 2; update and remove: 1 each */
     CHECK_EQ(st.fences, 1 + 2 * 9 + 6);
