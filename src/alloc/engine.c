@@ -25,6 +25,7 @@
 
 #include "os/os.h"
 #include "pheap.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 
 #define PH_ARENAS_MAX 64u
@@ -376,6 +377,14 @@ static int init_block(ph_engine *e, ph_pctx *c, const ph_block_init *ini, uint64
     return 0;
 }
 
+/* The lane entry's check of an initialised block's contents: an entry
+ * evicted to media before its fence may be durable while some of the
+ * block's lines are not, and recovery must then not publish the block. */
+static uint64_t contents_check(ph_engine *e, uint64_t off, uint64_t bytes)
+{
+    return PH_LOG_CONTENTS | ph_crc32c(0, ph_space_at(e->sp, off), bytes);
+}
+
 /* A large extent reserved in the index (nothing durable yet), or 0 with
  * the error set; the heap is reclaimed once when full. */
 static int reserve_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *off)
@@ -460,8 +469,10 @@ static int ensure_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
     return 0;
 }
 
-/* The block's contents, when there is an initialiser, are flushed before
- * F1: that fence makes them durable before F2 can publish the block. */
+/* With an initialiser, the block is filled and its lines flushed before
+ * F1, whose fence makes them durable before F2 can publish the block; the
+ * entry carries their CRC, for a crash that finds the entry durable early
+ * (see log/lane.c). */
 int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
                        const ph_block_init *init)
 {
@@ -471,27 +482,33 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
     if (rc)
         return rc;
     if (size > PH_SMALL_MAX) {
+        uint64_t bytes = PH_ALIGN_UP(size, PH_PAGE_SIZE), contents = 0;
         if ((rc = reserve_large(e, t, c, size, &off)) != 0)
             return rc;
-        if (init && (rc = init_block(e, c, init, off, PH_ALIGN_UP(size, PH_PAGE_SIZE))) != 0) {
+        if (init && (rc = init_block(e, c, init, off, bytes)) != 0) {
             ph_extent_cancel(e->ext, off);
             return rc;
         }
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, PH_ALIGN_UP(size, PH_PAGE_SIZE), dest_off,
-                      ph_load(dest));
+        if (init)
+            contents = contents_check(e, off, bytes);
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, bytes, dest_off, ph_load(dest),
+                      contents);
         ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off);
     } else {
         unsigned cls = ph_sizeclass(size);
         off = ph_tcache_pop(t, cls);
         if (!off && !(off = refill(e, t, c, cls)))
             return pheap_errno();
+        uint64_t contents = 0;
         if (init && (rc = init_block(e, c, init, off, ph_class_size[cls])) != 0) {
             cache_block(e, t, c, cls, off);
             return rc;
         }
+        if (init)
+            contents = contents_check(e, off, ph_class_size[cls]);
         if (!ph_plant("alloc-to-no-log")) /* planted: the log entry forgotten */
             ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls],
-                          dest_off, ph_load(dest));
+                          dest_off, ph_load(dest), contents);
         if (ph_plant("lane-retire-first")) /* planted: retired before the changes */
             ph_lane_end(&e->lanes, c, &t->lane);
         ph_slab *s = chunk_slab(e, off);
@@ -523,7 +540,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     if (!s) {
         if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
             return rc;
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off);
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off, 0);
         rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 1);
         ph_lane_end(&e->lanes, c, &t->lane); /* also when another thread freed it first */
         if (!rc)
@@ -533,7 +550,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     uint32_t i = 0;
     if ((rc = live_small(s, off, &i)) != 0)
         return rc;
-    ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
+    ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off, 0);
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
     rc = ph_slab_clear_locked(sp, c, s, w, sh);
     if (!rc) {
@@ -629,6 +646,9 @@ static void roll_forward(void *arg, const ph_lane_op *le)
                        (unsigned long long)le->block);
         return;
     }
+    if (le->op == PH_LOG_ALLOC_TO && (le->contents & PH_LOG_CONTENTS) &&
+        ph_crc32c(0, ph_space_at(sp, le->block), le->size) != (uint32_t)le->contents)
+        return; /* committed before the block's contents were durable: not done */
     uint32_t sh, w = s ? ph_slab_lock(s, i, &sh) : 0;
     if (le->op == PH_LOG_ALLOC_TO) {
         if (s)
