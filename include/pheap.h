@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 1
+#define PHEAP_FORMAT_MINOR 2
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -306,7 +306,8 @@ pheap_off pheap_alloc(pheap *h, size_t size);
  * lock of pheap held.  pheap then writes the block's cache lines back
  * itself (no pheap_persist needed in it): the fence that commits the
  * allocation makes the contents durable with it, so the block is never
- * allocated or reachable with other contents, even after a crash.
+ * returned, nor reachable through a destination word, with other
+ * contents, even after a crash.
  * The block is not allocated while the initialiser runs: it may call
  * pheap (allocate, read the heap), but a word inside the block is no
  * pheap_alloc_to destination yet (PHEAP_ENOTLIVE), and a block it
@@ -321,8 +322,10 @@ typedef int (*pheap_init_fn)(pheap *h, void *block, size_t usable, void *arg);
  * by init(h, block, usable, arg) (NULL: no initialiser) before the
  * allocation commits: when the call returns, the block is allocated and
  * its contents durable, with no pheap_persist and no fence more than
- * pheap_alloc; a crash before that leaves it free.  Costs a flush per
- * cache line of the usable size (and the zeroing).
+ * pheap_alloc.  A crash during the call may leave the block allocated
+ * with no one knowing its offset, as with pheap_alloc (pheap_alloc_to_init
+ * closes that window).  Costs a flush per cache line of the usable size
+ * (and the zeroing).
  * Errors: as pheap_alloc, plus PHEAP_EINVAL (unknown flag) and
  * PHEAP_ECANCELED (init returned nonzero: nothing was allocated; the
  * message has its value). */
@@ -363,8 +366,12 @@ int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest);
  * durable with the same fence that commits the allocation.  After a crash,
  * either *dest holds its old value and the block is free, or *dest holds
  * the offset of a block whose contents are all that the initialiser wrote:
- * no state in between is ever reachable.  Takes the fences of
- * pheap_alloc_to, plus a flush per cache line of the usable size.
+ * no state in between is ever reachable.  (The allocation's log entry
+ * carries a CRC-32C of the contents: should the entry reach media before
+ * all of the block's lines -- a cache eviction before the fence -- recovery
+ * finds the CRC wrong and the allocation did not happen.)  Takes the
+ * fences of pheap_alloc_to, plus a flush per cache line of the usable size
+ * and the CRC of the block.
  * A nonzero return of init cancels: the block goes back to the heap,
  * *dest is unchanged, the call returns PHEAP_ECANCELED (the message has
  * init's value).

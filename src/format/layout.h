@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 1
+#define PH_FORMAT_MINOR 2
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
