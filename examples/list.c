@@ -1,8 +1,9 @@
 /*
  * list.c -- the persistent linked list of the PMA paper (figure 4): nodes
- * are allocated with pheap_alloc_to straight into the `next` field of the
- * node before, the list is named by a root, and a later run finds it and
- * walks it.  Run it twice and the second run appends to the first's list.
+ * are allocated with pheap_alloc_to_init straight into the `next` field of
+ * the node before, filled before they are linked; the list is named by a
+ * root, and a later run finds it and walks it.  Run it twice and the
+ * second run appends to the first's list.
  *
  * usage: list [HEAP_PATH] [NODES]     (default /tmp/pheap-demo-data.heap, 5)
  */
@@ -17,9 +18,9 @@ typedef struct node {
 } node;
 
 /* The list's anchor, itself a block in the heap (the target of the root).
- * `length` is the commit point of an append: a walk follows only `length`
- * links, so a node that was allocated into `next` but not yet written (a
- * crash in between) is never read; it is re-used by the next append. */
+ * `length` counts the nodes a walk follows: a node linked by an append that
+ * a crash cut before `length` grew is whole (it was filled before it was
+ * linked) and the next append counts it instead of making another. */
 typedef struct list {
     pheap_off head;
     uint64_t length;
@@ -31,6 +32,14 @@ static int fail(const char *what)
     return 1;
 }
 
+/* Fills a new node (value *arg, no next) before it is linked. */
+static int init_node(pheap *h, void *block, size_t usable, void *arg)
+{
+    (void)h, (void)usable;
+    *(node *)block = (node){0, *(const uint64_t *)arg};
+    return 0;
+}
+
 /* Appends `n` nodes with values first, first + 1, ... */
 static int append(pheap *h, list *l, uint64_t n)
 {
@@ -38,13 +47,10 @@ static int append(pheap *h, list *l, uint64_t n)
     for (uint64_t i = 0; i < l->length; i++) /* find the tail's next field */
         link = &((node *)pheap_direct(h, *link))->next;
     for (uint64_t i = 0; i < n; i++) {
-        /* A node left by a crash after its allocation is still linked: use it. */
-        if (*link == 0 && pheap_alloc_to(h, sizeof(node), link))
-            return fail("pheap_alloc_to");
+        /* A node left by a crash after its link is whole, with this value. */
+        if (*link == 0 && pheap_alloc_to_init(h, sizeof(node), link, 0, init_node, &l->length))
+            return fail("pheap_alloc_to_init");
         node *nd = pheap_direct(h, *link);
-        nd->value = l->length;
-        nd->next = 0;
-        pheap_persist(h, nd, sizeof(*nd));
         l->length++;                      /* commit: one aligned 8-byte store */
         pheap_persist(h, &l->length, sizeof(l->length));
         link = &nd->next;
@@ -77,14 +83,10 @@ int main(int argc, char **argv)
     if (pheap_open(path, &o, &h))
         return fail("open");
     pheap_off loff = pheap_root_get(h, "list");
-    if (!loff) { /* first run: make the anchor, then name it */
-        loff = pheap_alloc(h, sizeof(list));
+    if (!loff) { /* first run: make the anchor, zeroed, then name it */
+        loff = pheap_alloc_init(h, sizeof(list), PHEAP_ALLOC_ZERO, NULL, NULL);
         if (!loff)
-            return fail("pheap_alloc");
-        list *l = pheap_direct(h, loff);
-        l->head = 0;
-        l->length = 0;
-        pheap_persist(h, l, sizeof(*l));
+            return fail("pheap_alloc_init");
         if (pheap_root_set(h, "list", loff))
             return fail("pheap_root_set");
         printf("new list in %s (root 'list' -> offset %llu)\n", path, (unsigned long long)loff);

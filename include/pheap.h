@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 1
+#define PHEAP_FORMAT_MINOR 2
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -90,6 +90,8 @@ enum {
     PHEAP_EINTERIOR = -22,  /* offset inside a block, not at its start */
     PHEAP_ENOTALLOC = -23,  /* offset in space that was never allocated */
     PHEAP_EFORKED = -24,    /* handle inherited through fork(): see pheap_close */
+    PHEAP_ECANCELED = -25,  /* an initialiser returned nonzero: allocation canceled */
+    PHEAP_ENOTLIVE = -26,   /* offset or word in no live block (free or never allocated) */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -274,11 +276,17 @@ int pheap_close(pheap *h);
 /*  Persistent pointers                                                  */
 /* ===================================================================== */
 
-/* Address of offset `off` in this mapping; NULL for 0 or an offset outside
- * the mapped heap. */
+/* Address of offset `off` in this mapping.  NULL for 0 (no error recorded)
+ * and, with PHEAP_ERANGE, for an offset outside the data region: the
+ * header and the allocator's metadata, below pheap_stats().data_offset,
+ * are not handed out, and neither is anything past the heap's end.  The
+ * offset is not otherwise checked (any byte of the data region maps; see
+ * pheap_usable_size to ask whether a block is live). */
 void *pheap_direct(const pheap *h, pheap_off off);
 
-/* Offset of address `addr`; 0 if it is not inside the mapped heap. */
+/* Offset of address `addr`; 0 if it is not inside the data region of the
+ * mapped heap (the header and metadata give 0, as pheap_direct refuses
+ * them), with PHEAP_ERANGE recorded unless addr is NULL. */
 pheap_off pheap_offset(const pheap *h, const void *addr);
 
 /* ===================================================================== */
@@ -304,9 +312,15 @@ void pheap_persist(pheap *h, const void *addr, size_t len);
 
 /* Sets the root `name` to `off` (0 removes the name).  The root is durable
  * when the call returns, and a crash during the call leaves the old or the
- * new value, never a torn one.  `off` must be 0 or inside the data region.
+ * new value, never a torn one.  `off` must be 0 or the start of a live
+ * block (as pheap_alloc returned it): anything else is refused and the
+ * root keeps its value.  A root is not a reference count: freeing the block
+ * later leaves the root naming free space (set it to 0 first).
  * Errors: PHEAP_ENAME (empty or longer than PHEAP_ROOT_NAME_MAX),
- * PHEAP_ERANGE, PHEAP_ENOSPC (PHEAP_ROOTS_MAX names in use), PHEAP_ERDONLY. */
+ * PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a block,
+ * not at its start), PHEAP_ENOTLIVE (in free space: a freed block or space
+ * never allocated), PHEAP_ENOSPC (PHEAP_ROOTS_MAX names in use),
+ * PHEAP_ERDONLY. */
 int pheap_root_set(pheap *h, const char *name, pheap_off off);
 
 /* Value of root `name`; 0 with pheap_errno() == PHEAP_ENOENT if unset. */
@@ -338,12 +352,46 @@ int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
 /* Allocates `size` bytes and returns the block's offset (0 on failure).
  * Durable on return: the block stays allocated across any crash.  A crash
  * during the call may leave that one block allocated with no one knowing
- * its offset; pheap_alloc_to closes that window.  Contents are not zeroed
- * (a fresh heap reads as zero).  Grows the file when needed, up to max_size.
+ * its offset; pheap_alloc_to closes that window.  Contents are not zeroed:
+ * a block freed before holds the bytes it held (a fresh heap reads as
+ * zero); pheap_alloc_init zeroes or fills it.  Grows the file when needed,
+ * up to max_size.
  * Errors: PHEAP_EINVAL (size 0), PHEAP_ENOMEM (heap full at max_size),
  * PHEAP_ENOSPC (the file system is full: the heap could not grow; it is
  * unchanged, and frees make room again), PHEAP_ERDONLY. */
 pheap_off pheap_alloc(pheap *h, size_t size);
+
+/* Initialiser of a block being allocated (pheap_alloc_init,
+ * pheap_alloc_to_init): fills `block`, `usable` bytes (>= the size asked
+ * for, all writable), and returns 0 -- or nonzero to cancel the allocation.
+ * It runs in the calling thread before the allocation commits, with no
+ * lock of pheap held.  pheap then writes the block's cache lines back
+ * itself (no pheap_persist needed in it): the fence that commits the
+ * allocation makes the contents durable with it, so the block is never
+ * returned, nor reachable through a destination word, with other
+ * contents, even after a crash.
+ * The block is not allocated while the initialiser runs: it may call
+ * pheap (allocate, read the heap), but a word inside the block is no
+ * pheap_alloc_to destination yet (PHEAP_ENOTLIVE), and a block it
+ * allocated and stored in the new block leaks if a crash comes before the
+ * commit, or if it then cancels. */
+typedef int (*pheap_init_fn)(pheap *h, void *block, size_t usable, void *arg);
+
+/* pheap_alloc_init / pheap_alloc_to_init flags */
+#define PHEAP_ALLOC_ZERO 0x1u  /* zero the block's usable bytes before the initialiser */
+
+/* pheap_alloc, with the block zeroed (flags PHEAP_ALLOC_ZERO) and/or filled
+ * by init(h, block, usable, arg) (NULL: no initialiser) before the
+ * allocation commits: when the call returns, the block is allocated and
+ * its contents durable, with no pheap_persist and no fence more than
+ * pheap_alloc.  A crash during the call may leave the block allocated
+ * with no one knowing its offset, as with pheap_alloc (pheap_alloc_to_init
+ * closes that window).  Costs a flush per cache line of the usable size
+ * (and the zeroing).
+ * Errors: as pheap_alloc, plus PHEAP_EINVAL (unknown flag) and
+ * PHEAP_ECANCELED (init returned nonzero: nothing was allocated; the
+ * message has its value). */
+pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn init, void *arg);
 
 /* Frees the block at `off`.  Durable on return: it stays free across any
  * crash.  Nothing changes on error.
@@ -362,15 +410,44 @@ int pheap_free(pheap *h, pheap_off off);
 /* Allocates and stores the block's offset into *dest as one failure-atomic
  * step: after a crash, either the block is allocated and *dest holds its
  * offset, or nothing happened and *dest holds its old value.  `dest` must be
- * an 8-byte aligned word inside the heap's data region (typically a field
- * of another block or the target of a root).
- * Errors: as pheap_alloc, plus PHEAP_ERANGE (dest not in the heap). */
+ * an 8-byte aligned word of a live block (typically a field of another
+ * block, or of the block a root names).
+ * The block is reachable through *dest from the moment the store is made,
+ * before the call returns, with contents that are not zeroed (a block
+ * freed before holds its old bytes): a crash before the caller has filled
+ * and persisted it leaves a linked block of old bytes.  To publish only a
+ * block that is filled, use pheap_alloc_to_init.
+ * Errors: as pheap_alloc, plus PHEAP_ERANGE (dest not an aligned word of
+ * the data region), PHEAP_ENOTLIVE (dest in a freed block or in space
+ * never allocated); *dest is unchanged. */
 int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest);
 
+/* pheap_alloc_to with an initialiser (see pheap_init_fn): the block is
+ * zeroed (PHEAP_ALLOC_ZERO) and/or filled by init(h, block, usable, arg)
+ * before its offset is stored into *dest, and pheap makes the contents
+ * durable with the same fence that commits the allocation.  After a crash,
+ * either *dest holds its old value and the block is free, or *dest holds
+ * the offset of a block whose contents are all that the initialiser wrote:
+ * no state in between is ever reachable.  (The allocation's log entry
+ * carries a CRC-32C of the contents: should the entry reach media before
+ * all of the block's lines -- a cache eviction before the fence -- recovery
+ * finds the CRC wrong and the allocation did not happen.)  Takes the
+ * fences of pheap_alloc_to, plus a flush per cache line of the usable size
+ * and the CRC of the block.
+ * A nonzero return of init cancels: the block goes back to the heap,
+ * *dest is unchanged, the call returns PHEAP_ECANCELED (the message has
+ * init's value).
+ * Errors: as pheap_alloc_to, plus PHEAP_EINVAL (unknown flag),
+ * PHEAP_ECANCELED. */
+int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsigned flags,
+                        pheap_init_fn init, void *arg);
+
 /* Frees the block whose offset is in *src and stores 0 into *src, as one
- * failure-atomic step.  `src` must be an aligned word inside the data
- * region; *src == 0 is a no-op.
- * Errors: as pheap_free, plus PHEAP_ERANGE (src not in the heap). */
+ * failure-atomic step.  `src` must be an aligned word of a live block;
+ * *src == 0 is a no-op.
+ * Errors: as pheap_free, plus PHEAP_ERANGE (src not an aligned word of the
+ * data region), PHEAP_ENOTLIVE (src in a freed block or in space never
+ * allocated). */
 int pheap_free_from(pheap *h, pheap_off *src);
 
 /* Usable bytes of the live block at `off` (>= the size asked for); 0 with

@@ -17,10 +17,17 @@ ph_export const char *pheap_version(void)
     return PH_STR(PHEAP_VERSION_MAJOR) "." PH_STR(PHEAP_VERSION_MINOR) "." PH_STR(PHEAP_VERSION_PATCH);
 }
 
+/* Offsets below data_off are the header and the allocator's metadata:
+ * never handed out, so that no user store can land there through them. */
 ph_export void *pheap_direct(const pheap *h, pheap_off off)
 {
-    if (ph_unlikely(!h || off == 0 || off >= ph_space_size(&h->sp)))
+    if (ph_unlikely(!h || off < h->sp.data_off || off >= ph_space_size(&h->sp))) {
+        if (h && off)
+            ph_err(PHEAP_ERANGE, "pheap_direct: offset %llu is outside the data region [%llu, %llu)",
+                   (unsigned long long)off, (unsigned long long)h->sp.data_off,
+                   (unsigned long long)ph_space_size(&h->sp));
         return NULL;
+    }
     if (ph_heap_inherited(h)) {
         ph_heap_forked("pheap_direct");
         return NULL;
@@ -31,8 +38,11 @@ ph_export void *pheap_direct(const pheap *h, pheap_off off)
 ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
 {
     uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->sp.base : 0;
-    if (ph_unlikely(!h || a <= b || a >= b + ph_space_size(&h->sp)))
+    if (ph_unlikely(!h || a < b + h->sp.data_off || a >= b + ph_space_size(&h->sp))) {
+        if (h && addr)
+            ph_err(PHEAP_ERANGE, "pheap_offset: %p is outside the heap's data region", addr);
         return 0;
+    }
     if (ph_heap_inherited(h)) {
         ph_heap_forked("pheap_offset");
         return 0;

@@ -8,6 +8,9 @@
  *   large alloc / free      one extent-log entry, persisted: 1 fence
  *   alloc_to / free_from    lane entry (F1), in-place changes (F2), retire
  *                           (F3): see log/lane.c
+ *   with an initialiser     the block is filled and its lines flushed before
+ *                           the fence that commits it (the bitmap word, the
+ *                           extent-log entry, or F1): no fence more
  *   slab creation           descriptor (fence), then its extent-log entry
  *                           (fence): the slab exists once the entry does
  *   slab release            one extent-log entry (fence), only when no
@@ -22,6 +25,7 @@
 
 #include "os/os.h"
 #include "pheap.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 
 #define PH_ARENAS_MAX 64u
@@ -355,19 +359,75 @@ static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c)
     return n > 0;
 }
 
-uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size)
+/* Fills a block that is not committed yet (see ph_block_init) and flushes
+ * its lines without a fence: the fence that commits the allocation makes
+ * them durable, so no crash image holds the block allocated (or published)
+ * with other contents.  0, or PHEAP_ECANCELED when the initialiser refused
+ * (the caller gives the block back). */
+static int init_block(ph_engine *e, ph_pctx *c, const ph_block_init *ini, uint64_t off,
+                      uint64_t usable)
 {
-    if (size > PH_SMALL_MAX) {
-        uint64_t off = 0;
+    void *p = ph_space_at(e->sp, off);
+    if (ini->zero)
+        memset(p, 0, usable);
+    int r = ini->fn ? ini->fn(ini->arg, p, usable) : 0;
+    if (r)
+        return ph_err(PHEAP_ECANCELED, "the initialiser returned %d: allocation canceled", r);
+    ph_persist_flush(&e->sp->persist, c, p, usable);
+    return 0;
+}
+
+/* The lane entry's check of an initialised block's contents: an entry
+ * evicted to media before its fence may be durable while some of the
+ * block's lines are not, and recovery must then not publish the block. */
+static uint64_t contents_check(ph_engine *e, uint64_t off, uint64_t bytes)
+{
+    return PH_LOG_CONTENTS | ph_crc32c(0, ph_space_at(e->sp, off), bytes);
+}
+
+/* A large extent reserved in the index (nothing durable yet), or 0 with
+ * the error set; the heap is reclaimed once when full. */
+static int reserve_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *off)
+{
+    int rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, off);
+    if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && reclaim(e, t, c))
+        rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, off);
+    return rc;
+}
+
+static ph_noinline uint64_t alloc_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
+                                        const ph_block_init *init)
+{
+    uint64_t off = 0;
+    if (!init) { /* reserve and commit under one hold of the index lock */
         int rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
         if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && reclaim(e, t, c))
             rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
         return rc ? 0 : off;
     }
+    if (reserve_large(e, t, c, size, &off))
+        return 0;
+    if (init_block(e, c, init, off, PH_ALIGN_UP(size, PH_PAGE_SIZE))) {
+        ph_extent_cancel(e->ext, off);
+        return 0;
+    }
+    ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, NULL, 0);
+    return off;
+}
+
+uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
+                         const ph_block_init *init)
+{
+    if (size > PH_SMALL_MAX)
+        return alloc_large(e, t, c, size, init);
     unsigned cls = ph_sizeclass(size);
     uint64_t off = ph_tcache_pop(t, cls);
     if (ph_unlikely(!off) && !(off = refill(e, t, c, cls)))
         return 0;
+    if (ph_unlikely(init) && init_block(e, c, init, off, ph_class_size[cls])) {
+        cache_block(e, t, c, cls, off);
+        return 0;
+    }
     ph_slab *s = chunk_slab(e, off);
     int exact;
     ph_slab_mark(e->sp, c, s, ph_slab_index(s, off, &exact));
@@ -409,7 +469,12 @@ static int ensure_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
     return 0;
 }
 
-int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest)
+/* With an initialiser, the block is filled and its lines flushed before
+ * F1, whose fence makes them durable before F2 can publish the block; the
+ * entry carries their CRC, for a crash that finds the entry durable early
+ * (see log/lane.c). */
+int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
+                       const ph_block_init *init)
 {
     ph_space *sp = e->sp;
     uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off;
@@ -417,22 +482,33 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
     if (rc)
         return rc;
     if (size > PH_SMALL_MAX) {
-        rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
-        if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && reclaim(e, t, c))
-            rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, &off);
-        if (rc)
+        uint64_t bytes = PH_ALIGN_UP(size, PH_PAGE_SIZE), contents = 0;
+        if ((rc = reserve_large(e, t, c, size, &off)) != 0)
             return rc;
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, PH_ALIGN_UP(size, PH_PAGE_SIZE), dest_off,
-                      ph_load(dest));
+        if (init && (rc = init_block(e, c, init, off, bytes)) != 0) {
+            ph_extent_cancel(e->ext, off);
+            return rc;
+        }
+        if (init)
+            contents = contents_check(e, off, bytes);
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, bytes, dest_off, ph_load(dest),
+                      contents);
         ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off);
     } else {
         unsigned cls = ph_sizeclass(size);
         off = ph_tcache_pop(t, cls);
         if (!off && !(off = refill(e, t, c, cls)))
             return pheap_errno();
+        uint64_t contents = 0;
+        if (init && (rc = init_block(e, c, init, off, ph_class_size[cls])) != 0) {
+            cache_block(e, t, c, cls, off);
+            return rc;
+        }
+        if (init)
+            contents = contents_check(e, off, ph_class_size[cls]);
         if (!ph_plant("alloc-to-no-log")) /* planted: the log entry forgotten */
             ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls],
-                          dest_off, ph_load(dest));
+                          dest_off, ph_load(dest), contents);
         if (ph_plant("lane-retire-first")) /* planted: retired before the changes */
             ph_lane_end(&e->lanes, c, &t->lane);
         ph_slab *s = chunk_slab(e, off);
@@ -464,7 +540,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     if (!s) {
         if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
             return rc;
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off);
+        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off, 0);
         rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 1);
         ph_lane_end(&e->lanes, c, &t->lane); /* also when another thread freed it first */
         if (!rc)
@@ -474,7 +550,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     uint32_t i = 0;
     if ((rc = live_small(s, off, &i)) != 0)
         return rc;
-    ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off);
+    ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off, 0);
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
     rc = ph_slab_clear_locked(sp, c, s, w, sh);
     if (!rc) {
@@ -499,6 +575,27 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
     if (!rc)
         *bytes = s->block_size;
     return rc;
+}
+
+int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call)
+{
+    ph_slab *s = chunk_slab(e, off);
+    if (ph_likely(s)) {
+        int exact;
+        uint32_t i = ph_slab_index(s, off, &exact);
+        unsigned bits = i < s->nblocks ? ph_slab_bits(s, i) : 0;
+        if (ph_likely(bits & 1))
+            return 0;
+        return ph_err(PHEAP_ENOTLIVE, "%s: the word at offset %llu is in %s", call,
+                      (unsigned long long)off,
+                      i >= s->nblocks ? "the unused tail of a slab"
+                      : bits & 2      ? "a freed block"
+                                      : "a block never allocated");
+    }
+    if (ph_extent_live_at(e->ext, off))
+        return 0;
+    return ph_err(PHEAP_ENOTLIVE, "%s: the word at offset %llu is in free space (a freed block or "
+                  "space never allocated)", call, (unsigned long long)off);
 }
 
 /* ---- open, recovery, close ------------------------------------------------------ */
@@ -554,6 +651,9 @@ static void roll_forward(void *arg, const ph_lane_op *le)
                        (unsigned long long)le->block);
         return;
     }
+    if (le->op == PH_LOG_ALLOC_TO && (le->contents & PH_LOG_CONTENTS) &&
+        ph_crc32c(0, ph_space_at(sp, le->block), le->size) != (uint32_t)le->contents)
+        return; /* committed before the block's contents were durable: not done */
     uint32_t sh, w = s ? ph_slab_lock(s, i, &sh) : 0;
     if (le->op == PH_LOG_ALLOC_TO) {
         if (s)

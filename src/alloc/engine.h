@@ -44,13 +44,30 @@ typedef struct ph_engine {
 int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out);
 void ph_engine_close(ph_engine *e);
 
+/* How a block is filled before its allocation commits (pheap_alloc_init,
+ * pheap_alloc_to_init): zeroed when `zero`, then fn(arg, block, usable)
+ * unless fn is NULL; a nonzero return of fn cancels the allocation. */
+typedef struct ph_block_init {
+    int zero;
+    int (*fn)(void *arg, void *block, size_t usable);
+    void *arg;
+} ph_block_init;
+
 /* The operations behind pheap_alloc & co; arguments already validated
- * except what only the engine can check. */
-uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size);
+ * except what only the engine can check.  `init` may be NULL. */
+uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
+                         const ph_block_init *init);
 int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off);
-int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest);
+int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
+                       const ph_block_init *init);
 int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src);
 int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes);
+
+/* 0 when the 8-byte word at data offset `off` lies inside a live block;
+ * else PHEAP_ENOTLIVE, with a message naming `call` and what is there
+ * (a freed block, space never allocated).  No lock for a small block: one
+ * bitmap read. */
+int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call);
 
 /* Returns a thread's cached blocks and lane (thread exit). */
 void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c);

@@ -321,6 +321,18 @@ int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
     return rc;
 }
 
+int ph_extent_live_at(ph_extents *x, uint64_t off)
+{
+    lock_index(x);
+    uint64_t page = page_of(x, off), p = page;
+    while (!x->head[p] && p > 0) /* walk back to the head of the extent */
+        p--;
+    ph_extnode *n = x->head[p];
+    int live = n && n->kind == PH_EXT_LARGE && p + n->npages > page;
+    ph_spin_unlock(&x->xlock);
+    return live;
+}
+
 void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg)
 {
     lock_index(x);

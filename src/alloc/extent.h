@@ -115,6 +115,10 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes);
  * a live large block, else the error ph_extent_free would return. */
 int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes);
 
+/* 1 when data offset `off` lies inside a live large block (its first
+ * byte included), 0 otherwise: free space, a slab, a reservation. */
+int ph_extent_live_at(ph_extents *x, uint64_t off);
+
 /* Calls fn for every extent in address order, under the lock. */
 void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg);
 

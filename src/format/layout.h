@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 1
+#define PH_FORMAT_MINOR 2
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -157,7 +157,12 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
  * Invariant: at most one entry of a lane is ACTIVE, and only while the
  * operation it describes is between its first and its last fence.
  * Recovery rolls an ACTIVE entry forward when all its tags match xstate's
- * sequence and its checksum holds.  (Heaps without
+ * sequence and its checksum holds -- and, for an alloc_to whose `contents`
+ * word carries PH_LOG_CONTENTS (pheap_alloc_to_init), when the block's
+ * `size` bytes have that CRC-32C: the entry may reach media before the
+ * block's contents (eviction before its fence), and a block whose
+ * contents are not all durable must not be published.  Such an entry is
+ * retired without effect: the allocation did not happen.  (Heaps without
  * PH_FEAT_INCOMPAT_TAGGED_LOGS may also hold untagged 1.0 entries: words
  * as they are, checksum zero-extended.) */
 #define PH_LANES_MAX 1024u
@@ -168,6 +173,7 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
 #define PH_LOG_ACTIVE 1u      /* entry describes an operation in flight */
 #define PH_LOG_ALLOC_TO 1u    /* allocate `block` (`size` bytes), *dest = block */
 #define PH_LOG_FREE_FROM 2u   /* free `block`, *dest = 0 */
+#define PH_LOG_CONTENTS (1ull << 32) /* in `contents`: the block's CRC-32C follows (bits 0..31) */
 
 typedef struct ph_lane_entry {
     uint64_t xstate;    /* seq << 8 | PH_LOG_IDLE or PH_LOG_ACTIVE: the commit word */
@@ -176,7 +182,7 @@ typedef struct ph_lane_entry {
     uint64_t size;      /* tag | block bytes: class size, or extent bytes */
     uint64_t dest;      /* tag | offset of the destination word */
     uint64_t old;       /* tag | low 48 bits of the destination before (diagnostics) */
-    uint64_t reserved;  /* tag */
+    uint64_t contents;  /* tag | 0, or PH_LOG_CONTENTS | CRC-32C of the block's `size` bytes */
     uint64_t checksum;  /* tag | CRC-32C of the seven words above, state ACTIVE */
 } ph_lane_entry;
 _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");

@@ -28,15 +28,17 @@ static ph_thread *writer(pheap *h, const char *call)
     return t;
 }
 
-/* The offset of an 8-byte word the caller passed by address; 0 if it is
- * not an aligned word of the data region. */
+/* 0 if the 8-byte word the caller passed by address is an aligned word of
+ * a live block: PHEAP_ERANGE outside the data region, PHEAP_ENOTLIVE in
+ * free space (where the word could be handed out, even as the very block
+ * being allocated). */
 static int word_in_heap(pheap *h, const uint64_t *w, const char *call)
 {
     uintptr_t a = (uintptr_t)w, b = (uintptr_t)h->sp.base;
     if (a < b + h->sp.data_off || a + 8 > b + ph_space_size(&h->sp) || a % 8)
         return ph_err(PHEAP_ERANGE, "%s: the word at %p is not an aligned word of the heap's data "
                       "region", call, (const void *)w);
-    return 0;
+    return ph_engine_word_live(h->engine, a - b, call);
 }
 
 static int offset_in_heap(pheap *h, pheap_off off)
@@ -56,7 +58,45 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
         ph_err(PHEAP_EINVAL, "pheap_alloc: size 0");
         return 0;
     }
-    return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size);
+    return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, NULL);
+}
+
+/* A user's initialiser, called by the engine with the handle added. */
+typedef struct user_init {
+    pheap *h;
+    pheap_init_fn fn;
+    void *arg;
+} user_init;
+
+static int call_user_init(void *arg, void *block, size_t usable)
+{
+    user_init *u = arg;
+    return u->fn(u->h, block, usable, u->arg);
+}
+
+static int block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, user_init *u,
+                      ph_block_init *out, const char *call)
+{
+    if (flags & ~PHEAP_ALLOC_ZERO)
+        return ph_err(PHEAP_EINVAL, "%s: unknown flags %#x", call, flags & ~PHEAP_ALLOC_ZERO);
+    *u = (user_init){h, fn, arg};
+    *out = (ph_block_init){(flags & PHEAP_ALLOC_ZERO) != 0, fn ? call_user_init : NULL, u};
+    return 0;
+}
+
+ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn init,
+                                     void *arg)
+{
+    ph_thread *t = writer(h, "pheap_alloc_init");
+    user_init u;
+    ph_block_init bi;
+    if (ph_unlikely(!t) || block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_init"))
+        return 0;
+    if (ph_unlikely(size == 0)) {
+        ph_err(PHEAP_EINVAL, "pheap_alloc_init: size 0");
+        return 0;
+    }
+    return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, &bi);
 }
 
 ph_export int pheap_free(pheap *h, pheap_off off)
@@ -78,7 +118,25 @@ ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
     if (size == 0)
         return ph_err(PHEAP_EINVAL, "pheap_alloc_to: size 0");
     int rc = word_in_heap(h, dest, "pheap_alloc_to");
-    return rc ? rc : ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest);
+    return rc ? rc : ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest, NULL);
+}
+
+ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsigned flags,
+                                  pheap_init_fn init, void *arg)
+{
+    ph_thread *t = writer(h, "pheap_alloc_to_init");
+    if (ph_unlikely(!t))
+        return pheap_errno();
+    user_init u;
+    ph_block_init bi;
+    int rc = block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_to_init");
+    if (rc)
+        return rc;
+    if (size == 0)
+        return ph_err(PHEAP_EINVAL, "pheap_alloc_to_init: size 0");
+    if ((rc = word_in_heap(h, dest, "pheap_alloc_to_init")) != 0)
+        return rc;
+    return ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest, &bi);
 }
 
 ph_export int pheap_free_from(pheap *h, pheap_off *src)

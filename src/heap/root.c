@@ -40,6 +40,24 @@ static ph_root_entry *find(pheap *h, const char *name)
     return NULL;
 }
 
+/* 0 when `off` (in the data region) starts a live block; else
+ * PHEAP_EINTERIOR or PHEAP_ENOTLIVE with pheap_root_set's message. */
+static int live_start(pheap *h, pheap_off off)
+{
+    uint64_t bytes;
+    int rc = ph_engine_usable(h->engine, off, &bytes);
+    if (rc == PHEAP_EINTERIOR)
+        return ph_err(rc, "pheap_root_set: offset %llu is inside a block, not at its start",
+                      (unsigned long long)off);
+    if (rc == PHEAP_EDOUBLEFREE)
+        return ph_err(PHEAP_ENOTLIVE, "pheap_root_set: offset %llu is a freed block",
+                      (unsigned long long)off);
+    if (rc)
+        return ph_err(PHEAP_ENOTLIVE, "pheap_root_set: offset %llu is in no live block (free "
+                      "space, or never allocated)", (unsigned long long)off);
+    return 0;
+}
+
 ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
 {
     if (!h)
@@ -54,8 +72,10 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         return ph_err(PHEAP_ERANGE, "pheap_root_set: offset %llu is outside the data region [%llu, %llu)",
                       (unsigned long long)off, (unsigned long long)h->sp.data_off,
                       (unsigned long long)ph_space_size(&h->sp));
+    int rc = off ? live_start(h, off) : 0;
+    if (rc)
+        return rc;
     ph_pctx *c = ph_heap_pctx(h);
-    int rc = 0;
     pthread_mutex_lock(&h->root_lock);
     ph_root_entry *e = find(h, name);
     if (e && off)

@@ -2,9 +2,14 @@
  * lane.c -- the lane entries of pheap_alloc_to / pheap_free_from.
  *
  * Crash protocol of a logged operation (three fences):
+ *   F0  (pheap_alloc_to_init only, no fence of its own) the block is filled
+ *       and its lines flushed; the entry's `contents` word gets its CRC.
  *   F1  entry words (each carrying its writing's tag), checksum last,
  *       state ACTIVE; flush the entry's line; fence.
  *                                            -> committed: recovery redoes it
+ *       (eviction can make the entry durable before this fence, and before
+ *       the block's lines: recovery then finds the CRC wrong and retires
+ *       the entry without redoing it -- the allocation did not happen)
  *   F2  the operation's in-place stores (bitmap word or extent-log entry,
  *       destination word); flush; fence.     -> applied
  *   F3  state := IDLE (one 8-byte store); flush; fence.  -> retired
@@ -75,14 +80,14 @@ void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
 }
 
 void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
-                   uint64_t size, uint64_t dest, uint64_t old)
+                   uint64_t size, uint64_t dest, uint64_t old, uint64_t contents)
 {
     ph_lane_entry *e = &lane_of(L, (unsigned)l->index)[l->next];
     l->next = (l->next + 1) % PH_LANE_ENTRIES;
     l->seq++;
     uint64_t tag = tag_of(l->seq);
     uint64_t w[8] = {l->seq << 8 | PH_LOG_ACTIVE, tag | op, tag | block, tag | size,
-                     tag | dest, tag | (old & PAYLOAD), tag};
+                     tag | dest, tag | (old & PAYLOAD), tag | (contents & PAYLOAD)};
     w[7] = tag | entry_crc(w);
     uint64_t *dst = (uint64_t *)e;
     for (unsigned k = 0; k < 8; k++)
@@ -115,7 +120,7 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
     if ((w[0] & 0xff) != PH_LOG_ACTIVE)
         return 0;
     if (L->legacy && legacy_committed(w)) {
-        *out = (ph_lane_op){w[1], w[2], w[3], w[4]};
+        *out = (ph_lane_op){w[1], w[2], w[3], w[4], 0};
         return 1;
     }
     uint64_t tag = tag_of(w[0] >> 8);
@@ -127,7 +132,7 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
     if ((!unchecked && (w[7] & PAYLOAD) != entry_crc(w)) ||
         (op != PH_LOG_ALLOC_TO && op != PH_LOG_FREE_FROM))
         return 0;
-    *out = (ph_lane_op){op, w[2] & PAYLOAD, w[3] & PAYLOAD, w[4] & PAYLOAD};
+    *out = (ph_lane_op){op, w[2] & PAYLOAD, w[3] & PAYLOAD, w[4] & PAYLOAD, w[6] & PAYLOAD};
     return 1;
 }
 

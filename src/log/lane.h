@@ -34,9 +34,12 @@ typedef struct ph_lane {
 void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index);
 
 /* Writes an ACTIVE entry for the operation and persists it: after this
- * returns, recovery will complete the operation. */
+ * returns, recovery will complete the operation.  `contents` is 0, or
+ * PH_LOG_CONTENTS | the CRC-32C of the block's `size` bytes, whose lines
+ * the caller flushed: this fence makes them durable with the entry, and
+ * recovery redoes the operation only if they are. */
 void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
-                   uint64_t size, uint64_t dest, uint64_t old);
+                   uint64_t size, uint64_t dest, uint64_t old, uint64_t contents);
 
 /* Retires the entry of the operation in flight and persists that: the
  * operation's in-place changes must be durable already. */
@@ -45,6 +48,7 @@ void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l);
 /* A committed entry, decoded. */
 typedef struct ph_lane_op {
     uint64_t op, block, size, dest;
+    uint64_t contents;  /* 0, or PH_LOG_CONTENTS | CRC-32C the block must have */
 } ph_lane_op;
 
 /* Calls fn for every committed entry of every lane and returns how many

@@ -1,5 +1,6 @@
 /*
- * crc32c.h -- CRC-32C (Castagnoli), the checksum of the heap header.
+ * crc32c.h -- CRC-32C (Castagnoli): the checksum of the heap header, of
+ * lane entries, and of the contents of initialised blocks.
  */
 #ifndef PH_CRC32C_H
 #define PH_CRC32C_H

@@ -98,6 +98,8 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EINTERIOR: return "offset inside a block, not at its start";
     case PHEAP_ENOTALLOC: return "offset was never allocated";
     case PHEAP_EFORKED: return "heap handle inherited through fork()";
+    case PHEAP_ECANCELED: return "allocation canceled by its initialiser";
+    case PHEAP_ENOTLIVE: return "not in a live block (free or never allocated)";
     default: return "unknown error";
     }
 }

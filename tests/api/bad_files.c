@@ -122,7 +122,9 @@ static int load_template(void)
     struct pheap_stats st;
     pheap_stats(h, &st);
     tmpl_data_off = st.data_offset;
-    if (pheap_root_set(h, "first", st.data_offset) || pheap_root_set(h, "second", st.data_offset + 64)) {
+    pheap_off first = pheap_alloc(h, 64), second = pheap_alloc(h, 64); /* roots name blocks */
+    if (!first || !second || pheap_root_set(h, "first", first) ||
+        pheap_root_set(h, "second", second)) {
         FAIL("template roots: %s", pheap_errmsg());
         pheap_close(h);
         return -1;

@@ -177,8 +177,8 @@ static int make_heap_with_roots(const char *path, const char *const *names, unsi
     struct pheap_stats st;
     pheap_stats(h, &st);
     for (unsigned i = 0; i < n; i++) {
-        offs[i] = st.data_offset + 64 * (i + 1) * (i + 3);
-        if (pheap_root_set(h, names[i], offs[i]) != 0) {
+        offs[i] = pheap_alloc(h, 64 * (i + 1) * (i + 3)); /* roots name live blocks */
+        if (!offs[i] || pheap_root_set(h, names[i], offs[i]) != 0) {
             FAIL("root_set %s: %s", names[i], pheap_errmsg());
             pheap_close(h);
             return -1;
@@ -207,7 +207,7 @@ TEST(info_text)
     CHECK_TOOL(!strstr(r->out, "dirty"), r);
     CHECK_TOOL((v = text_field(r->out, "uuid:")) && strncmp(v, u, 36) == 0, r);
     CHECK_TOOL((v = text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
-    CHECK_TOOL((v = text_field(r->out, "format:")) && strncmp(v, "1.1", 3) == 0, r);
+    CHECK_TOOL((v = text_field(r->out, "format:")) && strncmp(v, "1.2", 3) == 0, r);
     CHECK_TOOL((v = text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
     for (int i = 0; i < 3; i++) {
         const char *line = strstr(r->out, names[i]);
@@ -239,7 +239,7 @@ TEST(info_json)
     CHECK_TOOL(r->code == 0, r);
     CHECK_TOOL(ph_test_json_object(r->out), r);
     CHECK_TOOL(strstr(r->out, "\"state\": \"clean\""), r);
-    CHECK_TOOL(strstr(r->out, "\"format\": \"1.1\""), r);
+    CHECK_TOOL(strstr(r->out, "\"format\": \"1.2\""), r);
     snprintf(want, sizeof(want), "\"uuid\": \"%s\"", u);
     CHECK_TOOL(strstr(r->out, want), r);
     CHECK_TOOL(strstr(r->out, "\"roots\": ["), r);

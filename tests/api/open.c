@@ -102,13 +102,15 @@ TEST(readonly)
     REQUIRE(h);
     struct pheap_stats st;
     pheap_stats(h, &st);
-    REQUIRE_OK(pheap_root_set(h, "r", st.data_offset));
+    pheap_off r = pheap_alloc(h, 64);
+    REQUIRE(r);
+    REQUIRE_OK(pheap_root_set(h, "r", r));
     pheap_close(h);
     pheap_options o = {.flags = PHEAP_RDONLY};
     pheap *a, *b;
     REQUIRE_OK(pheap_open(path, &o, &a));
     REQUIRE_OK(pheap_open(path, &o, &b)); /* readers share */
-    CHECK_EQ(pheap_root_get(a, "r"), st.data_offset);
+    CHECK_EQ(pheap_root_get(a, "r"), r);
     CHECK_EQ(pheap_root_set(a, "r", 0), PHEAP_ERDONLY);
     pheap_stats(a, &st);
     CHECK_EQ(st.readonly, 1);

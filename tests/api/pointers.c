@@ -20,10 +20,10 @@ TEST(reopen_at_another_address)
     REQUIRE(h);
     struct pheap_stats st;
     pheap_stats(h, &st);
-    /* A chain of 100 nodes laid out by hand in the data region. */
+    /* A chain of 100 nodes, the last allocated first. */
     pheap_off head = 0;
     for (unsigned i = 0; i < 100; i++) {
-        pheap_off off = st.data_offset + 64 * (uint64_t)(99 - i);
+        pheap_off off = pheap_alloc(h, sizeof(node));
         node *n = pheap_direct(h, off);
         REQUIRE(n);
         n->value = 99 - i;

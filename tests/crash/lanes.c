@@ -87,7 +87,7 @@ static void committed_free_from(int legacy)
     e->size = tag | 102400;
     e->dest = tag | (slots_off + 8); /* slot 1, which holds b */
     e->old = tag | b;
-    e->reserved = tag;
+    e->contents = tag;
     e->checksum = tag | ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
     if (legacy) {
         ph_header *hdr = (ph_header *)m;
@@ -144,7 +144,7 @@ TEST(untagged_entry_refused_in_a_tagged_heap)
     e->size = 64;
     e->dest = slot_off;
     e->old = b;
-    e->reserved = 0;
+    e->contents = 0;
     e->checksum = ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
     mark_crashed(m);
     munmap(m, len);

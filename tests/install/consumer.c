@@ -31,7 +31,9 @@ int main(int argc, char **argv)
     struct pheap_stats st;
     if ((rc = pheap_stats(h, &st)) != 0)
         return fail("stats", rc);
-    pheap_off want = st.data_offset + 128;
+    pheap_off want = pheap_alloc(h, 128);
+    if (!want)
+        return fail("alloc", pheap_errno());
     if ((rc = pheap_root_set(h, "consumer", want)) != 0)
         return fail("root_set", rc);
     if ((rc = pheap_close(h)) != 0)

@@ -25,7 +25,7 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 1);
+    CHECK_EQ(PH_FORMAT_MINOR, 2);
     CHECK_EQ(PHEAP_FORMAT_MAJOR, PH_FORMAT_MAJOR);
     CHECK_EQ(PHEAP_FORMAT_MINOR, PH_FORMAT_MINOR);
 }
@@ -53,7 +53,9 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_root_entry, name), 64);
     CHECK(memcmp(PH_MAGIC_BYTES, "\x89PHEAP\r\n", 8) == 0);
     CHECK_EQ(offsetof(ph_lane_entry, xstate), 0);
+    CHECK_EQ(offsetof(ph_lane_entry, contents), 48);
     CHECK_EQ(offsetof(ph_lane_entry, checksum), 56);
+    CHECK_EQ(PH_LOG_CONTENTS, 1ull << 32);
     CHECK_EQ(offsetof(ph_slab_desc, xbits), 64);
 }
 

@@ -10,16 +10,19 @@
 
 enum { THREADS = 16, ROUNDS = 2000 };
 
+enum { TARGETS = 8 };
+
 typedef struct arg {
     pheap *h;
     unsigned id;
-    uint64_t data;
+    uint64_t data;               /* this thread's block */
+    const uint64_t *targets;     /* blocks the root "shared" names in turn */
 } arg;
 
 static void *worker(void *p)
 {
     arg *a = p;
-    uint64_t *mine = pheap_direct(a->h, a->data + 4096 * (uint64_t)a->id);
+    uint64_t *mine = pheap_direct(a->h, a->data);
     for (unsigned i = 0; i < ROUNDS; i++) {
         mine[i % 64] = i;
         pheap_persist(a->h, &mine[i % 64], 8);
@@ -29,7 +32,7 @@ static void *worker(void *p)
             (void)pheap_root_get(a->h, "shared");
         }
         if (a->id == 0 && i % 50 == 0)
-            pheap_root_set(a->h, "shared", a->data + 8 * (i % 512));
+            pheap_root_set(a->h, "shared", a->targets[(i / 50) % TARGETS]);
     }
     return NULL;
 }
@@ -38,6 +41,11 @@ TEST(sixteen_threads_persist_and_count)
 {
     pheap *h = ph_test_create(ph_test_path("threads.heap"), 4u << 20);
     REQUIRE(h);
+    uint64_t data[THREADS], targets[TARGETS];
+    for (unsigned i = 0; i < THREADS; i++)
+        REQUIRE((data[i] = pheap_alloc(h, 64 * 8)) != 0);
+    for (unsigned i = 0; i < TARGETS; i++)
+        REQUIRE((targets[i] = pheap_alloc(h, 64)) != 0);
     struct pheap_stats st;
     pheap_stats(h, &st);
     uint64_t base_flushes = st.flushes, base_fences = st.fences;
@@ -45,7 +53,7 @@ TEST(sixteen_threads_persist_and_count)
         pthread_t t[THREADS];
         arg a[THREADS];
         for (unsigned i = 0; i < THREADS; i++) {
-            a[i] = (arg){h, i, st.data_offset};
+            a[i] = (arg){h, i, data[i], targets};
             pthread_create(&t[i], NULL, worker, &a[i]);
         }
         for (unsigned i = 0; i < THREADS; i++)
