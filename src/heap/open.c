@@ -58,7 +58,7 @@ static int create_file(const char *path, const ph_config *want, int replace)
     const ph_region *slabs = ph_header_region(&hdr, PH_REGION_SLABS);
     uint64_t data_off = ph_header_region(&hdr, PH_REGION_DATA)->offset;
     uint64_t rest = slabs->offset + slabs->size;
-    rc = ph_os_resize(fd, tmp, cfg->size);
+    rc = ph_os_resize(fd, path, cfg->size);
     if (!rc)
         rc = ph_os_allocate(fd, path, 0, ph_space_desc_end(slabs->offset, data_off, cfg->size));
     if (!rc)
@@ -66,7 +66,7 @@ static int create_file(const char *path, const ph_config *want, int replace)
     if (!rc)
         rc = ph_os_pwrite(fd, page, PH_PAGE_SIZE, 0);
     if (!rc)
-        rc = ph_os_sync_file(fd, tmp);
+        rc = ph_os_sync_file(fd, path);
     if (!rc)
         rc = replace ? (rename(tmp, path) == 0 ? 0 : ph_err_sys("cannot rename into", path))
                      : ph_os_rename_noreplace(tmp, path);

@@ -73,7 +73,7 @@ int ph_os_create_temp(const char *path, unsigned mode, int *fd, char *tmp_path)
             return 0;
         }
         if (errno != EEXIST)
-            return ph_err_sys("cannot create", tmp_path);
+            return ph_err_sys("cannot create", path); /* the user knows no temporary name */
     }
     return ph_err(PHEAP_EIO, "cannot create a temporary file next to %s", path);
 }

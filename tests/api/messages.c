@@ -140,3 +140,17 @@ TEST(stats_do_not_call_an_empty_heap_fragmented)
     ph_tool_result *r = run("stats", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "fragmentation:") && !strstr(r->out, "100.0%"), r);
 }
+
+/* Creation goes through a temporary file; its name never reaches the user. */
+TEST(no_temporary_names)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/no-such-dir/t.heap", ph_test_dir());
+    pheap_options o = {.size = 4u << 20, .flags = PHEAP_CREATE};
+    pheap *h;
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOENT);
+    CHECK(strstr(pheap_errmsg(), path) != NULL);
+    CHECK(strstr(pheap_errmsg(), ".tmp") == NULL);
+    ph_tool_result *r = run("create", path, "--size", "4M", NULL);
+    CHECK_TOOL(r->code == 1 && !strstr(r->err, ".tmp") && occurrences(r->err, path) == 1, r);
+}
