@@ -76,6 +76,16 @@ inside "$libdir" || fail "pheap.pc libdir '$libdir' is not a directory under the
 [ -f "$libdir/libpheap.a" ] || fail "libpheap.a is not in the libdir $libdir"
 [ -x "$prefix/bin/pheap" ] || fail "the pheap tool is not installed in bin/"
 [ -f "$prefix/share/man/man1/pheap.1" ] || fail "the pheap(1) man page is not installed in share/man/man1/"
+[ -f "$prefix/share/man/man3/pheap.3" ] || fail "the pheap(3) man page is not installed in share/man/man3/"
+# pheap(3) names every function and error code of the installed header
+for name in $(grep -o 'pheap_[a-z_]*(' "$prefix/include/pheap.h" | tr -d '(' | sort -u) \
+            $(grep -o 'PHEAP_E[A-Z]*' "$prefix/include/pheap.h" | sort -u); do
+    grep -q "$name" "$prefix/share/man/man3/pheap.3" || fail "pheap(3) does not mention $name"
+done
+if command -v groff >/dev/null 2>&1; then
+    warn=$(groff -man -Tutf8 -ww -z "$prefix/share/man/man3/pheap.3" 2>&1)
+    [ -z "$warn" ] || fail "pheap(3) does not format cleanly: $warn"
+fi
 
 # ---- compiler: the build's, with its sanitizers ----------------------------
 cache_value() {
