@@ -161,15 +161,10 @@ TEST(check_reports_corruption)
     const char *path = used_heap("corrupt.heap");
     REQUIRE(path);
     /* A root entry whose commit word is neither 0 nor 1. */
+    uint64_t roots = ph_test_region_offset(path, PH_REGION_ROOTS);
+    REQUIRE(roots);
     int fd = open(path, O_RDWR);
     REQUIRE(fd >= 0);
-    ph_header hdr;
-    REQUIRE(pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr));
-    uint64_t roots = 0;
-    for (unsigned i = 0; i < hdr.nregions && i < PH_REGIONS_MAX; i++)
-        if (hdr.regions[i].kind == PH_REGION_ROOTS)
-            roots = hdr.regions[i].offset;
-    REQUIRE(roots);
     uint64_t bad = 2;
     REQUIRE(pwrite(fd, &bad, 8, roots + 7 * sizeof(ph_root_entry)) == 8);
     close(fd);

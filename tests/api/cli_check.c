@@ -172,21 +172,8 @@ TEST(info_and_stats_show_a_snapshot_check_refuses)
     for (int i = 0; i < 6; i++)
         REQUIRE(pheap_alloc(h, i % 2 ? 64 : 40000));
     REQUIRE_OK(pheap_close(h));
-    int ready[2], done[2];
-    REQUIRE(pipe(ready) == 0 && pipe(done) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        char c = 1;
-        int ok = pheap_open(path, NULL, &h) == 0;
-        if (write(ready[1], &c, 1) != 1 || !ok)
-            _exit(1);
-        (void)read(done[0], &c, 1);
-        _exit(pheap_close(h) == 0 ? 0 : 1);
-    }
-    char c;
-    REQUIRE(read(ready[0], &c, 1) == 1);
+    int pid = ph_test_hold(path, 0);
+    REQUIRE(pid > 0);
     run_result *r = run("info", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "snapshot of a heap open elsewhere"), r);
     CHECK_TOOL(strstr(r->out, "state:       open elsewhere"), r);
@@ -203,11 +190,7 @@ TEST(info_and_stats_show_a_snapshot_check_refuses)
     CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EBUSY", PHEAP_EBUSY), r);
     r = run("check", "--repair", path, "--json", NULL);
     CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EBUSY", PHEAP_EBUSY), r);
-    REQUIRE(write(done[1], &c, 1) == 1);
-    int status;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    close(ready[0]), close(ready[1]), close(done[0]), close(done[1]);
+    CHECK_EQ(ph_test_release(pid), 0);
     r = run("info", path, "--json", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\"") && strstr(r->out, "\"held_elsewhere\": false"), r);
 }
@@ -251,15 +234,10 @@ TEST(damaged_heap_refused_by_every_command)
     REQUIRE(h);
     REQUIRE(pheap_alloc(h, 100000));
     REQUIRE_OK(pheap_close(h));
+    uint64_t extlog = ph_test_region_offset(path, PH_REGION_EXTLOG);
+    REQUIRE(extlog);
     int fd = open(path, O_RDWR);
     REQUIRE(fd >= 0);
-    ph_header hdr;
-    REQUIRE(pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr));
-    uint64_t extlog = 0;
-    for (unsigned i = 0; i < hdr.nregions && i < PH_REGIONS_MAX; i++)
-        if (hdr.regions[i].kind == PH_REGION_EXTLOG)
-            extlog = hdr.regions[i].offset;
-    REQUIRE(extlog);
     uint64_t junk = 0x5a5a5a5a5a5a5a5aull; /* over the active epoch */
     REQUIRE(pwrite(fd, &junk, 8, (off_t)extlog) == 8);
     close(fd);

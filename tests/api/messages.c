@@ -101,32 +101,18 @@ TEST(busy_says_by_whom_and_how)
 {
     const char *path = ph_test_path("busy.heap");
     pheap_close(ph_test_create(path, 4u << 20));
-    int ready[2], done[2];
-    REQUIRE(pipe(ready) == 0 && pipe(done) == 0);
     for (int rw = 0; rw < 2; rw++) {
-        pid_t pid = fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0) {
-            pheap_options o = {.flags = rw ? 0 : PHEAP_RDONLY};
-            pheap *held;
-            char c = pheap_open(path, &o, &held) == 0 ? 'y' : 'n';
-            if (write(ready[1], &c, 1) != 1 || read(done[0], &c, 1) != 1)
-                _exit(1);
-            _exit(0);
-        }
-        char c = 0;
-        REQUIRE(read(ready[0], &c, 1) == 1 && c == 'y');
+        int pid = ph_test_hold(path, rw ? 0 : PHEAP_RDONLY);
+        REQUIRE(pid > 0);
         pheap *h;
         char want[64];
-        snprintf(want, sizeof(want), "by process %d", (int)pid);
+        snprintf(want, sizeof(want), "by process %d", pid);
         CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EBUSY);
         CHECK(strstr(pheap_errmsg(), want) != NULL);
         CHECK(strstr(pheap_errmsg(), rw ? "read-write" : "read-only") != NULL);
         if (!strstr(pheap_errmsg(), want))
             printf("  message: %s\n", pheap_errmsg());
-        REQUIRE(write(done[1], "x", 1) == 1);
-        int status;
-        waitpid(pid, &status, 0);
+        CHECK_EQ(ph_test_release(pid), 0);
     }
 }
 

@@ -93,21 +93,8 @@ TEST(snapshot_of_a_heap_held_elsewhere)
     for (int i = 0; i < 10; i++)
         REQUIRE(pheap_alloc(h, i < 5 ? 100 : 50000));
     REQUIRE_OK(pheap_close(h));
-    int ready[2], done[2];
-    REQUIRE(pipe(ready) == 0 && pipe(done) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) { /* holds the heap read-write until told */
-        char c = 1;
-        int ok = pheap_open(path, NULL, &h) == 0;
-        if (write(ready[1], &c, 1) != 1 || !ok)
-            _exit(1);
-        (void)read(done[0], &c, 1);
-        _exit(pheap_close(h) == 0 ? 0 : 1);
-    }
-    char c;
-    REQUIRE(read(ready[0], &c, 1) == 1);
+    int pid = ph_test_hold(path, 0);
+    REQUIRE(pid > 0);
     pheap_options ro = {.flags = PHEAP_RDONLY};
     CHECK_EQ(pheap_open(path, &ro, &h), PHEAP_EBUSY);
     pheap_options so = {.flags = PHEAP_SNAPSHOT};
@@ -126,11 +113,7 @@ TEST(snapshot_of_a_heap_held_elsewhere)
         CHECK_EQ(pheap_errno(), PHEAP_ERDONLY);
         pheap_close(h);
     }
-    REQUIRE(write(done[1], &c, 1) == 1);
-    int status;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* the holder never noticed */
-    close(ready[0]), close(ready[1]), close(done[0]), close(done[1]);
+    CHECK_EQ(ph_test_release(pid), 0); /* the holder never noticed */
     /* Not held: the snapshot takes the shared lock, which keeps writers out. */
     REQUIRE_OK(pheap_open(path, &so, &h));
     pheap *w;

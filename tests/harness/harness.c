@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "util/util.h"
 
 #define MAX_TESTS 512
@@ -128,6 +130,88 @@ int ph_test_copy_file(const char *from, const char *to)
     if (out >= 0)
         close(out);
     return rc;
+}
+
+uint64_t ph_test_region_offset(const char *path, unsigned kind)
+{
+    ph_header hdr;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = pread(fd, &hdr, sizeof(hdr), 0);
+    close(fd);
+    if (n != (ssize_t)sizeof(hdr))
+        return 0;
+    for (unsigned i = 0; i < hdr.nregions && i < PH_REGIONS_MAX; i++)
+        if (hdr.regions[i].kind == kind)
+            return hdr.regions[i].offset;
+    return 0;
+}
+
+/* Holders of ph_test_hold: the pid and the pipe that releases it. */
+static struct {
+    int pid;
+    int release;
+} holders[8];
+
+int ph_test_hold(const char *path, unsigned flags)
+{
+    int ready[2], done[2];
+    if (pipe(ready) != 0)
+        return -1;
+    if (pipe(done) != 0) {
+        close(ready[0]);
+        close(ready[1]);
+        return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* only the parent may hold write ends of release pipes, or the
+         * read below would never see the end of its pipe */
+        close(ready[0]);
+        close(done[1]);
+        for (unsigned i = 0; i < PH_ARRAY_LEN(holders); i++)
+            if (holders[i].pid)
+                close(holders[i].release);
+        pheap_options o = {.flags = flags};
+        pheap *h;
+        char c = pheap_open(path, &o, &h) == 0 ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1 || c != 'y')
+            _exit(1);
+        if (read(done[0], &c, 1) < 0)
+            _exit(1);
+        _exit(pheap_close(h) == 0 ? 0 : 1);
+    }
+    close(ready[1]);
+    close(done[0]);
+    char c = 'n';
+    int ok = pid > 0 && read(ready[0], &c, 1) == 1 && c == 'y';
+    close(ready[0]);
+    for (unsigned i = 0; ok && i < PH_ARRAY_LEN(holders); i++)
+        if (holders[i].pid == 0) {
+            holders[i].pid = (int)pid;
+            holders[i].release = done[1];
+            return (int)pid;
+        }
+    close(done[1]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return -1;
+}
+
+int ph_test_release(int pid)
+{
+    for (unsigned i = 0; i < PH_ARRAY_LEN(holders); i++)
+        if (holders[i].pid == pid && pid > 0) {
+            close(holders[i].release); /* the holder's read returns 0 */
+            holders[i].pid = 0;
+            int status;
+            return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0
+                       ? 0
+                       : -1;
+        }
+    return -1;
 }
 
 static void cleanup(void)

@@ -91,6 +91,17 @@ uint64_t ph_test_rand(uint64_t *state);
 /* Byte-copies a file. */
 int ph_test_copy_file(const char *from, const char *to);
 
+/* Offset of the region of `kind` (enum ph_region_kind) in the heap file at
+ * `path`, read from its header; 0 when the file or the region is missing. */
+uint64_t ph_test_region_offset(const char *path, unsigned kind);
+
+/* Forks a child that opens `path` read-write (flags 0) or with `flags` and
+ * holds it until ph_test_release; returns the child's pid, or -1 when it
+ * could not open the heap. */
+int ph_test_hold(const char *path, unsigned flags);
+/* Makes the holder close the heap and exit; 0 when it closed cleanly. */
+int ph_test_release(int pid);
+
 /* Writes to `image` a heap left by a crash inside a pheap_alloc_to: its
  * lane entry durable, its changes not (made with the crash simulator), so
  * that recovery has one operation to roll forward: a 64-byte block into
