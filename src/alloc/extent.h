@@ -48,12 +48,15 @@ typedef struct ph_extents {
     uint64_t epoch;            /* epoch of the active half */
     unsigned active;           /* active half */
     uint64_t tail;             /* next free entry of the active half */
+    uint64_t high;             /* the active half's high-water mark: tail <= high */
+    unsigned bounded;          /* the log has marks (1.2); else high == half_entries */
     uint64_t pages_max;        /* data pages at max_size */
     uint64_t pages;            /* data pages backed now */
     ph_extnode **head;         /* [pages_max]: node starting at a page */
     ph_extnode **last;         /* [pages_max]: node ending at a page */
     uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
-    ph_extlog_entry *scratch;  /* [half_entries]: a half being composed by compaction */
+    ph_extlog_entry *scratch;  /* [half_entries]: a half being composed by compaction
+                                  (touched only as far as the new mark) */
     ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */
     ph_extnode *spare;         /* unused nodes, linked by next */
     ph_extnode *xreleased;     /* freed, durable, not yet free space (atomic stack) */

@@ -18,18 +18,40 @@
  * durably zero slot: see compaction) and fails its kind or page count; it
  * was never fenced, so the operation it describes had not returned.
  *
- * Compaction, when the active half is full (three fences):
+ * High-water marks (heaps with PH_FEAT_INCOMPAT_EXTLOG_HIGH): appends and
+ * replay stay below the active half's mark x->high (durable in
+ * hdr->xhigh[half]), so that what a heap touches, reserves and reads of
+ * the log follows the entries it uses, not the half's size (max_size).
+ * Invariant: every slot below the mark that no append filled since the
+ * mark covered it is durably zero; slots at or past it may hold entries of
+ * older epochs.  When an append takes the last slot below the mark, the
+ * mark rises first by PH_EXTLOG_STEP (at most to ph_space_extlog_cap, what
+ * the file system holds for the heap's size), one fence:
+ *   R1  zeros in the slots newly covered (non-temporal), the new mark
+ *       stored and flushed, fence.
+ * A crash before the fence may leave the new mark with some old slots: they
+ * hold whole entries of older epochs, or words of them next to zeros,
+ * which never decode for the half's epoch (unique for the heap's life, see
+ * C1).  After it, every append lands on a durably zero slot.  The extra
+ * fence comes once per PH_EXTLOG_STEP appends.  Without the feature, the
+ * mark is the whole half and never moves.
+ *
+ * Compaction, when the active half is full -- its mark reached the cap --
+ * (three fences):
  *   C1  xlast_epoch := e' (the highest epoch ever used, plus one): no
  *       compaction cut short by a crash can lend its epoch to a later one;
- *   C2  every line of the other half: the live extents with epoch e', zeros
- *       in every other slot (so each slot an append fills was durably
- *       zero, and a torn append leaves a zero word that never decodes);
+ *       in the same line and fence, the other half's mark := the live
+ *       extents plus a step (the whole half without marks);
+ *   C2  every slot of the other half below its new mark: the live extents
+ *       with epoch e', zeros in every other slot (so each slot an append
+ *       fills was durably zero, and a torn append leaves a zero word that
+ *       never decodes);
  *   C3  xactive := e' << 1 | other: the commit.
- * Before C3 is durable the old half rules, whatever C2 left.  Entries in
- * flight (written, not yet fenced) are already reflected in the index that
- * compaction writes out; if a crash loses them, the next compaction uses
- * a newer epoch and rewrites the whole half, so nothing of this one
- * survives there.
+ * Before C3 is durable the old half rules, whatever C1 and C2 left.
+ * Entries in flight (written, not yet fenced) are already reflected in the
+ * index that compaction writes out; if a crash loses them, the next
+ * compaction uses a newer epoch and rewrites the half below its mark, so
+ * nothing of this one survives where replay reads.
  */
 #include "alloc/extent_int.h"
 
@@ -73,27 +95,58 @@ static ph_extlog_entry *slot(const ph_extents *x, unsigned half, uint64_t j)
     return &x->half[half][(j % lines) * 4 + j / lines];
 }
 
+/* Entries the active half may hold now: its cap for the heap's size. */
+static uint64_t log_cap(const ph_extents *x)
+{
+    return x->bounded ? ph_space_extlog_cap(x->half_entries, x->sp->data_off, ph_space_size(x->sp))
+                      : x->half_entries;
+}
+
+/* R1: raises the active half's mark to `high` (lock held). */
+static void raise_high(ph_extents *x, ph_pctx *c, uint64_t high)
+{
+    static const uint64_t zero[2];
+    ph_persist *p = &x->sp->persist;
+    if (!ph_plant("extlog-raise-no-zero")) /* planted: new slots keep what they held */
+        for (uint64_t j = x->high; j < high; j++)
+            ph_persist_store_nt_words(p, c, &slot(x, x->active, j)->w0, zero, 2);
+    ph_persist_store64(p, c, &x->hdr->xhigh[x->active], high);
+    x->high = high;
+}
+
 static void compact(ph_extents *x, ph_pctx *c)
 {
     unsigned other = !x->active;
     ph_persist *p = &x->sp->persist;
+    uint64_t lines = x->half_entries / 4, used = 0, live = 0;
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages)
+        live += x->head[pg]->kind == PH_EXT_LARGE || x->head[pg]->kind == PH_EXT_SLAB;
+    /* The new mark: the live extents and a step (fewer than the cap, which
+     * counts an entry per 16 KiB of data and two steps). */
+    uint64_t high = x->bounded ? PH_MIN(live + PH_EXTLOG_STEP, log_cap(x)) : x->half_entries;
     /* The epoch is new for the life of the heap: recorded before any entry
      * of it is written, so a compaction that a crash cut short never lends
-     * its epoch to the next one.  (The whole-half rewrite below already
-     * keeps a reused epoch from mixing with a cut-short compaction's
-     * entries; this fence, one per compaction, keeps the simpler rule.) */
+     * its epoch to the next one.  (The rewrite below already keeps a reused
+     * epoch from mixing with a cut-short compaction's entries where replay
+     * reads; this fence, one per compaction, keeps the simpler rule.) */
     uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
-    if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
+    if (x->bounded)
+        ph_persist_write(p, c, &x->hdr->xhigh[other], high);
+    if (ph_plant("compact-reuse-epoch")) { /* planted: the old protocol */
         epoch = x->epoch + 1;
-    else
+        ph_persist_flush(p, c, x->hdr, sizeof(*x->hdr));
+    } else {
         ph_persist_store64(p, c, &x->hdr->xlast_epoch, epoch);
-    /* Every line of the half is written: the live extents in log order
+    }
+    /* Every line below the mark is written: the live extents in log order
      * (entry j in slot (j mod L) * 4 + j / L), zeros in every other slot.
      * A slot that an append later fills was durably zero, so a torn append
-     * leaves one zero word, which never decodes (kind 0 or 0 pages). */
-    uint64_t lines = x->half_entries / 4, used = 0;
+     * leaves one zero word, which never decodes (kind 0 or 0 pages).  Below
+     * L entries, a line holds one slot below the mark; its others are
+     * written zero too (past the mark: anything is allowed). */
+    uint64_t nlines = PH_MIN(high, lines);
     ph_extlog_entry *v = x->scratch;
-    memset(v, 0, x->half_entries * sizeof(*v));
+    memset(v, 0, nlines * 4 * sizeof(*v));
     for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
         const ph_extnode *n = x->head[pg];
         if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
@@ -101,7 +154,7 @@ static void compact(ph_extents *x, ph_pctx *c)
             used++;
         }
     }
-    for (uint64_t l = 0; l < lines; l++) {
+    for (uint64_t l = 0; l < nlines; l++) {
         if (ph_plant("compact-reuse-epoch") && l >= used)
             break; /* planted: only the lines the entries need */
         ph_persist_store_nt_words(p, c, &x->half[other][l * 4].w0, &v[l * 4].w0, 8);
@@ -111,14 +164,22 @@ static void compact(ph_extents *x, ph_pctx *c)
     x->active = other;
     x->epoch = epoch;
     x->tail = used;
+    x->high = high;
 }
 
 /* Writes the next entry of the log (lock held); the caller fences it after
- * dropping the lock, so that the lock is not held for the fence. */
+ * dropping the lock, so that the lock is not held for the fence.  The mark
+ * rises one append early, so that the append after a rise writes a line
+ * the rise did not (no line is flushed in two consecutive batches). */
 void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
 {
-    if (x->tail == x->half_entries)
-        compact(x, c);
+    if (x->tail + 1 >= x->high) {
+        uint64_t cap = log_cap(x);
+        if (x->high < cap)
+            raise_high(x, c, PH_MIN(x->high + PH_EXTLOG_STEP, cap));
+        else if (x->tail == x->high)
+            compact(x, c);
+    }
     ph_extlog_entry *e = slot(x, x->active, x->tail++);
     /* planted: entries of the wrong epoch */
     ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch + ph_plant("extent-wrong-epoch"));
@@ -150,12 +211,13 @@ static int cmp_page(const void *a, const void *b)
     return x->page < y->page ? -1 : x->page > y->page;
 }
 
-/* Replays the active half into a sorted array of live extents; *used gets
- * the number of valid entries (the append position). */
+/* Replays the slots of the active half below its mark into a sorted array
+ * of live extents; *used gets the position after the last valid entry
+ * (the append position). */
 int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uint64_t *used)
 {
     live_set s = {NULL, 64, 0};
-    while (s.cap < 2 * x->half_entries)
+    while (s.cap < 2 * x->high)
         s.cap *= 2;
     s.v = calloc(s.cap, sizeof(*s.v));
     if (!s.v)
@@ -163,7 +225,7 @@ int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uin
     int rc = 0;
     ph_extent_rec e;
     uint64_t i, tail = 0;
-    for (i = 0; i < x->half_entries; i++) {
+    for (i = 0; i < x->high; i++) {
         if (!decode(slot(x, x->active, i), x->epoch, &e))
             continue; /* never written, or in flight at the crash */
         tail = i + 1;
