@@ -7,7 +7,8 @@
  * non-temporal stores under the index lock and fenced by its thread after
  * the lock is released, so that large operations of several threads fence
  * in parallel.  Entries may therefore become durable out of log order; replay
- * reads every slot of the active half and skips the invalid ones.  That is
+ * reads every slot of the active half below its mark (see below) and skips
+ * the invalid ones.  That is
  * sound because an entry that depends on another is only appended once the
  * other is durable: a block is freed only after its allocation returned,
  * and freed pages go back to the index only after the free's fence.  An
@@ -24,28 +25,29 @@
  * the log follows the entries it uses, not the half's size (max_size).
  * Invariant: every slot below the mark that no append filled since the
  * mark covered it is durably zero; slots at or past it may hold entries of
- * older epochs.  When an append takes the last slot below the mark, the
- * mark rises first by PH_EXTLOG_STEP (at most to ph_space_extlog_cap, what
- * the file system holds for the heap's size), one fence:
- *   R1  zeros in the slots newly covered (non-temporal), the new mark
- *       stored and flushed, fence.
+ * older epochs.  When an append takes the last slot below the mark and the
+ * mark is below ph_space_extlog_cap (what the file system holds for the
+ * heap's size: it moves with growth), the mark rises first, by at most
+ * PH_EXTLOG_RAISE entries (a bound on the work under the lock), one fence:
+ *   R1  zeros in the slots newly covered that are not zero (non-temporal),
+ *       the new mark stored and flushed, fence.
  * A crash before the fence may leave the new mark with some old slots: they
  * hold whole entries of older epochs, or words of them next to zeros,
  * which never decode for the half's epoch (unique for the heap's life, see
  * C1).  After it, every append lands on a durably zero slot.  The extra
- * fence comes once per PH_EXTLOG_STEP appends.  Without the feature, the
- * mark is the whole half and never moves.
+ * fence comes after a growth, or once per PH_EXTLOG_RAISE appends at most.
+ * Without the feature, the mark is the whole half and never moves.
  *
- * Compaction, when the active half is full -- its mark reached the cap --
+ * Compaction, when the active half is full -- its mark at the cap --
  * (three fences):
  *   C1  xlast_epoch := e' (the highest epoch ever used, plus one): no
  *       compaction cut short by a crash can lend its epoch to a later one;
  *       in the same line and fence, the other half's mark := the live
- *       extents plus a step (the whole half without marks);
+ *       extents plus room, at most the cap (the whole half without marks);
  *   C2  every slot of the other half below its new mark: the live extents
- *       with epoch e', zeros in every other slot (so each slot an append
- *       fills was durably zero, and a torn append leaves a zero word that
- *       never decodes);
+ *       with epoch e', zeros in every other slot that is not zero already
+ *       (so each slot an append fills was durably zero, and a torn append
+ *       leaves a zero word that never decodes);
  *   C3  xactive := e' << 1 | other: the commit.
  * Before C3 is durable the old half rules, whatever C1 and C2 left.
  * Entries in flight (written, not yet fenced) are already reflected in the
@@ -102,33 +104,93 @@ static uint64_t log_cap(const ph_extents *x)
                       : x->half_entries;
 }
 
-/* R1: raises the active half's mark to `high` (lock held). */
+static int is_zero(const ph_extlog_entry *e)
+{
+    return (ph_load_relaxed(&e->w0) | ph_load_relaxed(&e->w1)) == 0;
+}
+
+/* R1: raises the active half's mark to `high` (lock held).  A slot that
+ * reads zero is durably zero (every zero the log stores is fenced before
+ * the lock is released, and the file starts zero): only the others are
+ * written, so a rise over fresh space is one store and one fence. */
 static void raise_high(ph_extents *x, ph_pctx *c, uint64_t high)
 {
     static const uint64_t zero[2];
     ph_persist *p = &x->sp->persist;
-    if (!ph_plant("extlog-raise-no-zero")) /* planted: new slots keep what they held */
-        for (uint64_t j = x->high; j < high; j++)
-            ph_persist_store_nt_words(p, c, &slot(x, x->active, j)->w0, zero, 2);
+    for (uint64_t j = x->high; j < high && !ph_plant("extlog-raise-no-zero"); j++) {
+        ph_extlog_entry *e = slot(x, x->active, j);
+        if (!is_zero(e)) /* planted above: stale slots kept */
+            ph_persist_store_nt_words(p, c, &e->w0, zero, 2);
+    }
     ph_persist_store64(p, c, &x->hdr->xhigh[x->active], high);
     x->high = high;
+}
+
+/* C2 of a half whose mark is at most its L lines: entry j < high alone in
+ * line j (slot 0); the line's other slots lie past the mark.  Slots that
+ * already hold what they should (zero) are not written. */
+static void write_sparse_half(ph_extents *x, ph_pctx *c, unsigned half, uint64_t high,
+                              uint64_t epoch)
+{
+    static const uint64_t zero[2];
+    ph_persist *p = &x->sp->persist;
+    uint64_t j = 0;
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
+        const ph_extnode *n = x->head[pg];
+        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+            ph_extlog_entry v = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            ph_persist_store_nt_words(p, c, &slot(x, half, j++)->w0, &v.w0, 2);
+        }
+    }
+    for (; j < high && !(ph_plant("compact-reuse-epoch")); j++) /* planted: no zeros */
+        if (!is_zero(slot(x, half, j)))
+            ph_persist_store_nt_words(p, c, &slot(x, half, j)->w0, zero, 2);
+}
+
+/* C2 of a half whose mark passes its L lines: whole lines, composed in
+ * x->scratch (entry j in slot (j mod L) * 4 + j / L), each written unless
+ * it is all zero and should be. */
+static void write_full_half(ph_extents *x, ph_pctx *c, unsigned half, uint64_t used,
+                            uint64_t epoch)
+{
+    ph_persist *p = &x->sp->persist;
+    uint64_t lines = x->half_entries / 4, j = 0;
+    ph_extlog_entry *v = x->scratch;
+    memset(v, 0, x->half_entries * sizeof(*v));
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
+        const ph_extnode *n = x->head[pg];
+        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+            v[(j % lines) * 4 + j / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            j++;
+        }
+    }
+    for (uint64_t l = 0; l < lines; l++) {
+        const ph_extlog_entry *e = &x->half[half][l * 4];
+        int keep = is_zero(&e[0]) && is_zero(&e[1]) && is_zero(&e[2]) && is_zero(&e[3]) &&
+                   l >= PH_MIN(used, lines);
+        if (ph_plant("compact-reuse-epoch") && l >= used)
+            break; /* planted: only the lines the entries need */
+        if (!keep)
+            ph_persist_store_nt_words(p, c, &x->half[half][l * 4].w0, &v[l * 4].w0, 8);
+    }
 }
 
 static void compact(ph_extents *x, ph_pctx *c)
 {
     unsigned other = !x->active;
     ph_persist *p = &x->sp->persist;
-    uint64_t lines = x->half_entries / 4, used = 0, live = 0;
+    uint64_t used = 0;
     for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages)
-        live += x->head[pg]->kind == PH_EXT_LARGE || x->head[pg]->kind == PH_EXT_SLAB;
-    /* The new mark: the live extents and a step (fewer than the cap, which
-     * counts an entry per 16 KiB of data and two steps). */
-    uint64_t high = x->bounded ? PH_MIN(live + PH_EXTLOG_STEP, log_cap(x)) : x->half_entries;
+        used += x->head[pg]->kind == PH_EXT_LARGE || x->head[pg]->kind == PH_EXT_SLAB;
+    /* The other half's new mark: the live extents and room for appends
+     * (the cap counts an entry per 16 KiB of data, more than live ones). */
+    uint64_t high = x->bounded ? PH_MIN(used + PH_EXTLOG_RAISE, log_cap(x)) : x->half_entries;
     /* The epoch is new for the life of the heap: recorded before any entry
      * of it is written, so a compaction that a crash cut short never lends
      * its epoch to the next one.  (The rewrite below already keeps a reused
      * epoch from mixing with a cut-short compaction's entries where replay
-     * reads; this fence, one per compaction, keeps the simpler rule.) */
+     * reads; this fence, one per compaction, keeps the simpler rule.)  The
+     * other half's mark goes with it, in the same line. */
     uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
     if (x->bounded)
         ph_persist_write(p, c, &x->hdr->xhigh[other], high);
@@ -138,27 +200,14 @@ static void compact(ph_extents *x, ph_pctx *c)
     } else {
         ph_persist_store64(p, c, &x->hdr->xlast_epoch, epoch);
     }
-    /* Every line below the mark is written: the live extents in log order
-     * (entry j in slot (j mod L) * 4 + j / L), zeros in every other slot.
-     * A slot that an append later fills was durably zero, so a torn append
-     * leaves one zero word, which never decodes (kind 0 or 0 pages).  Below
-     * L entries, a line holds one slot below the mark; its others are
-     * written zero too (past the mark: anything is allowed). */
-    uint64_t nlines = PH_MIN(high, lines);
-    ph_extlog_entry *v = x->scratch;
-    memset(v, 0, nlines * 4 * sizeof(*v));
-    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
-        const ph_extnode *n = x->head[pg];
-        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
-            v[(used % lines) * 4 + used / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
-            used++;
-        }
-    }
-    for (uint64_t l = 0; l < nlines; l++) {
-        if (ph_plant("compact-reuse-epoch") && l >= used)
-            break; /* planted: only the lines the entries need */
-        ph_persist_store_nt_words(p, c, &x->half[other][l * 4].w0, &v[l * 4].w0, 8);
-    }
+    /* C2: the live extents in log order, zeros in every other slot below
+     * the mark.  A slot that an append later fills was durably zero, so a
+     * torn append leaves one zero word, which never decodes (kind 0 or 0
+     * pages). */
+    if (high <= x->half_entries / 4)
+        write_sparse_half(x, c, other, high, epoch);
+    else
+        write_full_half(x, c, other, used, epoch);
     ph_persist_fence(p, c);
     ph_persist_store64(p, c, &x->hdr->xactive, epoch << 1 | other);
     x->active = other;
@@ -169,14 +218,14 @@ static void compact(ph_extents *x, ph_pctx *c)
 
 /* Writes the next entry of the log (lock held); the caller fences it after
  * dropping the lock, so that the lock is not held for the fence.  The mark
- * rises one append early, so that the append after a rise writes a line
- * the rise did not (no line is flushed in two consecutive batches). */
+ * rises one append early, so that the append after a rise never writes a
+ * line the rise did (no line is flushed in two consecutive batches). */
 void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
 {
     if (x->tail + 1 >= x->high) {
         uint64_t cap = log_cap(x);
         if (x->high < cap)
-            raise_high(x, c, PH_MIN(x->high + PH_EXTLOG_STEP, cap));
+            raise_high(x, c, PH_MIN(x->high + PH_EXTLOG_RAISE, cap));
         else if (x->tail == x->high)
             compact(x, c);
     }

@@ -73,7 +73,7 @@ static inline uint64_t ph_space_desc_end(uint64_t slab_region, uint64_t data_off
  * its current size.  Those, like the slab descriptors of its chunks, are
  * reserved in the file system with the data they describe (creation and
  * ph_space_grow); the rest of the region stays sparse and untouched. */
-#define PH_EXTLOG_STEP 2048u /* entries by which a high-water mark rises */
+#define PH_EXTLOG_RAISE 16384u /* most entries a mark covers anew at once */
 
 static inline uint64_t ph_space_extlog_half_entries(uint64_t extlog_size)
 {
@@ -82,12 +82,14 @@ static inline uint64_t ph_space_extlog_half_entries(uint64_t extlog_size)
 
 /* Entries of each half a heap of `size` bytes may use: one per 16 KiB of
  * its data -- more than a compacted log holds, since every live extent is
- * larger than 16 KiB -- plus two steps, rounded up to a page of lines (the
+ * larger than 16 KiB -- plus room for appends between compactions (a
+ * sixteenth of the half, 16 to 4096), rounded up to a page of lines (the
  * first L entries of a half of L lines have a line each); the whole half
  * once that reaches L. */
 static inline uint64_t ph_space_extlog_cap(uint64_t half_entries, uint64_t data_off, uint64_t size)
 {
-    uint64_t cap = PH_ALIGN_UP((size - data_off) / PH_EXTLOG_BYTES_PER_ENTRY_SPAN + 2 * PH_EXTLOG_STEP,
+    uint64_t room = PH_MIN(PH_MAX(half_entries / 16, (uint64_t)16), (uint64_t)4096);
+    uint64_t cap = PH_ALIGN_UP((size - data_off) / PH_EXTLOG_BYTES_PER_ENTRY_SPAN + room,
                                PH_PAGE_SIZE / PH_LINE_SIZE);
     return cap >= half_entries / 4 ? half_entries : cap;
 }

@@ -88,12 +88,13 @@ static int create_file(const char *path, const ph_config *cfg, int replace)
     memcpy(page, &hdr, sizeof(hdr));
     ph_state st = {.xclean = PH_STATE_CLEAN, .xsize = size};
     memcpy(page + PH_STATE_OFFSET, &st, sizeof(st));
-    /* The extent log starts empty in half 0 (epoch 1), with a first mark:
-     * the slots below it are zero, as the whole new file is. */
+    /* The extent log starts empty in half 0 (epoch 1), its mark at what
+     * the heap's size allows: the slots below it are zero, as the whole new
+     * file is. */
     const ph_region *extlog = ph_header_region(&hdr, PH_REGION_EXTLOG);
     uint64_t half = ph_space_extlog_half_entries(extlog->size);
     uint64_t cap = ph_space_extlog_cap(half, hdr.regions[hdr.nregions - 1].offset, size);
-    ph_extlog_header xh = {.xhigh = {PH_MIN(cap, (uint64_t)PH_EXTLOG_STEP), 0}};
+    ph_extlog_header xh = {.xhigh = {PH_MIN(cap, (uint64_t)PH_EXTLOG_RAISE), 0}};
     rc = ph_os_create_temp(path, cfg->mode, &fd, tmp);
     if (rc)
         goto out;
