@@ -82,7 +82,10 @@ int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
                     (unsigned long long)min_size, (unsigned long long)s->max_size);
         goto out;
     }
-    uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), 2 * cur), s->max_size);
+    /* The data region doubles: not the file, whose metadata is laid out for
+     * max_size and may be far larger than the data. */
+    uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), cur + (cur - s->data_off)),
+                           s->max_size);
     rc = extend(s, cur, PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), &want);
     if (!rc && !ph_plant("grow-no-sync")) /* planted: the new length not made durable */
         rc = sync_length(s);

@@ -102,7 +102,7 @@ static inline uint64_t ph_space_extlog_bytes(uint64_t half_entries, uint64_t cap
 }
 
 /* Grows the heap to at least `min_size` bytes (rounded up to a chunk, at
- * least doubling, at most max_size; when the file system cannot hold the
+ * least doubling the data region, at most max_size; when the file system cannot hold the
  * doubling, just enough).  Durable on return: the file is extended and its
  * new space reserved (the new data and its slab descriptors), its length
  * synced, then state->xsize is persisted (the commit); a crash in between

@@ -1,6 +1,7 @@
 /*
  * extlog.c -- the extent log's slots, read directly: after a compaction
- * every slot of the active half past the live entries is zero, so that an
+ * every slot of the active half past the live entries, up to its
+ * high-water mark, is zero, so that an
  * append always fills a slot that is durably zero and a torn append (one
  * of its two words on media) never decodes.  Before compactions rewrote
  * whole halves, slots past the end kept entries of older epochs, and a
@@ -12,12 +13,13 @@
 #include "harness.h"
 #include "heap/heap.h"
 
-/* Non-zero slots of the active half at or past the append position. */
+/* Non-zero slots of the active half at or past the append position and
+ * below its mark (where appends go). */
 static unsigned stale_slots(ph_extents *x)
 {
     unsigned n = 0;
     uint64_t lines = x->half_entries / 4;
-    for (uint64_t j = x->tail; j < x->half_entries; j++) {
+    for (uint64_t j = x->tail; j < x->high; j++) {
         const ph_extlog_entry *e = &x->half[x->active][(j % lines) * 4 + j / lines];
         n += e->w0 != 0 || e->w1 != 0;
     }
