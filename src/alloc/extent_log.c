@@ -122,7 +122,10 @@ static void raise_high(ph_extents *x, ph_pctx *c, uint64_t high)
         if (!is_zero(e)) /* planted above: stale slots kept */
             ph_persist_store_nt_words(p, c, &e->w0, zero, 2);
     }
-    ph_persist_store64(p, c, &x->hdr->xhigh[x->active], high);
+    if (ph_plant("extlog-mark-unfenced")) /* planted: the mark neither flushed nor fenced */
+        ph_persist_write(p, c, &x->hdr->xhigh[x->active], high);
+    else
+        ph_persist_store64(p, c, &x->hdr->xhigh[x->active], high);
     x->high = high;
 }
 
@@ -192,14 +195,13 @@ static void compact(ph_extents *x, ph_pctx *c)
      * reads; this fence, one per compaction, keeps the simpler rule.)  The
      * other half's mark goes with it, in the same line. */
     uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
-    if (x->bounded)
-        ph_persist_write(p, c, &x->hdr->xhigh[other], high);
-    if (ph_plant("compact-reuse-epoch")) { /* planted: the old protocol */
+    if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
         epoch = x->epoch + 1;
-        ph_persist_flush(p, c, x->hdr, sizeof(*x->hdr));
-    } else {
-        ph_persist_store64(p, c, &x->hdr->xlast_epoch, epoch);
-    }
+    else
+        ph_persist_write(p, c, &x->hdr->xlast_epoch, epoch);
+    if (x->bounded && !ph_plant("extlog-mark-after-commit"))
+        ph_persist_write(p, c, &x->hdr->xhigh[other], high);
+    ph_persist_range(p, c, x->hdr, sizeof(*x->hdr)); /* C1 */
     /* C2: the live extents in log order, zeros in every other slot below
      * the mark.  A slot that an append later fills was durably zero, so a
      * torn append leaves one zero word, which never decodes (kind 0 or 0
@@ -210,6 +212,8 @@ static void compact(ph_extents *x, ph_pctx *c)
         write_full_half(x, c, other, used, epoch);
     ph_persist_fence(p, c);
     ph_persist_store64(p, c, &x->hdr->xactive, epoch << 1 | other);
+    if (x->bounded && ph_plant("extlog-mark-after-commit")) /* planted: the mark last, unflushed */
+        ph_persist_write(p, c, &x->hdr->xhigh[other], high);
     x->active = other;
     x->epoch = epoch;
     x->tail = used;
