@@ -8,10 +8,15 @@
  * torn pair -- a new second word over the old first word -- passed the
  * 16-bit check about once in 70,000 tries.
  */
+#include <fcntl.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include "format/header.h"
 #include "harness.h"
+#include "util/crc32c.h"
 #include "heap/heap.h"
 
 /* Non-zero slots of the active half at or past the append position and
@@ -180,4 +185,84 @@ TEST(compaction_commit_never_outruns_the_new_mark)
         pheap_sim_crash(h, NULL, 0, 0.0);
     }
     CHECK(shown > 0); /* some images show the commit */
+}
+
+/* A heap of format 1.1 -- no high-water marks, zeros in its extent-log
+ * header past xlast_epoch -- opens and keeps its log whole: replay and
+ * appends over the whole half, compactions rewriting every slot, the marks
+ * never written (a 1.1 build must be able to open it again). */
+TEST(format_1_1_heap_keeps_its_whole_log)
+{
+    const char *path = ph_test_path("extlog-1.1.heap");
+    pheap_close(ph_test_create(path, 4u << 20));
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    size_t len = (size_t)lseek(fd, 0, SEEK_END);
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(m != MAP_FAILED);
+    ph_header *hdr = (ph_header *)m;
+    ph_extlog_header *xh = (ph_extlog_header *)(m + ph_header_region(hdr, PH_REGION_EXTLOG)->offset);
+    hdr->minor = 1;
+    hdr->feat_incompat = PH_FEAT_INCOMPAT_TAGGED_LOGS;
+    hdr->checksum = ph_crc32c(0, hdr, offsetof(ph_header, checksum));
+    xh->xhigh[0] = xh->xhigh[1] = 0;
+    munmap(m, len);
+
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    ph_extents *x = h->engine->ext;
+    CHECK_EQ(x->bounded, 0);
+    CHECK_EQ(x->high, x->half_entries);
+    pheap_off keep = pheap_alloc(h, 50000);
+    REQUIRE(keep);
+    uint64_t epoch = x->epoch;
+    while (x->epoch < epoch + 2) { /* two compactions */
+        pheap_off a = pheap_alloc(h, 20000);
+        REQUIRE(a);
+        REQUIRE_OK(pheap_free(h, a));
+        CHECK_EQ(x->high, x->half_entries);
+    }
+    CHECK_EQ(stale_slots(x), 0);
+    CHECK_EQ(x->hdr->xhigh[0], 0);
+    CHECK_EQ(x->hdr->xhigh[1], 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.format_minor, 1);
+    CHECK(pheap_usable_size(h, keep) >= 50000);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+/* A mark past the half is refused at open: the log is corrupt. */
+TEST(mark_past_the_half_is_refused)
+{
+    const char *path = ph_test_path("extlog-badmark.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    uint64_t half = h->engine->ext->half_entries;
+    pheap_close(h);
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    size_t len = (size_t)lseek(fd, 0, SEEK_END);
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(m != MAP_FAILED);
+    ph_header *hdr = (ph_header *)m;
+    ph_extlog_header *xh = (ph_extlog_header *)(m + ph_header_region(hdr, PH_REGION_EXTLOG)->offset);
+    uint64_t was = xh->xhigh[0];
+    xh->xhigh[0] = half + 1;
+    CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_ECORRUPT);
+    CHECK(strstr(pheap_errmsg(), "high-water mark") != NULL);
+    pheap_options ro = {.flags = PHEAP_RDONLY};
+    CHECK_EQ(pheap_open(path, &ro, &h), PHEAP_ECORRUPT);
+    CHECK_EQ(xh->xhigh[0], half + 1); /* nothing changed */
+    xh->xhigh[0] = was;
+    munmap(m, len);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
 }
