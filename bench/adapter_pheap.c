@@ -35,8 +35,7 @@ static int opened(int rc, const char *what, const char *path)
 static int pheap_bench_init(const bench_heap_conf *conf)
 {
     pheap_options o = { 0 };
-    o.size = conf->size;
-    o.max_size = conf->size;
+    o.size = conf->size; /* the data region; the file adds pheap's metadata */
     o.flags = PHEAP_CREATE | PHEAP_EXCL;
     return opened(pheap_open(conf->path, &o, &heap), "create", conf->path);
 }

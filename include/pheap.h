@@ -165,10 +165,10 @@ const char *pheap_flush_source_name(unsigned source);
  * On tmpfs the file itself is memory: nothing survives a power loss. */
 
 typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
-    uint64_t size;              /* bytes, when creating (0 = 64 MiB); rounded up to
-                                   64 KiB and to the minimum for max_size: the
-                                   metadata (about 1.9% of max_size + 1.3 MiB)
-                                   plus one 64 KiB data chunk */
+    uint64_t size;              /* bytes of data region when creating (0 = 64 MiB):
+                                   what blocks can use at once, before any
+                                   growth; rounded up to 64 KiB.  The file is
+                                   larger by its metadata (see max_size) */
     unsigned flags;             /* PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE
                                    | PHEAP_SNAPSHOT */
     unsigned mode;              /* permission bits when creating (0 = 0600) */
@@ -176,7 +176,13 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     const char *sim_crash_image;/*   takes effect, write the durable image here (0 = never) */
     double sim_evict_probability; /* with that image: each dirty or flushed-unfenced line */
     uint64_t sim_seed;          /*   joins it with this probability, drawn from this seed */
-    uint64_t max_size;          /* growth limit when creating (0 = size); fixed for life */
+    uint64_t max_size;          /* when creating: the most bytes the file may grow
+                                   to, metadata included (0 = just enough for size:
+                                   no growth); fixed for life.  The metadata regions
+                                   are laid out for it (about 1.9% of max_size +
+                                   1.3 MiB, sparse: only what covers the data in
+                                   use takes space); PHEAP_EINVAL when max_size
+                                   cannot hold size after them */
     unsigned flush;             /* enum pheap_flush_kind; 0 = AUTO (see above) */
     unsigned reserved0;         /* must be 0 */
     /* More of the crash simulator (with PHEAP_SIMULATE; see its section): */
@@ -253,8 +259,11 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * Space: creating reserves the file's space in the file system (fallocate,
  * or zeros written where it is missing), and so does every growth, so that
  * a full file system is an error (PHEAP_ENOSPC), never a SIGBUS at a store.
- * The slab descriptors of space the heap has not grown into yet stay sparse
- * (about 1.7% of max_size). */
+ * Only the metadata that covers the data region now backed is reserved and
+ * touched (about 2.5% of the data, plus 1.8 MiB); the rest of the metadata
+ * laid out for max_size stays sparse, so the file's apparent size exceeds
+ * what it takes on disk.  Opening costs time and memory that follow the
+ * heap's current size and use, not max_size. */
 int pheap_open(const char *path, const pheap_options *opts, pheap **out);
 
 /* Clean shutdown: makes everything durable, marks the heap clean, unmaps it

@@ -674,9 +674,17 @@ static void roll_forward(void *arg, const ph_lane_op *le)
         ph_slab_unlock(s, w);
 }
 
+/* The chunk maps are reserved for max_size and touched only as far as the
+ * heap is backed (slabs exist only there), so that memory and time at open
+ * follow the heap's size. */
 static void *alloc_map(uint64_t bytes)
 {
     return ph_os_alloc_pages(PH_ALIGN_UP(bytes, PH_PAGE_SIZE));
+}
+
+static uint64_t backed_chunks(const ph_engine *e)
+{
+    return (ph_space_size(e->sp) - e->sp->data_off) / PH_CHUNK_SIZE;
 }
 
 int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
@@ -710,8 +718,10 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
         e->recovered = ph_lanes_scan(&e->lanes, roll_forward, &o);
         if (!o.rc) /* also torn entries, which the scan skipped */
             ph_lanes_retire_all(&e->lanes, c);
+        if (!o.rc)
+            ph_extent_log_scrub(e->ext, c);
     }
-    for (uint64_t ch = 0; !o.rc && ch < e->nchunks; ch++) {
+    for (uint64_t ch = 0; !o.rc && ch < backed_chunks(e); ch++) {
         ph_slab *s = e->chunks[ch];
         if (!s)
             continue;
@@ -731,7 +741,7 @@ void ph_engine_close(ph_engine *e)
 {
     if (!e)
         return;
-    for (uint64_t ch = 0; e->slabs && ch < e->nchunks; ch++)
+    for (uint64_t ch = 0; e->slabs && ch < backed_chunks(e); ch++)
         free(e->slabs[ch]);
     ph_extents_close(e->ext);
     ph_os_free_pages(e->chunks, PH_ALIGN_UP(e->nchunks * sizeof(*e->chunks), PH_PAGE_SIZE));

@@ -75,12 +75,17 @@ static int extents_init(ph_space *sp, ph_extents *x)
     memset(x, 0, sizeof(*x));
     x->sp = sp;
     x->hdr = ph_space_at(sp, sp->extlog_region);
-    x->half_entries = (sp->extlog_size - PH_PAGE_SIZE) / 2 / sizeof(ph_extlog_entry);
+    x->half_entries = ph_space_extlog_half_entries(sp->extlog_size);
     x->half[0] = ph_space_at(sp, sp->extlog_region + PH_PAGE_SIZE);
     x->half[1] = x->half[0] + x->half_entries;
     uint64_t v = ph_load(&x->hdr->xactive);
     x->epoch = v ? v >> 1 : 1;
     x->active = (unsigned)(v & 1);
+    x->bounded = (sp->features & PH_FEAT_INCOMPAT_EXTLOG_HIGH) != 0;
+    x->high = x->bounded ? ph_load(&x->hdr->xhigh[x->active]) : x->half_entries;
+    if (x->high > x->half_entries)
+        return ph_err(PHEAP_ECORRUPT, "extent log: high-water mark %llu past the %llu entries "
+                      "of a half", (unsigned long long)x->high, (unsigned long long)x->half_entries);
     x->pages_max = (sp->max_size - sp->data_off) / PH_PAGE_SIZE;
     x->pages = (ph_space_size(sp) - sp->data_off) / PH_PAGE_SIZE;
     x->head = alloc_map(x->pages_max * sizeof(*x->head));

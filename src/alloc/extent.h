@@ -48,12 +48,15 @@ typedef struct ph_extents {
     uint64_t epoch;            /* epoch of the active half */
     unsigned active;           /* active half */
     uint64_t tail;             /* next free entry of the active half */
+    uint64_t high;             /* the active half's high-water mark: tail <= high */
+    unsigned bounded;          /* the log has marks (1.2); else high == half_entries */
     uint64_t pages_max;        /* data pages at max_size */
     uint64_t pages;            /* data pages backed now */
     ph_extnode **head;         /* [pages_max]: node starting at a page */
     ph_extnode **last;         /* [pages_max]: node ending at a page */
     uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
-    ph_extlog_entry *scratch;  /* [half_entries]: a half being composed by compaction */
+    ph_extlog_entry *scratch;  /* [half_entries]: a half being composed by compaction
+                                  (touched only as far as the new mark) */
     ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */
     ph_extnode *spare;         /* unused nodes, linked by next */
     ph_extnode *xreleased;     /* freed, durable, not yet free space (atomic stack) */
@@ -68,6 +71,9 @@ typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);
 /* Builds the index by replaying the extent log of `sp` and reports every
  * slab to on_slab.  PHEAP_ECORRUPT when the log contradicts itself. */
 int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg);
+/* Recovery after an unclean shutdown: durably zeroes the torn appends a
+ * crash left past the log's tail (extent_log.c). */
+void ph_extent_log_scrub(ph_extents *x, ph_pctx *c);
 void ph_extents_close(ph_extents *x);
 
 /* Allocates `bytes` (page-rounded) as one large block, or one chunk-aligned

@@ -7,7 +7,8 @@
  * non-temporal stores under the index lock and fenced by its thread after
  * the lock is released, so that large operations of several threads fence
  * in parallel.  Entries may therefore become durable out of log order; replay
- * reads every slot of the active half and skips the invalid ones.  That is
+ * reads every slot of the active half below its mark (see below) and skips
+ * the invalid ones.  That is
  * sound because an entry that depends on another is only appended once the
  * other is durable: a block is freed only after its allocation returned,
  * and freed pages go back to the index only after the free's fence.  An
@@ -18,18 +19,41 @@
  * durably zero slot: see compaction) and fails its kind or page count; it
  * was never fenced, so the operation it describes had not returned.
  *
- * Compaction, when the active half is full (three fences):
+ * High-water marks (heaps with PH_FEAT_INCOMPAT_EXTLOG_HIGH): appends and
+ * replay stay below the active half's mark x->high (durable in
+ * hdr->xhigh[half]), so that what a heap touches, reserves and reads of
+ * the log follows the entries it uses, not the half's size (max_size).
+ * Invariant: every slot below the mark that no append filled since the
+ * mark covered it is durably zero; slots at or past it may hold entries of
+ * older epochs.  When an append takes the last slot below the mark and the
+ * mark is below ph_space_extlog_cap (what the file system holds for the
+ * heap's size: it moves with growth), the mark rises first, by at most
+ * PH_EXTLOG_RAISE entries (a bound on the work under the lock), one fence:
+ *   R1  zeros in the slots newly covered that are not zero (non-temporal),
+ *       the new mark stored and flushed, fence.
+ * A crash before the fence may leave the new mark with some old slots: they
+ * hold whole entries of older epochs, or words of them next to zeros,
+ * which never decode for the half's epoch (unique for the heap's life, see
+ * C1).  After it, every append lands on a durably zero slot.  The extra
+ * fence comes after a growth, or once per PH_EXTLOG_RAISE appends at most.
+ * Without the feature, the mark is the whole half and never moves.
+ *
+ * Compaction, when the active half is full -- its mark at the cap --
+ * (three fences):
  *   C1  xlast_epoch := e' (the highest epoch ever used, plus one): no
  *       compaction cut short by a crash can lend its epoch to a later one;
- *   C2  every line of the other half: the live extents with epoch e', zeros
- *       in every other slot (so each slot an append fills was durably
- *       zero, and a torn append leaves a zero word that never decodes);
+ *       in the same line and fence, the other half's mark := the live
+ *       extents plus room, at most the cap (the whole half without marks);
+ *   C2  every slot of the other half below its new mark: the live extents
+ *       with epoch e', zeros in every other slot that is not zero already
+ *       (so each slot an append fills was durably zero, and a torn append
+ *       leaves a zero word that never decodes);
  *   C3  xactive := e' << 1 | other: the commit.
- * Before C3 is durable the old half rules, whatever C2 left.  Entries in
- * flight (written, not yet fenced) are already reflected in the index that
- * compaction writes out; if a crash loses them, the next compaction uses
- * a newer epoch and rewrites the whole half, so nothing of this one
- * survives there.
+ * Before C3 is durable the old half rules, whatever C1 and C2 left.
+ * Entries in flight (written, not yet fenced) are already reflected in the
+ * index that compaction writes out; if a crash loses them, the next
+ * compaction uses a newer epoch and rewrites the half below its mark, so
+ * nothing of this one survives where replay reads.
  */
 #include "alloc/extent_int.h"
 
@@ -74,52 +98,150 @@ static ph_extlog_entry *slot(const ph_extents *x, unsigned half, uint64_t j)
     return &x->half[half][(j % lines) * 4 + j / lines];
 }
 
-static void compact(ph_extents *x, ph_pctx *c)
+/* Entries the active half may hold now: its cap for the heap's size. */
+static uint64_t log_cap(const ph_extents *x)
 {
-    unsigned other = !x->active;
+    return x->bounded ? ph_space_extlog_cap(x->half_entries, x->sp->data_off, ph_space_size(x->sp))
+                      : x->half_entries;
+}
+
+static int is_zero(const ph_extlog_entry *e)
+{
+    return (ph_load_relaxed(&e->w0) | ph_load_relaxed(&e->w1)) == 0;
+}
+
+/* R1: raises the active half's mark to `high` (lock held).  A slot that
+ * reads zero is durably zero (every zero the log stores is fenced before
+ * the lock is released, and the file starts zero): only the others are
+ * written, so a rise over fresh space is one store and one fence.  Zeros
+ * are fenced before the mark is stored: a mark that reached media first
+ * would put stale slots below it, where open refuses them and where a
+ * torn append could mix with them. */
+static void raise_high(ph_extents *x, ph_pctx *c, uint64_t high)
+{
+    static const uint64_t zero[2];
     ph_persist *p = &x->sp->persist;
-    /* The epoch is new for the life of the heap: recorded before any entry
-     * of it is written, so a compaction that a crash cut short never lends
-     * its epoch to the next one.  (The whole-half rewrite below already
-     * keeps a reused epoch from mixing with a cut-short compaction's
-     * entries; this fence, one per compaction, keeps the simpler rule.) */
-    uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
-    if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
-        epoch = x->epoch + 1;
+    int zeroed = 0;
+    for (uint64_t j = x->high; j < high && !ph_plant("extlog-raise-no-zero"); j++) {
+        ph_extlog_entry *e = slot(x, x->active, j);
+        if (!is_zero(e)) { /* planted above: stale slots kept */
+            ph_persist_store_nt_words(p, c, &e->w0, zero, 2);
+            zeroed = 1;
+        }
+    }
+    if (zeroed)
+        ph_persist_fence(p, c);
+    if (ph_plant("extlog-mark-unfenced")) /* planted: the mark neither flushed nor fenced */
+        ph_persist_write(p, c, &x->hdr->xhigh[x->active], high);
     else
-        ph_persist_store64(p, c, &x->hdr->xlast_epoch, epoch);
-    /* Every line of the half is written: the live extents in log order
-     * (entry j in slot (j mod L) * 4 + j / L), zeros in every other slot.
-     * A slot that an append later fills was durably zero, so a torn append
-     * leaves one zero word, which never decodes (kind 0 or 0 pages). */
-    uint64_t lines = x->half_entries / 4, used = 0;
+        ph_persist_store64(p, c, &x->hdr->xhigh[x->active], high);
+    x->high = high;
+}
+
+/* C2 of a half whose mark is at most its L lines: entry j < high alone in
+ * line j (slot 0); the line's other slots lie past the mark.  Slots that
+ * already hold what they should (zero) are not written. */
+static void write_sparse_half(ph_extents *x, ph_pctx *c, unsigned half, uint64_t high,
+                              uint64_t epoch)
+{
+    static const uint64_t zero[2];
+    ph_persist *p = &x->sp->persist;
+    uint64_t j = 0;
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
+        const ph_extnode *n = x->head[pg];
+        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+            ph_extlog_entry v = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            ph_persist_store_nt_words(p, c, &slot(x, half, j++)->w0, &v.w0, 2);
+        }
+    }
+    for (; j < high && !(ph_plant("compact-reuse-epoch")); j++) /* planted: no zeros */
+        if (!is_zero(slot(x, half, j)))
+            ph_persist_store_nt_words(p, c, &slot(x, half, j)->w0, zero, 2);
+}
+
+/* C2 of a half whose mark passes its L lines: whole lines, composed in
+ * x->scratch (entry j in slot (j mod L) * 4 + j / L), each written unless
+ * it is all zero and should be. */
+static void write_full_half(ph_extents *x, ph_pctx *c, unsigned half, uint64_t used,
+                            uint64_t epoch)
+{
+    ph_persist *p = &x->sp->persist;
+    uint64_t lines = x->half_entries / 4, j = 0;
     ph_extlog_entry *v = x->scratch;
     memset(v, 0, x->half_entries * sizeof(*v));
     for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
         const ph_extnode *n = x->head[pg];
         if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
-            v[(used % lines) * 4 + used / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
-            used++;
+            v[(j % lines) * 4 + j / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
+            j++;
         }
     }
     for (uint64_t l = 0; l < lines; l++) {
+        const ph_extlog_entry *e = &x->half[half][l * 4];
+        int keep = is_zero(&e[0]) && is_zero(&e[1]) && is_zero(&e[2]) && is_zero(&e[3]) &&
+                   l >= PH_MIN(used, lines);
         if (ph_plant("compact-reuse-epoch") && l >= used)
             break; /* planted: only the lines the entries need */
-        ph_persist_store_nt_words(p, c, &x->half[other][l * 4].w0, &v[l * 4].w0, 8);
+        if (!keep)
+            ph_persist_store_nt_words(p, c, &x->half[half][l * 4].w0, &v[l * 4].w0, 8);
     }
+}
+
+static void compact(ph_extents *x, ph_pctx *c)
+{
+    unsigned other = !x->active;
+    ph_persist *p = &x->sp->persist;
+    uint64_t used = 0;
+    for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages)
+        used += x->head[pg]->kind == PH_EXT_LARGE || x->head[pg]->kind == PH_EXT_SLAB;
+    /* The other half's new mark: the live extents and room for appends
+     * (the cap counts an entry per 16 KiB of data, more than live ones). */
+    uint64_t high = x->bounded ? PH_MIN(used + PH_EXTLOG_RAISE, log_cap(x)) : x->half_entries;
+    /* The epoch is new for the life of the heap: recorded before any entry
+     * of it is written, so a compaction that a crash cut short never lends
+     * its epoch to the next one.  (The rewrite below already keeps a reused
+     * epoch from mixing with a cut-short compaction's entries where replay
+     * reads; this fence, one per compaction, keeps the simpler rule.)  The
+     * other half's mark goes with it, in the same line. */
+    uint64_t epoch = PH_MAX(x->epoch, ph_load(&x->hdr->xlast_epoch)) + 1;
+    if (ph_plant("compact-reuse-epoch")) /* planted: the old protocol */
+        epoch = x->epoch + 1;
+    else
+        ph_persist_write(p, c, &x->hdr->xlast_epoch, epoch);
+    if (x->bounded && !ph_plant("extlog-mark-after-commit"))
+        ph_persist_write(p, c, &x->hdr->xhigh[other], high);
+    ph_persist_range(p, c, x->hdr, sizeof(*x->hdr)); /* C1 */
+    /* C2: the live extents in log order, zeros in every other slot below
+     * the mark.  A slot that an append later fills was durably zero, so a
+     * torn append leaves one zero word, which never decodes (kind 0 or 0
+     * pages). */
+    if (high <= x->half_entries / 4)
+        write_sparse_half(x, c, other, high, epoch);
+    else
+        write_full_half(x, c, other, used, epoch);
     ph_persist_fence(p, c);
     ph_persist_store64(p, c, &x->hdr->xactive, epoch << 1 | other);
+    if (x->bounded && ph_plant("extlog-mark-after-commit")) /* planted: the mark last, unflushed */
+        ph_persist_write(p, c, &x->hdr->xhigh[other], high);
     x->active = other;
     x->epoch = epoch;
     x->tail = used;
+    x->high = high;
 }
 
 /* Writes the next entry of the log (lock held); the caller fences it after
- * dropping the lock, so that the lock is not held for the fence. */
+ * dropping the lock, so that the lock is not held for the fence.  The mark
+ * rises one append early, so that the append after a rise never writes a
+ * line the rise did (no line is flushed in two consecutive batches). */
 void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32_t kind)
 {
-    if (x->tail == x->half_entries)
-        compact(x, c);
+    if (x->tail + 1 >= x->high) {
+        uint64_t cap = log_cap(x);
+        if (x->high < cap)
+            raise_high(x, c, PH_MIN(x->high + PH_EXTLOG_RAISE, cap));
+        else if (x->tail == x->high)
+            compact(x, c);
+    }
     ph_extlog_entry *e = slot(x, x->active, x->tail++);
     /* planted: entries of the wrong epoch */
     ph_extlog_entry v = encode(n->page, n->npages, kind, n->cls, x->epoch + ph_plant("extent-wrong-epoch"));
@@ -128,12 +250,32 @@ void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32
     ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
 }
 
-/* Slots of the active half that replay reads, in log order: [0, span).
- * Replay and the audit below both go through here, so that a bound on
- * replay changes them together. */
+/* Recovery: zeroes what a crash left in the active half at or past the
+ * tail -- slots that do not decode (one word of an append that was never
+ * fenced), since nothing past the tail does -- and fences, so that the
+ * next append there fills a durably zero slot and a torn one can never
+ * mix a new word with an old one (see compaction). */
+void ph_extent_log_scrub(ph_extents *x, ph_pctx *c)
+{
+    static const uint64_t zero[2];
+    int zeroed = 0;
+    for (uint64_t j = x->tail; j < x->high; j++) {
+        ph_extlog_entry *e = slot(x, x->active, j);
+        if (!is_zero(e)) {
+            ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, zero, 2);
+            zeroed = 1;
+        }
+    }
+    if (zeroed)
+        ph_persist_fence(&x->sp->persist, c);
+}
+
+/* Slots of the active half that replay reads, in log order: [0, span):
+ * those below its mark (the whole half for heaps before format 1.2).
+ * Replay and the audit below both go through here. */
 static uint64_t replay_span(const ph_extents *x)
 {
-    return x->half_entries;
+    return x->high;
 }
 
 /* Why the header of the log cannot be trusted, or NULL.  xactive == 0 is a
@@ -210,12 +352,13 @@ static int cmp_page(const void *a, const void *b)
     return x->page < y->page ? -1 : x->page > y->page;
 }
 
-/* Replays the active half into a sorted array of live extents; *used gets
- * the number of valid entries (the append position). */
+/* Replays the slots of the active half below its mark into a sorted array
+ * of live extents; *used gets the position after the last valid entry
+ * (the append position). */
 int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uint64_t *used)
 {
     live_set s = {NULL, 64, 0};
-    while (s.cap < 2 * x->half_entries)
+    while (s.cap < 2 * x->high)
         s.cap *= 2;
     s.v = calloc(s.cap, sizeof(*s.v));
     if (!s.v)

@@ -9,12 +9,25 @@
 
 /* Reserves what growing the file from `cur` to `want` bytes brings into
  * use: the slab descriptors of the new chunks (their pages hold nothing
- * yet: ph_space_desc_end rounds up to whole pages), then the new data. */
+ * yet: ph_space_desc_end rounds up to whole pages), the extent-log entries
+ * the larger heap may use (whole pages past every slot in use), then the
+ * new data. */
 static int reserve(ph_space *s, uint64_t cur, uint64_t want)
 {
     uint64_t d0 = ph_space_desc_end(s->slab_region, s->data_off, cur);
     uint64_t d1 = ph_space_desc_end(s->slab_region, s->data_off, want);
     int rc = ph_os_allocate(s->fd, s->path, d0, d1 - d0);
+    if (!rc && (s->features & PH_FEAT_INCOMPAT_EXTLOG_HIGH)) {
+        uint64_t half = ph_space_extlog_half_entries(s->extlog_size);
+        uint64_t b0 = ph_space_extlog_bytes(half, ph_space_extlog_cap(half, s->data_off, cur));
+        uint64_t b1 = ph_space_extlog_bytes(half, ph_space_extlog_cap(half, s->data_off, want));
+        for (unsigned h = 0; !rc && h < 2 && b1 > b0; h++) {
+            uint64_t at = s->extlog_region + PH_PAGE_SIZE + h * half * sizeof(ph_extlog_entry);
+            rc = ph_os_allocate(s->fd, s->path, at + b0, b1 - b0);
+            if (!rc)
+                ph_os_populate(s->base + at + b0, b1 - b0);
+        }
+    }
     return rc ? rc : ph_os_allocate(s->fd, s->path, cur, want - cur);
 }
 
@@ -69,7 +82,10 @@ int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size)
                     (unsigned long long)min_size, (unsigned long long)s->max_size);
         goto out;
     }
-    uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), 2 * cur), s->max_size);
+    /* The data region doubles: not the file, whose metadata is laid out for
+     * max_size and may be far larger than the data. */
+    uint64_t want = PH_MIN(PH_MAX(PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), cur + (cur - s->data_off)),
+                           s->max_size);
     rc = extend(s, cur, PH_ALIGN_UP(min_size, PH_CHUNK_SIZE), &want);
     if (!rc && !ph_plant("grow-no-sync")) /* planted: the new length not made durable */
         rc = sync_length(s);

@@ -69,8 +69,42 @@ static inline uint64_t ph_space_desc_end(uint64_t slab_region, uint64_t data_off
            PH_ALIGN_UP((size - data_off) / PH_CHUNK_SIZE * PH_SLAB_DESC_SIZE, PH_PAGE_SIZE);
 }
 
+/* ---- the extent log's capacity (alloc/extent_log.c) ----
+ * A heap whose extent log has high-water marks (PH_FEAT_INCOMPAT_EXTLOG_HIGH)
+ * uses only the first entries of each half: at most ph_space_extlog_cap for
+ * its current size.  Those, like the slab descriptors of its chunks, are
+ * reserved in the file system with the data they describe (creation and
+ * ph_space_grow); the rest of the region stays sparse and untouched. */
+#define PH_EXTLOG_RAISE 16384u /* most entries a mark covers anew at once */
+
+static inline uint64_t ph_space_extlog_half_entries(uint64_t extlog_size)
+{
+    return (extlog_size - PH_PAGE_SIZE) / 2 / sizeof(ph_extlog_entry);
+}
+
+/* Entries of each half a heap of `size` bytes may use: one per 16 KiB of
+ * its data -- more than a compacted log holds, since every live extent is
+ * larger than 16 KiB -- plus room for appends between compactions (a
+ * sixteenth of the half, 16 to 4096), rounded up to a page of lines (the
+ * first L entries of a half of L lines have a line each); the whole half
+ * once that reaches L. */
+static inline uint64_t ph_space_extlog_cap(uint64_t half_entries, uint64_t data_off, uint64_t size)
+{
+    uint64_t room = PH_MIN(PH_MAX(half_entries / 16, (uint64_t)16), (uint64_t)4096);
+    uint64_t cap = PH_ALIGN_UP((size - data_off) / PH_EXTLOG_BYTES_PER_ENTRY_SPAN + room,
+                               PH_PAGE_SIZE / PH_LINE_SIZE);
+    return cap >= half_entries / 4 ? half_entries : cap;
+}
+
+/* Bytes at the start of a half that its first `cap` entries occupy: whole
+ * pages. */
+static inline uint64_t ph_space_extlog_bytes(uint64_t half_entries, uint64_t cap)
+{
+    return PH_MIN(cap, half_entries / 4) * PH_LINE_SIZE;
+}
+
 /* Grows the heap to at least `min_size` bytes (rounded up to a chunk, at
- * least doubling, at most max_size; when the file system cannot hold the
+ * least doubling the data region, at most max_size; when the file system cannot hold the
  * doubling, just enough).  Durable on return: the file is extended and its
  * new space reserved (the new data and its slab descriptors), its length
  * synced, then state->xsize is persisted (the commit); a crash in between

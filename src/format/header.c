@@ -45,6 +45,24 @@ uint64_t ph_header_min_size(uint64_t max_size)
     return data_offset(max_size) + PH_CHUNK_SIZE;
 }
 
+uint64_t ph_header_data_offset(uint64_t max_size)
+{
+    return data_offset(max_size);
+}
+
+/* The metadata grows with max_size (about 1.9%), so the smallest max_size
+ * for `data` bytes of data is a fixed point: F = data + data_offset(F).
+ * The sequence below only rises (data_offset never falls as F grows) and is
+ * bounded, in chunk steps: it reaches it in a few rounds. */
+uint64_t ph_header_max_for_data(uint64_t data)
+{
+    data = PH_ALIGN_UP(PH_MAX(data, (uint64_t)PH_CHUNK_SIZE), PH_CHUNK_SIZE);
+    uint64_t f = data + data_offset(data);
+    for (uint64_t next; (next = data + data_offset(f)) != f;)
+        f = next;
+    return f;
+}
+
 uint64_t ph_header_checksum(const ph_header *h)
 {
     return ph_crc32c(0, h, offsetof(ph_header, checksum));
@@ -71,7 +89,7 @@ int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
     h->chunk_size = PH_CHUNK_SIZE;
     h->consistency = consistency;
     h->max_size = max_size;
-    h->feat_incompat = PH_FEAT_INCOMPAT_TAGGED_LOGS;
+    h->feat_incompat = PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH;
     uint64_t off = 0;
     for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++) {
         h->regions[h->nregions++] = (ph_region){k, 0, off, region_size(k, max_size)};

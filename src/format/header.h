@@ -13,6 +13,14 @@
 /* Smallest heap: every metadata region plus one data chunk. */
 uint64_t ph_header_min_size(uint64_t max_size);
 
+/* First byte of the data region of a heap of `max_size` bytes: the
+ * metadata regions before it are sized for max_size. */
+uint64_t ph_header_data_offset(uint64_t max_size);
+
+/* Smallest max_size whose data region holds `data` bytes (raised to one
+ * chunk, rounded up to chunks). */
+uint64_t ph_header_max_for_data(uint64_t data);
+
 /* Fills a new header (uuid, time, region table, checksum) for a heap of
  * `max_size` bytes.  PHEAP_EINVAL if max_size is too small. */
 int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency);

@@ -75,7 +75,11 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
  * unknown compat bits. */
 #define PH_FEAT_INCOMPAT_TAGGED_LOGS 0x1u /* 1.1: lane entries carry tags in every
                                               word; builds before it would misread them */
-#define PH_FEAT_INCOMPAT_KNOWN PH_FEAT_INCOMPAT_TAGGED_LOGS
+#define PH_FEAT_INCOMPAT_EXTLOG_HIGH 0x2u /* 1.2: each extent-log half has a durable
+                                              high-water mark (ph_extlog_header.xhigh);
+                                              slots past it may hold stale entries, which
+                                              builds before it would replay or append over */
+#define PH_FEAT_INCOMPAT_KNOWN (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH)
 #define PH_FEAT_RO_COMPAT_KNOWN 0u
 
 /* Consistency modes (DESIGN 4.4), fixed at creation. */
@@ -218,10 +222,10 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  * Log-structured bookkeeping of the data region (NVAlloc): every change of
  * an extent (allocated large block, slab chunk, or freed) is one 16-byte
  * entry appended to the active half of the region; the allocator's index
- * is rebuilt in DRAM by replaying it.  When the active half fills, the
- * whole other half is rewritten -- the live extents with a new epoch
- * (above xlast_epoch, which is persisted first), zeros in every other slot
- * -- and one 8-byte store to xactive switches halves.
+ * is rebuilt in DRAM by replaying it.  When the active half is full, the
+ * other half is rewritten -- the live extents with a new epoch (above
+ * xlast_epoch, which is persisted first), zeros in the slots after them --
+ * and one 8-byte store to xactive switches halves.
  * Entry words (little-endian):
  *   w0: bits 0..35 first page (from the data region start, 4 KiB pages),
  *       bits 36..39 kind, bits 40..47 size class (slabs),
@@ -229,18 +233,27 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  *   w1: bits 0..31 pages, bits 32..47 epoch bits 0..15,
  *       bits 48..63 check: 16 bits of a hash of w0 and w1's low 48 bits
  * An entry counts only if its 32-bit epoch matches the half's, its check
- * holds, its kind is known and its pages are not 0; replay reads every slot
- * of the active half and skips the others (zero, or torn: an append fills
- * a slot that was durably zero, so a torn one has a zero word).  Heaps
- * without PH_FEAT_INCOMPAT_TAGGED_LOGS may keep stale slots of older
- * epochs until their first compaction by a 1.1 build.
+ * holds, its kind is known and its pages are not 0.
  * Invariants (tagged heaps; open refuses a heap that breaks one): every
- * slot of the active half that replay reads is zero, an entry of the
- * active epoch, or has one zero word; 1 <= active epoch <= max(1,
- * xlast_epoch); no epoch exceeds PH_EXTLOG_EPOCH_MAX.
+ * slot of the active half that replay reads (below the mark in 1.2) is
+ * zero, an entry of the active epoch, or has one zero word; 1 <= active
+ * epoch <= max(1, xlast_epoch); no epoch exceeds PH_EXTLOG_EPOCH_MAX.
  * Order: entry j of a half (j-th appended) is slot (j mod L) * 4 + j / L of
  * the half's L lines of four slots, so consecutive entries lie in
- * different lines. */
+ * different lines.
+ * High-water mark (PH_FEAT_INCOMPAT_EXTLOG_HIGH, 1.2): entries j of half h
+ * exist only below xhigh[h]; replay reads those slots and no others.
+ * Every slot below the mark that no append has filled since the mark
+ * covered it is durably zero, so that a torn append (one word on media)
+ * leaves a zero word and never decodes.  The mark rises -- the slots it
+ * newly covers zeroed, then the mark stored, one fence -- before an append
+ * reaches it, in steps of many entries; a compaction writes the other
+ * half's slots below its new mark and that mark before switching halves.
+ * Slots at or past the mark may hold anything (entries of older epochs).
+ * Without the feature (1.0, 1.1) the mark is the whole half: xhigh[] is 0
+ * and unused, replay reads every slot, a compaction rewrites every slot
+ * (1.0 heaps may keep stale slots of older epochs until their first
+ * compaction by a 1.1 or later build). */
 #define PH_EXT_FREE 1u      /* pages returned to free space */
 #define PH_EXT_LARGE 2u     /* pages allocated as one large block */
 #define PH_EXT_SLAB 3u      /* one chunk allocated as a slab */
@@ -252,9 +265,11 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
 typedef struct ph_extlog_header {
     uint64_t xactive;     /* epoch << 1 | active half; epoch starts at 1 */
     uint64_t xlast_epoch; /* highest epoch a compaction ever used (1.1; 0 before) */
-    uint64_t reserved[6];
+    uint64_t xhigh[2];    /* per half: entries that replay reads (1.2, see above) */
+    uint64_t reserved[4];
 } ph_extlog_header;
 _Static_assert(sizeof(ph_extlog_header) == PH_LINE_SIZE, "ph_extlog_header size");
+_Static_assert(offsetof(ph_extlog_header, xhigh) == 16, "ph_extlog_header.xhigh");
 
 typedef struct ph_extlog_entry {
     uint64_t w0;

@@ -22,19 +22,60 @@
 #include "os/os.h"
 #include "util/error.h"
 
+/* The sizes of a new heap: `size` bytes of data region, and a file that
+ * may grow to max_size, metadata included -- by default just what `size`
+ * needs (the heap cannot grow).  PHEAP_EINVAL when max_size cannot hold
+ * that much data after its metadata. */
+static int plan_sizes(const ph_config *cfg, uint64_t *max_size, uint64_t *file_size)
+{
+    uint64_t need = ph_header_max_for_data(cfg->size);
+    uint64_t max = cfg->max_size ? cfg->max_size : need;
+    uint64_t data_off = ph_header_data_offset(max);
+    if (max < need || max - data_off < cfg->size)
+        return ph_err(PHEAP_EINVAL, "options.max_size %llu cannot hold options.size %llu bytes of "
+                      "data after the metadata it needs (%llu bytes); max_size must be at least %llu",
+                      (unsigned long long)max, (unsigned long long)cfg->size,
+                      (unsigned long long)data_off, (unsigned long long)need);
+    *max_size = max;
+    *file_size = data_off + cfg->size;
+    return 0;
+}
+
+/* Reserves in the file system what a new heap of `size` bytes uses (see
+ * pheap_open: a full file system fails here, never as a SIGBUS later): the
+ * header page, roots, lanes and the slab descriptors of its chunks; the
+ * extent log's header and the entries the heap may use
+ * (ph_space_extlog_cap); the names; the data.  The rest of the metadata
+ * regions, sized for max_size, stays sparse until growth reserves it. */
+static int reserve_new(int fd, const char *path, const ph_header *hdr, uint64_t size)
+{
+    const ph_region *slabs = ph_header_region(hdr, PH_REGION_SLABS);
+    const ph_region *extlog = ph_header_region(hdr, PH_REGION_EXTLOG);
+    const ph_region *names = ph_header_region(hdr, PH_REGION_NAMES);
+    uint64_t data_off = ph_header_region(hdr, PH_REGION_DATA)->offset;
+    uint64_t half = ph_space_extlog_half_entries(extlog->size);
+    uint64_t bytes = ph_space_extlog_bytes(half, ph_space_extlog_cap(half, data_off, size));
+    int rc = ph_os_allocate(fd, path, 0, ph_space_desc_end(slabs->offset, data_off, size));
+    if (!rc)
+        rc = ph_os_allocate(fd, path, extlog->offset, PH_PAGE_SIZE);
+    for (unsigned h = 0; !rc && h < 2; h++)
+        rc = ph_os_allocate(fd, path, extlog->offset + PH_PAGE_SIZE + h * half * sizeof(ph_extlog_entry),
+                            bytes);
+    if (!rc)
+        rc = ph_os_allocate(fd, path, names->offset, names->size);
+    return rc ? rc : ph_os_allocate(fd, path, data_off, size - data_off);
+}
+
 /* Formats a new heap in a temporary file next to `path` and renames it
  * into place: `path` never holds a half-made heap.  `replace` renames over
  * an existing (empty) file; otherwise an existing file gives PHEAP_EEXIST. */
-static int create_file(const char *path, const ph_config *want, int replace)
+static int create_file(const char *path, const ph_config *cfg, int replace)
 {
-    /* The file must hold every metadata region (sized for max_size) and a
-     * first data chunk: smaller sizes are raised to that minimum. */
-    ph_config c = *want;
-    const ph_config *cfg = &c;
-    c.size = PH_MAX(c.size, ph_header_min_size(c.max_size));
-    c.max_size = PH_MAX(c.max_size, c.size);
+    uint64_t max_size = 0, size = 0;
+    int rc = plan_sizes(cfg, &max_size, &size);
     ph_header hdr;
-    int rc = ph_header_init(&hdr, cfg->max_size, PH_CONSISTENCY_LOG);
+    if (!rc)
+        rc = ph_header_init(&hdr, max_size, PH_CONSISTENCY_LOG);
     if (rc)
         return rc;
     char *page = calloc(1, PH_PAGE_SIZE);
@@ -45,24 +86,25 @@ static int create_file(const char *path, const ph_config *want, int replace)
         goto out;
     }
     memcpy(page, &hdr, sizeof(hdr));
-    ph_state st = {.xclean = PH_STATE_CLEAN, .xsize = cfg->size};
+    ph_state st = {.xclean = PH_STATE_CLEAN, .xsize = size};
     memcpy(page + PH_STATE_OFFSET, &st, sizeof(st));
+    /* The extent log starts empty in half 0 (epoch 1), its mark at what
+     * the heap's size allows: the slots below it are zero, as the whole new
+     * file is. */
+    const ph_region *extlog = ph_header_region(&hdr, PH_REGION_EXTLOG);
+    uint64_t half = ph_space_extlog_half_entries(extlog->size);
+    uint64_t cap = ph_space_extlog_cap(half, hdr.regions[hdr.nregions - 1].offset, size);
+    ph_extlog_header xh = {.xhigh = {PH_MIN(cap, (uint64_t)PH_EXTLOG_RAISE), 0}};
     rc = ph_os_create_temp(path, cfg->mode, &fd, tmp);
     if (rc)
         goto out;
     /* Metadata regions start zeroed: all roots free, all lanes and slab
-     * descriptors empty.  Everything the heap writes is reserved in the
-     * file system now (growth reserves the rest), so that a full file
-     * system fails here rather than as a SIGBUS later: all but the slab
-     * descriptors of chunks the heap does not have yet, which stay sparse. */
-    const ph_region *slabs = ph_header_region(&hdr, PH_REGION_SLABS);
-    uint64_t data_off = ph_header_region(&hdr, PH_REGION_DATA)->offset;
-    uint64_t rest = slabs->offset + slabs->size;
-    rc = ph_os_resize(fd, path, cfg->size);
+     * descriptors empty. */
+    rc = ph_os_resize(fd, path, size);
     if (!rc)
-        rc = ph_os_allocate(fd, path, 0, ph_space_desc_end(slabs->offset, data_off, cfg->size));
+        rc = reserve_new(fd, path, &hdr, size);
     if (!rc)
-        rc = ph_os_allocate(fd, path, rest, cfg->size - rest);
+        rc = ph_os_pwrite(fd, &xh, sizeof(xh), extlog->offset);
     if (!rc)
         rc = ph_os_pwrite(fd, page, PH_PAGE_SIZE, 0);
     if (!rc)
@@ -140,6 +182,28 @@ static int read_header(pheap *h)
     return rc;
 }
 
+/* The extent log is written all over what it uses (interleaved entries):
+ * fault that in now rather than inside allocations -- the entries the
+ * heap's size allows (growth faults in more), or the whole region for a
+ * log without high-water marks (1.0, 1.1: about 0.2% of max_size). */
+static void populate_extlog(pheap *h)
+{
+    ph_space *sp = &h->sp;
+    if (h->readonly)
+        return;
+    if (!(sp->features & PH_FEAT_INCOMPAT_EXTLOG_HIGH)) {
+        ph_os_populate(sp->base + sp->extlog_region, sp->extlog_size);
+        return;
+    }
+    uint64_t half = ph_space_extlog_half_entries(sp->extlog_size);
+    uint64_t bytes = ph_space_extlog_bytes(half, ph_space_extlog_cap(half, sp->data_off,
+                                                                      ph_space_size(sp)));
+    ph_os_populate(sp->base + sp->extlog_region, PH_PAGE_SIZE);
+    for (unsigned k = 0; k < 2; k++)
+        ph_os_populate(sp->base + sp->extlog_region + PH_PAGE_SIZE + k * half * sizeof(ph_extlog_entry),
+                       bytes);
+}
+
 static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
 {
     long os_page = sysconf(_SC_PAGESIZE);
@@ -195,10 +259,7 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     h->sp.features = h->hdr.feat_incompat;
     h->sp.extlog_region = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->offset;
     h->sp.extlog_size = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->size;
-    /* The extent log is written all over (interleaved entries): fault it in
-     * now rather than inside allocations (about 0.2% of max_size). */
-    if (!h->readonly)
-        ph_os_populate(h->sp.base + h->sp.extlog_region, h->sp.extlog_size);
+    populate_extlog(h);
     h->roots = (ph_root_entry *)(h->sp.base + ph_header_region(&h->hdr, PH_REGION_ROOTS)->offset);
     return 0;
 }

@@ -85,10 +85,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     cfg->flags = opts->flags;
     cfg->mode = opts->mode ? opts->mode : 0600;
     cfg->size = PH_ALIGN_UP(opts->size ? opts->size : PH_DEFAULT_SIZE, PH_CHUNK_SIZE);
-    cfg->max_size = PH_ALIGN_UP(opts->max_size, PH_CHUNK_SIZE);
-    if (cfg->max_size == 0)
-        cfg->max_size = cfg->size;
-    if (cfg->max_size < cfg->size)
+    cfg->max_size = PH_ALIGN_UP(opts->max_size, PH_CHUNK_SIZE); /* 0: what size needs */
+    if (cfg->max_size && cfg->max_size < cfg->size)
         return ph_err(PHEAP_EINVAL, "options.max_size %llu is below options.size %llu",
                       (unsigned long long)opts->max_size, (unsigned long long)opts->size);
     cfg->flush = opts->flush;

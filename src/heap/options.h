@@ -12,8 +12,8 @@
 #define PH_DEFAULT_SIZE (64ull << 20)
 
 typedef struct ph_config {
-    uint64_t size;          /* bytes when creating, chunk-rounded */
-    uint64_t max_size;      /* growth limit when creating, chunk-rounded */
+    uint64_t size;          /* data bytes when creating, chunk-rounded */
+    uint64_t max_size;      /* file growth limit when creating, chunk-rounded; 0: what size needs */
     unsigned flags;         /* PHEAP_* */
     unsigned mode;          /* permission bits when creating */
     unsigned flush;         /* enum pheap_flush_kind; AUTO until mapped */

@@ -63,7 +63,7 @@ TEST(fill_from_one_cpu_then_another)
     pheap_options o = {.size = 4u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
     pheap *h;
     REQUIRE_OK(pheap_open(path, &o, &h));
-    size_t cap = (4u << 20) / 64;
+    size_t cap = 2 * (4u << 20) / 64; /* more than 4 MiB of data can hold */
     pheap_off *v = calloc(cap, sizeof(*v));
     REQUIRE(v);
     static const size_t sizes[] = {64, 1000, 64};

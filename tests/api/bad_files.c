@@ -25,7 +25,7 @@
 
 #define FAIL(...) ph_test_fail(__FILE__, __LINE__, __VA_ARGS__)
 
-#define HEAP_SIZE (4ull << 20)  /* file size of the template heap */
+#define HEAP_SIZE (4ull << 20)  /* file size of the template heap (metadata and data) */
 #define HEAP_MAX (8ull << 20)   /* its max_size: room for "xsize past the file" */
 #define CHUNK ((uint64_t)PH_CHUNK_SIZE)
 #define SKIP 1                  /* table: variant does not apply */
@@ -113,7 +113,9 @@ static int load_template(void)
         return 0;
     const char *path = ph_test_path("template.heap");
     unlink(path);
-    pheap_options o = {.size = HEAP_SIZE, .max_size = HEAP_MAX, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    /* options.size is the data region: what leaves a HEAP_SIZE file. */
+    pheap_options o = {.size = HEAP_SIZE - ph_header_data_offset(HEAP_MAX), .max_size = HEAP_MAX,
+                       .flags = PHEAP_CREATE | PHEAP_EXCL};
     pheap *h;
     if (pheap_open(path, &o, &h) != 0) {
         FAIL("create template: %s", pheap_errmsg());
@@ -276,7 +278,8 @@ static const field_case header_cases[] = {
     {"feat_compat bit 0",       HDR(feat_compat), 4, OP_SET, 1,                  CS, 0, 0},
     {"feat_compat bit 31",      HDR(feat_compat), 4, OP_SET, 0x80000000u,        CS, 0, 0},
     {"feat_incompat 0 (a 1.0 heap)", HDR(feat_incompat), 4, OP_SET, 0,          CS, 0, 0},
-    {"feat_incompat bit 1",     HDR(feat_incompat), 4, OP_SET, 2,                CS, VERSION, VERSION},
+    {"feat_incompat 1 (a 1.1 heap)", HDR(feat_incompat), 4, OP_SET, 1,           CS, 0, 0},
+    {"feat_incompat bit 2",     HDR(feat_incompat), 4, OP_SET, 4,                CS, VERSION, VERSION},
     {"feat_incompat bit 31",    HDR(feat_incompat), 4, OP_SET, 0x80000000u,      CS, VERSION, VERSION},
     {"feat_ro_compat bit 0",    HDR(feat_ro_compat), 4, OP_SET, 1,               CS, VERSION, 0},
     {"feat_ro_compat bit 31",   HDR(feat_ro_compat), 4, OP_SET, 0x80000000u,     CS, VERSION, 0},
@@ -835,9 +838,14 @@ TEST(bad_options)
         CHECK(access(fresh, F_OK) != 0);
     }
 
-    /* Creating below the minimum size: refused, nothing left behind. */
-    pheap_options tiny = {.flags = PHEAP_CREATE, .size = CHUNK};
-    expect_open_opts("size below the minimum", fresh, &tiny, PHEAP_EINVAL, NULL, 0);
+    /* A max_size that cannot hold its metadata and one chunk of data, or
+     * the data asked for: refused, nothing left behind. */
+    pheap_options tiny = {.flags = PHEAP_CREATE, .size = CHUNK, .max_size = CHUNK};
+    expect_open_opts("max_size below the minimum", fresh, &tiny, PHEAP_EINVAL, NULL, 0);
+    CHECK(strstr(pheap_errmsg(), "max_size must be at least") != NULL);
+    CHECK(access(fresh, F_OK) != 0);
+    pheap_options full = {.flags = PHEAP_CREATE, .size = HEAP_MAX, .max_size = HEAP_MAX};
+    expect_open_opts("max_size = size (no room for metadata)", fresh, &full, PHEAP_EINVAL, NULL, 0);
     CHECK(access(fresh, F_OK) != 0);
 
     /* A bad PHEAP_FLUSH value in the environment. */

@@ -64,8 +64,8 @@ TEST(create_and_refuse_again)
     REQUIRE_OK(pheap_open(path, &ro, &h));
     struct pheap_stats st;
     REQUIRE_OK(pheap_stats(h, &st));
-    CHECK_EQ(st.size, 16u << 20);
-    CHECK_EQ(st.max_size, 16u << 20);
+    CHECK_EQ(st.data_size, 16u << 20); /* --size is the data region */
+    CHECK_EQ(st.max_size, st.size);    /* no --max-size: no growth */
     CHECK_EQ(st.was_unclean, 0);
     pheap_close(h);
 
@@ -89,7 +89,9 @@ TEST(create_mode)
     CHECK_TOOL(r->code == 2, r);
 }
 
-/* `pheap create --size S [--max-size M]`, then the sizes info reports. */
+/* `pheap create --size S [--max-size M]`, then the sizes info reports:
+ * want_size bytes of data region, a file that may grow to want_max (0:
+ * not at all, max_size is the file's size). */
 static void check_sizes(const char *size, const char *max_size, unsigned long long want_size,
                         unsigned long long want_max)
 {
@@ -108,10 +110,12 @@ static void check_sizes(const char *size, const char *max_size, unsigned long lo
         return;
     }
     int found;
-    unsigned long long got = ph_test_json_u64(r->out, "size", &found);
+    unsigned long long got = ph_test_json_u64(r->out, "data_size", &found);
     if (!found || got != want_size)
-        FAIL("--size %s: info says \"size\": %llu, expected %llu\n    %s", size, got, want_size,
-             r->out);
+        FAIL("--size %s: info says \"data_size\": %llu, expected %llu\n    %s", size, got,
+             want_size, r->out);
+    if (!want_max)
+        want_max = ph_test_json_u64(r->out, "size", &found);
     got = ph_test_json_u64(r->out, "max_size", &found);
     if (!found || got != want_max)
         FAIL("--size %s --max-size %s: info says \"max_size\": %llu, expected %llu", size,
@@ -121,18 +125,19 @@ static void check_sizes(const char *size, const char *max_size, unsigned long lo
 
 TEST(size_suffixes)
 {
-    check_sizes("4194304", NULL, 4ull << 20, 4ull << 20);
-    check_sizes("4096K", NULL, 4ull << 20, 4ull << 20);
-    check_sizes("5120k", NULL, 5ull << 20, 5ull << 20);
-    check_sizes("6M", NULL, 6ull << 20, 6ull << 20);
-    check_sizes("7m", NULL, 7ull << 20, 7ull << 20);
-    check_sizes("8MiB", NULL, 8ull << 20, 8ull << 20);
-    check_sizes("9MB", NULL, 9ull << 20, 9ull << 20);
-    check_sizes("1G", NULL, 1ull << 30, 1ull << 30);
+    check_sizes("4194304", NULL, 4ull << 20, 0);
+    check_sizes("4096K", NULL, 4ull << 20, 0);
+    check_sizes("5120k", NULL, 5ull << 20, 0);
+    check_sizes("6M", NULL, 6ull << 20, 0);
+    check_sizes("7m", NULL, 7ull << 20, 0);
+    check_sizes("8MiB", NULL, 8ull << 20, 0);
+    check_sizes("9MB", NULL, 9ull << 20, 0);
+    check_sizes("1G", NULL, 1ull << 30, 0);
     check_sizes("32M", "1G", 32ull << 20, 1ull << 30);
     check_sizes("64M", "2g", 64ull << 20, 2ull << 30);
+    check_sizes("64M", "1T", 64ull << 20, 1ull << 40);
     /* Not a chunk multiple: rounded up to 64 KiB. */
-    check_sizes("3000K", NULL, 3080192, 3080192);
+    check_sizes("3000K", NULL, 3080192, 0);
 }
 
 TEST(bad_sizes)
@@ -253,7 +258,7 @@ TEST(info_json)
             FAIL("no root entry %s in\n%s", entry, r->out);
     }
     int found;
-    CHECK_EQ(ph_test_json_u64(r->out, "size", &found), 4u << 20);
+    CHECK_EQ(ph_test_json_u64(r->out, "data_size", &found), 4u << 20);
     CHECK(found);
     CHECK_EQ(ph_test_json_u64(r->out, "unclean_count", &found), 0);
     CHECK(found);

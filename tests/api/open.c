@@ -20,13 +20,16 @@ TEST(create_and_reopen)
     REQUIRE(h);
     struct pheap_stats st;
     REQUIRE_OK(pheap_stats(h, &st));
-    CHECK_EQ(st.size, SIZE);
-    CHECK_EQ(st.max_size, SIZE);
+    /* size is the data region; the file holds the metadata too, and may
+     * grow to just that by default. */
+    CHECK_EQ(st.data_size, SIZE);
+    CHECK_EQ(st.size, st.data_offset + SIZE);
+    CHECK_EQ(st.max_size, st.size);
     CHECK_EQ(st.format_major, PHEAP_FORMAT_MAJOR);
+    CHECK_EQ(st.format_minor, PHEAP_FORMAT_MINOR);
     CHECK_EQ(st.was_unclean, 0);
     CHECK_EQ(st.open_count, 1);
     CHECK(st.data_offset > 0 && st.data_offset % 65536 == 0);
-    CHECK_EQ(st.data_size, SIZE - st.data_offset);
     uint8_t uuid[16];
     memcpy(uuid, st.uuid, 16);
     CHECK_EQ(uuid[6] >> 4, 4);
@@ -59,7 +62,7 @@ TEST(create_flags)
     REQUIRE_OK(pheap_open(path, &o, &h));
     struct pheap_stats st;
     pheap_stats(h, &st);
-    CHECK_EQ(st.size, SIZE); /* size only matters when creating */
+    CHECK_EQ(st.data_size, SIZE); /* size only matters when creating */
     pheap_close(h);
     struct stat sb;
     REQUIRE(stat(path, &sb) == 0);
@@ -80,17 +83,30 @@ TEST(create_into_empty_file_and_growth_limit)
     REQUIRE_OK(pheap_open(path, &o, &h));
     struct pheap_stats st;
     pheap_stats(h, &st);
-    CHECK_EQ(st.size, SIZE);
+    CHECK_EQ(st.data_size, SIZE);
+    CHECK_EQ(st.size, st.data_offset + SIZE);
     CHECK_EQ(st.max_size, 4 * SIZE);
     pheap_close(h);
     o.max_size = SIZE / 2;
     unlink(path);
     CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL); /* max below size */
     CHECK(access(path, F_OK) != 0);
+    /* max_size counts the metadata: equal to size, it cannot hold size
+     * bytes of data.  Refused with the least max_size that can. */
+    o.max_size = SIZE;
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    CHECK(strstr(pheap_errmsg(), "max_size must be at least") != NULL);
+    CHECK(access(path, F_OK) != 0);
     o = (pheap_options){.size = 1u << 20, .flags = PHEAP_CREATE};
-    REQUIRE_OK(pheap_open(path, &o, &h)); /* raised to the minimum */
+    REQUIRE_OK(pheap_open(path, &o, &h)); /* max_size: what 1 MiB of data needs */
     pheap_stats(h, &st);
+    CHECK_EQ(st.data_size, 1u << 20);
     CHECK(st.size > (1u << 20) && st.size == st.max_size);
+    pheap_close(h);
+    o = (pheap_options){.size = 1, .flags = PHEAP_CREATE};
+    unlink(path);
+    REQUIRE_OK(pheap_open(path, &o, &h)); /* rounded up to one chunk */
+    pheap_stats(h, &st);
     CHECK_EQ(st.data_size, 65536);
     pheap_close(h);
 }

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "format/header.h"
 #include "harness.h"
+#include "heap/heap.h"
 
 enum { NSLOTS = 64, MAXOPS = 512 };
 enum { OP_ALLOC_TO, OP_FREE_FROM, OP_ALLOC, OP_FREE };
@@ -216,17 +216,14 @@ TEST(extent_log_compaction)
     REQUIRE(base);
     pheap *h;
     REQUIRE_OK(pheap_open(base, NULL, &h));
-    ph_header hdr;
-    REQUIRE_OK(ph_header_init(&hdr, 4u << 20, PH_CONSISTENCY_LOG));
-    uint64_t half = (ph_header_region(&hdr, PH_REGION_EXTLOG)->size - PH_PAGE_SIZE) / 2 /
-                    sizeof(ph_extlog_entry);
-    unsigned appends = 1; /* the slot array's slab */
-    while (appends < half - 5) {
+    const ph_extents *x = h->engine->ext;
+    REQUIRE_EQ(x->high, x->half_entries); /* a small heap: its mark covers the half */
+    while (x->tail + 5 < x->high) {
         pheap_off a = pheap_alloc(h, 20 * KiB);
         REQUIRE(a);
         REQUIRE_OK(pheap_free(h, a));
-        appends += 2;
     }
+    uint64_t epoch = x->epoch;
     pheap_close(h);
     static const op ops[] = {
         {OP_ALLOC_TO, 0, 20 * KiB}, {OP_ALLOC_TO, 1, 40 * KiB}, {OP_FREE_FROM, 0, 0},
@@ -234,6 +231,15 @@ TEST(extent_log_compaction)
         {OP_FREE_FROM, 2, 0},       {OP_ALLOC_TO, 4, 64},
     };
     enumerate("alloc/extent_log_compaction", base, ops, sizeof(ops) / sizeof(ops[0]));
+    /* The workload does compact: a run of it on a simulated copy. */
+    pheap_options so = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(base, &so, &h));
+    pheap_off *slots = slots_of(h);
+    for (unsigned i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        REQUIRE_OK(ops[i].kind == OP_ALLOC_TO ? pheap_alloc_to(h, ops[i].size, &slots[ops[i].slot])
+                                              : pheap_free_from(h, &slots[ops[i].slot]));
+    CHECK(h->engine->ext->epoch > epoch);
+    pheap_sim_crash(h, NULL, 0, 0.0);
 }
 
 TEST(slab_batches_and_release)
@@ -276,4 +282,100 @@ TEST(new_lane_holder_over_retired_entries)
         {OP_FREE_FROM, 1, 0},        {OP_ALLOC_TO, 2, 64},
     };
     enumerate("alloc/new_lane_holder", base, ops, sizeof(ops) / sizeof(ops[0]));
+}
+
+/* ---- extent logs with high-water marks ------------------------------------
+ * A heap with 256 KiB of data growable to 8 MiB: its extent log uses the
+ * first 64 entries of each half's 768 (its cap), below the marks.  The
+ * bases carry stale entries of an older epoch past the active half's mark
+ * and all over the other half -- whole ones, and single words of them next
+ * to zeros -- as a half keeps them when a compaction left its mark below an
+ * earlier use: a rise of the mark and a compaction must cover them, and
+ * replay must never take them, whatever a crash leaves. */
+
+static void plant_stale(ph_extents *x, unsigned half, uint64_t from, uint64_t to)
+{
+    uint64_t lines = x->half_entries / 4;
+    for (uint64_t j = from; j < to; j++) {
+        ph_extlog_entry *e = &x->half[half][(j % lines) * 4 + j / lines];
+        /* An extent of an older epoch (epoch 0 is never used), whole or torn. */
+        uint64_t w0 = (j * 16) | (uint64_t)PH_EXT_LARGE << 36, w1 = 16;
+        e->w0 = j % 3 == 2 ? 0 : w0;
+        e->w1 = j % 3 == 1 ? 0 : w1 | (uint64_t)(j * 2654435761u & 0xffff) << 48;
+    }
+}
+
+/* Makes `base` a bounded base: its append position `short_of` entries
+ * below the mark, or one more (appends come in pairs). */
+static void prepare_bounded(const char *base, uint64_t short_of)
+{
+    pheap *h;
+    REQUIRE_OK(pheap_open(base, NULL, &h));
+    ph_extents *x = h->engine->ext;
+    REQUIRE(x->bounded);
+    REQUIRE_EQ(x->high, 64);
+    REQUIRE(x->half_entries / 4 > 64);
+    while (x->tail + short_of + 1 < x->high) {
+        pheap_off a = pheap_alloc(h, 20 * KiB);
+        REQUIRE(a);
+        REQUIRE_OK(pheap_free(h, a));
+    }
+    plant_stale(x, x->active, x->high, 4 * x->high);
+    plant_stale(x, !x->active, 0, 4 * x->high);
+    pheap_persist(h, x->half[0], 2 * x->half_entries * sizeof(ph_extlog_entry));
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+TEST(bounded_log_mark_rises_after_growth)
+{
+    /* The first op grows the data region past 256 KiB: the cap rises, and
+     * its entry finds the mark at the old cap -- the mark rises over the
+     * stale slots (R1) before the entry is written. */
+    const char *base = make_base("crash-marks-rise.heap", 256 * KiB, 8u << 20);
+    REQUIRE(base);
+    int failed = ph_test_failed;
+    prepare_bounded(base, 1);
+    REQUIRE(ph_test_failed == failed);
+    static const op ops[] = {
+        {OP_ALLOC_TO, 0, 600 * KiB}, {OP_ALLOC_TO, 1, 20 * KiB}, {OP_FREE_FROM, 0, 0},
+        {OP_ALLOC_TO, 2, 40 * KiB},  {OP_FREE_FROM, 1, 0},       {OP_ALLOC_TO, 3, 64},
+    };
+    enumerate("alloc/bounded_log_mark_rises_after_growth", base, ops, sizeof(ops) / sizeof(ops[0]));
+    pheap *h;
+    pheap_options so = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(base, &so, &h));
+    uint64_t high = h->engine->ext->high;
+    REQUIRE_OK(pheap_alloc_to(h, ops[0].size, &slots_of(h)[0]));
+    CHECK(h->engine->ext->high > high); /* the workload does raise the mark */
+    pheap_sim_crash(h, NULL, 0, 0.0);
+}
+
+TEST(bounded_log_compaction)
+{
+    /* The half is full at its cap: the workload compacts into the other
+     * half, whose stale slots below the new mark must be zeroed (C2), and
+     * whose mark is set with the new epoch (C1). */
+    const char *base = make_base("crash-marks-compact.heap", 256 * KiB, 8u << 20);
+    REQUIRE(base);
+    int failed = ph_test_failed;
+    prepare_bounded(base, 4);
+    REQUIRE(ph_test_failed == failed);
+    static const op ops[] = {
+        {OP_ALLOC_TO, 0, 20 * KiB}, {OP_ALLOC_TO, 1, 40 * KiB}, {OP_FREE_FROM, 0, 0},
+        {OP_ALLOC_TO, 2, 20 * KiB}, {OP_FREE_FROM, 1, 0},       {OP_ALLOC_TO, 3, 60 * KiB},
+        {OP_FREE_FROM, 2, 0},       {OP_ALLOC_TO, 4, 64},
+    };
+    enumerate("alloc/bounded_log_compaction", base, ops, sizeof(ops) / sizeof(ops[0]));
+    pheap *h;
+    pheap_options so = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(base, &so, &h));
+    uint64_t epoch = h->engine->ext->epoch;
+    pheap_off *slots = slots_of(h);
+    for (unsigned i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        REQUIRE_OK(ops[i].kind == OP_ALLOC_TO ? pheap_alloc_to(h, ops[i].size, &slots[ops[i].slot])
+                                              : pheap_free_from(h, &slots[ops[i].slot]));
+    CHECK(h->engine->ext->epoch > epoch); /* the workload does compact */
+    CHECK(h->engine->ext->high < h->engine->ext->half_entries);
+    pheap_sim_crash(h, NULL, 0, 0.0);
 }

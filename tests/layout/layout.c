@@ -57,6 +57,21 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_lane_entry, checksum), 56);
     CHECK_EQ(PH_LOG_CONTENTS, 1ull << 32);
     CHECK_EQ(offsetof(ph_slab_desc, xbits), 64);
+    CHECK_EQ(offsetof(ph_extlog_header, xactive), 0);
+    CHECK_EQ(offsetof(ph_extlog_header, xlast_epoch), 8);
+    CHECK_EQ(offsetof(ph_extlog_header, xhigh), 16);
+}
+
+TEST(feature_bits)
+{
+    CHECK_EQ(PH_FEAT_INCOMPAT_TAGGED_LOGS, 0x1);    /* 1.1 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_EXTLOG_HIGH, 0x2);    /* 1.2 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x3);
+    CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0);
+    ph_header h;
+    REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
+    CHECK_EQ(h.feat_incompat, 0x3);
+    CHECK_EQ(h.minor, 2);
 }
 
 TEST(region_plan_16m)
@@ -80,6 +95,12 @@ TEST(region_plan_16m)
     }
     CHECK_EQ(h.checksum, ph_header_checksum(&h));
     CHECK_EQ(ph_header_min_size(16u << 20), 1703936 + 65536);
+    /* The least max_size for 16 MiB of data: the data region of that plan
+     * is exactly 16 MiB. */
+    uint64_t max = ph_header_max_for_data(16u << 20);
+    CHECK_EQ(max, (16u << 20) + 1703936); /* the metadata of this plan is as above */
+    CHECK_EQ(max - ph_header_data_offset(max), 16u << 20);
+    CHECK_EQ(ph_header_data_offset(max - 65536) + (16u << 20) > max - 65536, 1);
 }
 
 TEST(size_classes)

@@ -23,7 +23,8 @@ cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPHEAP_FAULTS=ON >/de
 tests="crash_lanes unit_sim crash_roots crash_extlog crash_threads crash_alloc crash_compaction"
 plants="lane-no-zero lane-no-check lane-replay-retired lane-retire-first alloc-to-no-log
         compact-reuse-epoch extent-wrong-epoch slab-no-desc-fence slab-commit-before-desc
-        state-split-store grow-no-sync"
+        state-split-store grow-no-sync extlog-raise-no-zero extlog-mark-unfenced
+        extlog-mark-after-commit"
 explained="$src/tests/torture/sites-explained.txt"
 
 # Prints the first test program that fails under the given environment

@@ -1,21 +1,42 @@
 /*
  * create.c -- `pheap create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]`:
- * makes a new heap file (fails if PATH exists).
+ * makes a new heap file (fails if PATH exists) and says what it made: the
+ * data region, the file's apparent size and what it takes on disk.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
 static const char usage[] =
     "usage: pheap create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]\n"
     "  Creates a heap file at PATH; fails if PATH exists.\n"
-    "  --size SIZE       initial size, raised to what the metadata for --max-size\n"
-    "                    needs plus one 64 KiB data chunk\n"
-    "  --max-size SIZE   growth limit, fixed for the heap's life (default: --size)\n"
+    "  --size SIZE       bytes of data region (what blocks can use) to start with;\n"
+    "                    the file is larger by its metadata\n"
+    "  --max-size SIZE   most bytes the file may grow to, metadata included, fixed\n"
+    "                    for the heap's life (default: just enough for --size);\n"
+    "                    the metadata laid out for it stays sparse until used\n"
     "  --mode OCTAL      permission bits of the new file (default 0600)\n"
     "  SIZE takes a K, M, G or T suffix (binary multiples).\n";
+
+/* "64.0 MiB": a size for people, in buf[32]. */
+static const char *human(uint64_t n, char *buf)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)n;
+    unsigned u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, 32, "%llu bytes", (unsigned long long)n);
+    else
+        snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
 
 int cmd_create(int argc, char **argv)
 {
@@ -57,8 +78,15 @@ int cmd_create(int argc, char **argv)
     rc = pheap_close(h);
     if (rc)
         return cli_fail(path, rc);
-    printf("created %s: %llu bytes (growable to %llu), data region %llu bytes at offset %llu\n", path,
-           (unsigned long long)st.size, (unsigned long long)st.max_size,
-           (unsigned long long)st.data_size, (unsigned long long)st.data_offset);
+    struct stat sb;
+    uint64_t on_disk = stat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
+    char data[32], file[32], disk[32], max[32];
+    printf("created %s\n"
+           "  data region:  %llu bytes (%s) at offset %llu\n"
+           "  file:         %llu bytes (%s), %s of it allocated on disk\n"
+           "  growth limit: %llu bytes (%s), metadata included\n",
+           path, (unsigned long long)st.data_size, human(st.data_size, data),
+           (unsigned long long)st.data_offset, (unsigned long long)st.size, human(st.size, file),
+           human(on_disk, disk), (unsigned long long)st.max_size, human(st.max_size, max));
     return 0;
 }
