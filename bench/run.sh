@@ -119,7 +119,7 @@ if [ "$FS_DIR" != none ]; then
         tmp="$FS_LINES.one"
         : >"$tmp"
         # fixed-64 allocates --batch blocks then frees them; threadtest does --ops calls
-        for wl in "fixed-64 --threads 1 --batch $((FS_OPS / 2))" "threadtest --threads 1,2 --ops $FS_OPS"; do
+        for wl in "fixed-64 --threads 1 --ops $FS_OPS --batch $((FS_OPS / 2))" "threadtest --threads 1,2 --ops $FS_OPS"; do
             # shellcheck disable=SC2086  # wl holds separate words on purpose
             env "$@" "$BIN" --alloc "$alloc" --workload $wl --reps 3 --heap-dir "$FS_DIR" \
                 --heap-size 64M --json "$tmp" >/dev/null || {
