@@ -38,7 +38,14 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
         f = ph_extent_index_find_fit(x, n, aligned, &at);
     }
     *out = ph_extent_index_carve(x, f, at, n, kind, cls);
-    return *out ? 0 : ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    if (!*out)
+        return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    int rc = ph_extent_backing_refill(x, at, n);
+    if (rc) { /* the file system is full: the pages stay free, as they were */
+        ph_extent_index_make_free(x, *out, 1);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* Freed extents whose free is durable wait on x->xreleased (a stack linked
@@ -91,8 +98,9 @@ static int extents_init(ph_space *sp, ph_extents *x)
     x->head = alloc_map(x->pages_max * sizeof(*x->head));
     x->last = alloc_map(x->pages_max * sizeof(*x->last));
     x->freed = alloc_map((x->pages_max + 63) / 64 * 8);
+    x->punched = alloc_map((x->pages_max + 63) / 64 * 8);
     x->scratch = alloc_map(x->half_entries * sizeof(*x->scratch));
-    if (!x->head || !x->last || !x->freed || !x->scratch)
+    if (!x->head || !x->last || !x->freed || !x->punched || !x->scratch)
         return ph_err(PHEAP_ENOMEM, "extent index: cannot map %llu pages",
                       (unsigned long long)x->pages_max);
     ph_extent_backing_prefault(x, 0, x->pages);
@@ -105,6 +113,7 @@ static void extents_fini(ph_extents *x)
     ph_os_free_pages(x->head, PH_ALIGN_UP(x->pages_max * sizeof(*x->head), PH_PAGE_SIZE));
     ph_os_free_pages(x->last, PH_ALIGN_UP(x->pages_max * sizeof(*x->last), PH_PAGE_SIZE));
     ph_os_free_pages(x->freed, PH_ALIGN_UP((x->pages_max + 63) / 64 * 8, PH_PAGE_SIZE));
+    ph_os_free_pages(x->punched, PH_ALIGN_UP((x->pages_max + 63) / 64 * 8, PH_PAGE_SIZE));
     ph_os_free_pages(x->scratch, PH_ALIGN_UP(x->half_entries * sizeof(*x->scratch), PH_PAGE_SIZE));
 }
 

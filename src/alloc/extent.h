@@ -55,6 +55,9 @@ typedef struct ph_extents {
     ph_extnode **head;         /* [pages_max]: node starting at a page */
     ph_extnode **last;         /* [pages_max]: node ending at a page */
     uint64_t *freed;           /* [pages_max] bits: a large block started here and was freed */
+    uint64_t *punched;         /* [pages_max] bits: free page whose file space may have been
+                                  returned (punched, or not known at open): reserved
+                                  again before it is handed out */
     ph_extlog_entry *scratch;  /* [half_entries]: a half being composed by compaction
                                   (touched only as far as the new mark) */
     ph_extnode *bins[PH_EXT_BINS]; /* free nodes by size */

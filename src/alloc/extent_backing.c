@@ -47,6 +47,30 @@ int ph_extent_backing_grow(ph_extents *x, ph_pctx *c, uint64_t n, int aligned)
     return rc ? rc : add_backed(x);
 }
 
+void ph_extent_backing_mark_punched(ph_extents *x, uint64_t page, uint64_t n)
+{
+    for (uint64_t p = page; p < page + n; p++)
+        x->punched[p / 64] |= 1ull << (p % 64);
+}
+
+int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n)
+{
+    uint64_t any = 0;
+    for (uint64_t p = page; p < page + n && !any; p = (p / 64 + 1) * 64) {
+        uint64_t hi = PH_MIN(page + n - p, 64 - p % 64);
+        uint64_t mask = (hi == 64 ? ~0ull : ((1ull << hi) - 1)) << (p % 64);
+        any = x->punched[p / 64] & mask;
+    }
+    if (ph_likely(!any))
+        return 0;
+    int rc = ph_space_refill(x->sp, off_of(x, page), n * PH_PAGE_SIZE);
+    if (rc)
+        return rc;
+    for (uint64_t p = page; p < page + n; p++)
+        x->punched[p / 64] &= ~(1ull << (p % 64));
+    return 0;
+}
+
 /* Punches the dirty free extents of PH_PUNCH_MIN or more (lock held: no
  * one can allocate them meanwhile).  Rare by design; see extent.h. */
 void ph_extent_backing_purge(ph_extents *x)
@@ -55,6 +79,7 @@ void ph_extent_backing_purge(ph_extents *x)
         for (ph_extnode *f = x->bins[b]; f; f = f->next) {
             if (f->dirty && f->npages * PH_PAGE_SIZE >= PH_PUNCH_MIN) {
                 ph_space_punch(x->sp, off_of(x, f->page), f->npages * PH_PAGE_SIZE);
+                ph_extent_backing_mark_punched(x, f->page, f->npages);
                 f->dirty = 0;
             }
         }

@@ -72,6 +72,13 @@ int ph_extent_log_audit(const ph_extents *x, char *err, size_t errlen);
 void ph_extent_backing_prefault(ph_extents *x, uint64_t from, uint64_t to);
 /* Grows the heap so that n free pages (chunk-aligned) can fit at its end. */
 int ph_extent_backing_grow(ph_extents *x, ph_pctx *c, uint64_t n, int aligned);
+/* Punched pages: marked by a purge (and, at open, every free page, whose
+ * past is not known); refill reserves the file space of a range about to
+ * be handed out if any of its pages is marked (PHEAP_ENOSPC when the file
+ * system is full), then unmarks it. */
+void ph_extent_backing_mark_punched(ph_extents *x, uint64_t page, uint64_t n);
+int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n);
+
 /* Punches the dirty free extents of PH_PUNCH_MIN or more. */
 void ph_extent_backing_purge(ph_extents *x);
 /* Purges when the budget or the delay since the first free is reached. */

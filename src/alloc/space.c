@@ -98,6 +98,13 @@ out:
     return rc;
 }
 
+int ph_space_refill(ph_space *s, uint64_t off, uint64_t len)
+{
+    if (s->inherited || s->snapshot || s->sim)
+        return 0;
+    return ph_os_allocate(s->fd, s->path, off, len);
+}
+
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
 {
     uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);

@@ -119,4 +119,10 @@ int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size);
  * program's view and in the durable image at once. */
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len);
 
+/* Reserves again the file space of [off, off+len), which a punch may have
+ * returned, before it is handed out: a full file system is then
+ * PHEAP_ENOSPC here rather than a SIGBUS at the program's first store.
+ * Nothing to do for simulated heaps and snapshots. */
+int ph_space_refill(ph_space *s, uint64_t off, uint64_t len);
+
 #endif

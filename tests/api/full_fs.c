@@ -138,6 +138,82 @@ static void fill_until_full(void)
     unlink(path);
 }
 
+/* Fills what is left of the file system with another file. */
+static void fill_fs(const char *filler)
+{
+    FILE *f = fopen(filler, "w");
+    static char buf[64 << 10];
+    while (f && fwrite(buf, 1, sizeof(buf), f) == sizeof(buf) && fflush(f) == 0)
+        ;
+    if (f)
+        fclose(f);
+}
+
+static long long file_blocks(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_blocks : -1;
+}
+
+/* Space a purge gave back to the file system, then taken by another file:
+ * allocating it again is PHEAP_ENOSPC, never a SIGBUS at the first store.
+ * Once inside one open (the purge after frees), once across a reopen
+ * (free space whose past open does not know). */
+static void reuse_after_punch(void)
+{
+    char path[600], filler[600];
+    snprintf(path, sizeof(path), "%s/punch.heap", fs_dir);
+    snprintf(filler, sizeof(filler), "%s/other", fs_dir);
+    pheap_options o = {.size = 5u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_off t = pheap_alloc_init(h, 16 * sizeof(pheap_off), PHEAP_ALLOC_ZERO, NULL, NULL);
+    REQUIRE(t);
+    REQUIRE_OK(pheap_root_set(h, "blocks", t));
+    for (int round = 0; round < 2; round++) {
+        pheap_off *w = pheap_direct(h, t);
+        for (int i = 0; i < 16; i++)
+            REQUIRE_OK(pheap_alloc_to(h, 256 << 10, &w[i]));
+        long long full = file_blocks(path);
+        for (int i = 0; i < 16; i++)
+            REQUIRE_OK(pheap_free_from(h, &w[i]));
+        if (round == 0) { /* the purge of this open: a while after the frees */
+            usleep(200000);
+            pheap_off b = pheap_alloc(h, 64 << 10);
+            REQUIRE(b);
+            REQUIRE_OK(pheap_free(h, b));
+        } else { /* the purge at close, then a reopen */
+            REQUIRE_OK(pheap_close(h));
+            REQUIRE_OK(pheap_open(path, NULL, &h));
+            t = pheap_root_get(h, "blocks");
+            w = pheap_direct(h, t);
+        }
+        CHECK(file_blocks(path) < full); /* the space went back */
+        fill_fs(filler);
+        unsigned got = 0;
+        for (int i = 0; i < 16; i++) {
+            int rc = pheap_alloc_to(h, 256 << 10, &w[i]);
+            if (rc) {
+                CHECK_EQ(rc, PHEAP_ENOSPC);
+                break;
+            }
+            memset(pheap_direct(h, w[i]), 0x5a, 256 << 10); /* SIGBUS here before */
+            got++;
+        }
+        CHECK(got < 16);
+        printf("  round %d: %u of 16 blocks of 256 KiB once the space was taken: %s\n", round, got,
+               pheap_errmsg());
+        unlink(filler);
+        for (int i = 0; i < 16; i++)
+            REQUIRE_OK(pheap_free_from(h, &w[i]));
+        pheap_check_report rep;
+        CHECK_EQ(pheap_check(h, &rep), 0);
+        CHECK_EQ(rep.live_blocks, 1);
+    }
+    REQUIRE_OK(pheap_close(h));
+    unlink(path);
+}
+
 TEST(full_file_system)
 {
     snprintf(fs_dir, sizeof(fs_dir), "%s", ph_test_path("smallfs"));
@@ -150,6 +226,7 @@ TEST(full_file_system)
             _exit(SKIPPED);
         creation_larger_than_the_fs();
         fill_until_full();
+        reuse_after_punch();
         if (umount(fs_dir) != 0)
             ph_test_fail(__FILE__, __LINE__, "umount %s: %s", fs_dir, strerror(errno));
         fflush(NULL);
