@@ -22,7 +22,9 @@ ph_export const char *pheap_version(void)
 ph_export void *pheap_direct(const pheap *h, pheap_off off)
 {
     if (ph_unlikely(!h || off < h->sp.data_off || off >= ph_space_size(&h->sp))) {
-        if (h && off)
+        if (!h)
+            ph_err(PHEAP_EINVAL, "pheap_direct: heap is NULL");
+        else if (off)
             ph_err(PHEAP_ERANGE, "pheap_direct: offset %llu is outside the data region [%llu, %llu)",
                    (unsigned long long)off, (unsigned long long)h->sp.data_off,
                    (unsigned long long)ph_space_size(&h->sp));
@@ -39,7 +41,9 @@ ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
 {
     uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->sp.base : 0;
     if (ph_unlikely(!h || a < b + h->sp.data_off || a >= b + ph_space_size(&h->sp))) {
-        if (h && addr)
+        if (!h)
+            ph_err(PHEAP_EINVAL, "pheap_offset: heap is NULL");
+        else if (addr)
             ph_err(PHEAP_ERANGE, "pheap_offset: %p is outside the heap's data region", addr);
         return 0;
     }

@@ -128,7 +128,11 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
 ph_export unsigned pheap_root_count(pheap *h)
 {
     unsigned n = 0;
-    if (h && ph_heap_inherited(h)) {
+    if (!h) {
+        ph_err(PHEAP_EINVAL, "pheap_root_count: heap is NULL");
+        return 0;
+    }
+    if (ph_heap_inherited(h)) {
         ph_heap_forked("pheap_root_count");
         return 0;
     }
@@ -162,7 +166,8 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
 {
     unsigned errors = 0, n = 0;
-    char dangling[160];
+    char dangling[200];
+    int rc;
     uint64_t bytes;
     for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
@@ -176,11 +181,15 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
             why = "name is empty or not terminated";
         else if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
             why = "offset outside the data region";
-        else if (off && ph_engine_usable(h->engine, off, &bytes) != 0) {
-            /* Dangling: the block it named was freed, or it never named one. */
-            snprintf(dangling, sizeof(dangling), "root '%.*s' = %llu names no live block's start (%s)",
+        else if (off && (rc = ph_engine_usable(h->engine, off, &bytes)) != 0) {
+            /* Dangling: the program freed the block it named and kept the
+             * root, or the root never named a block's start. */
+            snprintf(dangling, sizeof(dangling), "root '%.*s' = %llu dangles: %s",
                      (int)PH_ROOT_NAME_MAX, e->name, (unsigned long long)off,
-                     pheap_strerror(pheap_errno()));
+                     rc == PHEAP_EDOUBLEFREE ? "the block it names was freed (set the root "
+                                               "again or to 0)"
+                     : rc == PHEAP_EINTERIOR ? "it points inside a block, not at its start"
+                                             : "it points into space never allocated");
             why = dangling;
         } else {
             n++;

@@ -140,3 +140,55 @@ TEST(no_temporary_names)
     ph_tool_result *r = run("create", path, "--size", "4M", NULL);
     CHECK_TOOL(r->code == 1 && !strstr(r->err, ".tmp") && occurrences(r->err, path) == 1, r);
 }
+
+/* Root names are bytes: --json output stays valid JSON (and UTF-8) whatever they hold. */
+TEST(json_of_names_that_are_not_utf8)
+{
+    const char *path = ph_test_path("names.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    pheap_off b = pheap_alloc(h, 16);
+    REQUIRE(b);
+    REQUIRE_OK(pheap_root_set(h, "bad\xff\xfe", b));
+    REQUIRE_OK(pheap_root_set(h, "ctl\x01\x7f", b));
+    REQUIRE_OK(pheap_root_set(h, "caf\xc3\xa9", b)); /* valid UTF-8 stays as it is */
+    pheap_close(h);
+    ph_tool_result *r = run("info", path, "--json", NULL);
+    CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "bad\\u00ff\\u00fe") && strstr(r->out, "ctl\\u0001\\u007f"), r);
+    CHECK_TOOL(strstr(r->out, "caf\xc3\xa9"), r);
+    for (const unsigned char *p = (const unsigned char *)r->out; *p; p++)
+        if (*p == 0xff || *p == 0xfe)
+            ph_test_fail(__FILE__, __LINE__, "a raw byte %#x in the JSON output", *p);
+}
+
+TEST(null_handles_record_an_error)
+{
+    pheap *h;
+    pheap_open(ph_test_path("absent2.heap"), NULL, &h); /* leaves ENOENT behind */
+    CHECK(pheap_direct(NULL, 4096) == NULL);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    pheap_open(ph_test_path("absent2.heap"), NULL, &h);
+    CHECK_EQ(pheap_offset(NULL, &h), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    pheap_open(ph_test_path("absent2.heap"), NULL, &h);
+    CHECK_EQ(pheap_root_count(NULL), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+}
+
+/* A root whose block the program freed is reported as dangling, not as a double free. */
+TEST(dangling_root_is_called_so)
+{
+    const char *path = ph_test_path("dangle.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    pheap_off b = pheap_alloc(h, 64);
+    REQUIRE(b);
+    REQUIRE_OK(pheap_root_set(h, "cfg", b));
+    REQUIRE_OK(pheap_free(h, b));
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), PHEAP_ECORRUPT);
+    CHECK(strstr(rep.first_error, "dangles") && strstr(rep.first_error, "was freed"));
+    CHECK(strstr(rep.first_error, "double") == NULL);
+    pheap_close(h);
+}

@@ -201,17 +201,35 @@ int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, uns
     return rc ? cli_fail_json(*path, rc, *json) : 0;
 }
 
-void cli_json_string(const char *s)
+/* Length of the well-formed UTF-8 sequence at s (1 to 4), or 0. */
+static int utf8_len(const unsigned char *s)
 {
+    int n = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+            : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((n == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (n == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
+        (n == 4 && s[0] == 0xf0 && s[1] < 0x90) || (n == 4 && s[0] == 0xf4 && s[1] >= 0x90))
+        return 0; /* overlong, surrogate or past U+10FFFF */
+    return n;
+}
+
+void cli_json_string(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
     putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
+    while (*s) {
+        int n = utf8_len(s);
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if (*s < 0x20 || *s == 0x7f)
+            printf("\\u%04x", *s);
+        else if (n == 0) /* a byte that is not UTF-8: its code point, so the output stays JSON */
+            printf("\\u%04x", *s);
         else
-            putchar(c);
+            fwrite(s, 1, (size_t)n, stdout);
+        s += n ? n : 1;
     }
     putchar('"');
 }
