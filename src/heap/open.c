@@ -110,11 +110,10 @@ static int create_file(const char *path, const ph_config *cfg, int replace)
     if (!rc)
         rc = ph_os_sync_file(fd, path);
     if (!rc)
-        rc = replace ? (rename(tmp, path) == 0 ? 0 : ph_err_sys("cannot rename into", path))
-                     : ph_os_rename_noreplace(tmp, path);
+        rc = ph_os_publish(fd, tmp, path, replace);
     if (!rc)
         rc = ph_os_sync_dir(path);
-    if (rc && fd >= 0)
+    if (rc && fd >= 0 && tmp[0])
         unlink(tmp); /* after a successful rename there is nothing to remove */
 out:
     if (fd >= 0)

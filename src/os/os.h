@@ -15,9 +15,15 @@
  * Errors: PHEAP_ENOENT, PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EIO. */
 int ph_os_open(const char *path, int readonly, int *fd);
 
-/* Creates a new unique file next to `path` (same directory) with `mode`,
- * stores its descriptor and name (tmp_path must hold strlen(path) + 16). */
+/* Creates a new file in the directory of `path` with `mode` and stores its
+ * descriptor: unnamed (O_TMPFILE; tmp_path gets "") where the file system
+ * allows, so that a creator that dies leaves nothing, else named next to
+ * `path` (tmp_path gets the name: it must hold strlen(path) + 16). */
 int ph_os_create_temp(const char *path, unsigned mode, int *fd, char *tmp_path);
+
+/* Publishes the file ph_os_create_temp made under `path`: replacing what is
+ * there when `replace`, else failing with PHEAP_EEXIST if `path` exists. */
+int ph_os_publish(int fd, const char *tmp_path, const char *path, int replace);
 
 /* Renames `from` to `to` unless `to` exists.  PHEAP_EEXIST if it does. */
 int ph_os_rename_noreplace(const char *from, const char *to);

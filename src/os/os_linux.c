@@ -60,14 +60,35 @@ int ph_os_open(const char *path, int readonly, int *fd)
     return 0;
 }
 
-int ph_os_create_temp(const char *path, unsigned mode, int *fd, char *tmp_path)
+/* A name next to `path` no one uses: "path.tmpXXXXXXXX". */
+static int temp_name(const char *path, char *tmp_path)
 {
     uint32_t r;
+    if (ph_os_random(&r, sizeof(r)) != 0)
+        return PHEAP_EIO;
+    sprintf(tmp_path, "%s.tmp%08x", path, r);
+    return 0;
+}
+
+int ph_os_create_temp(const char *path, unsigned mode, int *fd, char *tmp_path)
+{
+    /* An unnamed file in the directory first: a creator killed before it
+     * publishes the heap leaves nothing behind. */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    int f = open(slash ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+    if (f >= 0) {
+        *fd = f;
+        tmp_path[0] = '\0';
+        return 0;
+    }
     for (int tries = 0; tries < 100; tries++) {
-        if (ph_os_random(&r, sizeof(r)) != 0)
+        if (temp_name(path, tmp_path) != 0)
             return PHEAP_EIO;
-        sprintf(tmp_path, "%s.tmp%08x", path, r);
-        int f = open(tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+        f = open(tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
         if (f >= 0) {
             *fd = f;
             return 0;
@@ -89,6 +110,37 @@ int ph_os_rename_noreplace(const char *from, const char *to)
         return ph_err_sys("cannot link into", to);
     unlink(from);
     return 0;
+}
+
+/* Gives the unnamed file of `fd` the name `to`; fails if `to` exists. */
+static int link_unnamed(int fd, const char *to)
+{
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, to, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    if (errno == ENOENT && linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH) == 0) /* no /proc */
+        return 0;
+    return ph_err_sys("cannot link into", to);
+}
+
+int ph_os_publish(int fd, const char *tmp_path, const char *path, int replace)
+{
+    if (tmp_path[0])
+        return replace ? (rename(tmp_path, path) == 0 ? 0 : ph_err_sys("cannot rename into", path))
+                       : ph_os_rename_noreplace(tmp_path, path);
+    if (!replace)
+        return link_unnamed(fd, path);
+    /* Replacing a file: a name of its own for an instant, then a rename. */
+    char tmp[4096 + 16];
+    if (strlen(path) >= 4096 || temp_name(path, tmp) != 0)
+        return ph_err(PHEAP_EIO, "cannot name a new file next to %s", path);
+    int rc = link_unnamed(fd, tmp);
+    if (!rc && rename(tmp, path) != 0) {
+        rc = ph_err_sys("cannot rename into", path);
+        unlink(tmp);
+    }
+    return rc;
 }
 
 int ph_os_sync_file(int fd, const char *path)

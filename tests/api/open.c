@@ -2,7 +2,9 @@
  * open.c -- the life of a heap file: create, exclusive create, reopen,
  * read-only, the file lock between processes, clean and unclean shutdown.
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -247,4 +249,48 @@ TEST(error_slot_per_thread)
     CHECK_EQ(res[0], PHEAP_ENOENT);
     CHECK_EQ(res[1], PHEAP_ENOENT);
     CHECK_EQ(pheap_errno(), PHEAP_EINVAL); /* untouched by the other thread */
+}
+
+/* A creator killed at any instant leaves no temporary file behind: the heap
+ * is made in an unnamed file and linked into place when complete. */
+TEST(killed_creator_leaves_nothing)
+{
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/killed", ph_test_dir());
+    REQUIRE(mkdir(dir, 0755) == 0);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/k.heap", dir);
+    uint64_t seed = 7;
+    unsigned made = 0;
+    for (int i = 0; i < 30; i++) {
+        unlink(path);
+        fflush(NULL);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            pheap_options o = {.size = 8u << 20, .flags = PHEAP_CREATE};
+            pheap *h;
+            _exit(pheap_open(path, &o, &h) == 0 ? 0 : 1);
+        }
+        usleep((useconds_t)(ph_test_rand(&seed) % 8000));
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        made += access(path, F_OK) == 0;
+        DIR *d = opendir(dir);
+        REQUIRE(d);
+        for (struct dirent *e; (e = readdir(d));)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "k.heap"))
+                ph_test_fail(__FILE__, __LINE__, "left behind: %s", e->d_name);
+        closedir(d);
+        if (access(path, F_OK) == 0) { /* what a kill leaves is a whole heap */
+            pheap *h;
+            REQUIRE_OK(pheap_open(path, NULL, &h));
+            REQUIRE_OK(pheap_check(h, NULL));
+            pheap_close(h);
+        }
+    }
+    printf("  30 creators killed, %u had published their heap\n", made);
+    unlink(path);
+    rmdir(dir);
 }
