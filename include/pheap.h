@@ -211,8 +211,10 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
 /* Opens the heap file at `path`, creating it first when PHEAP_CREATE is set
  * and the file does not exist (or is empty), and stores the handle in *out.
  *
- * Creation is atomic: the heap is formatted in a temporary file next to
- * `path` and renamed into place, so `path` is never seen half-made.
+ * Creation is atomic: the heap is formatted in an unnamed file in the
+ * directory of `path` (O_TMPFILE; a named temporary file next to it where
+ * the file system lacks that) and linked into place when complete, so
+ * `path` is never seen half-made and a creator killed midway leaves nothing.
  * Opening validates the header (magic, version, checksum, region table,
  * file size) and refuses anything wrong with a distinct error before
  * mapping.  A heap that was not closed cleanly is recovered before the
