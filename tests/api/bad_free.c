@@ -72,15 +72,7 @@ static int setup(scene *s, const char *name)
  * every kept block intact. */
 static void unchanged(scene *s, const char *after, int line)
 {
-    pheap_check_report r;
-    if (pheap_check(s->h, &r))
-        ph_test_fail(__FILE__, line, "after %s: check: %s", after, r.first_error);
-    struct pheap_stats st;
-    pheap_stats(s->h, &st);
-    if (st.live_blocks != s->st.live_blocks || st.live_bytes != s->st.live_bytes)
-        ph_test_fail(__FILE__, line, "after %s: live %llu blocks / %llu bytes, was %llu / %llu",
-                     after, (unsigned long long)st.live_blocks, (unsigned long long)st.live_bytes,
-                     (unsigned long long)s->st.live_blocks, (unsigned long long)s->st.live_bytes);
+    ph_test_unchanged(s->h, &s->st, after, __FILE__, line);
     for (unsigned k = 0; k < NKEEP; k++) {
         const unsigned char *p = pheap_direct(s->h, s->keep[k]);
         for (size_t i = 0; i < s->len[k]; i++)

@@ -18,13 +18,6 @@
 #define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
 typedef ph_tool_result run_result;
 
-/* The number after the first "key": at or after `from`; -1 if absent. */
-static long long jnum(const char *from, const char *key)
-{
-    int found;
-    unsigned long long v = ph_test_json_u64(from, key, &found);
-    return found ? (long long)v : -1;
-}
 
 /* The number after `label` at the start of a line of text; -1 if absent. */
 static long long text_num(const char *out, const char *label)
@@ -74,11 +67,11 @@ TEST(check_reports_a_consistent_heap)
     r = run("check", "--json", path, NULL);
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
     CHECK_TOOL(strstr(r->out, "\"consistent\": true"), r);
-    CHECK_TOOL(jnum(r->out, "errors") == 0, r);
-    CHECK_TOOL(jnum(r->out, "live_blocks") == NSMALL + NMID + NLARGE, r);
-    CHECK_TOOL(jnum(r->out, "live_bytes") >= NSMALL * 64 + NMID * 1000 + NLARGE * 100000, r);
-    CHECK_TOOL(jnum(r->out, "large_extents") == NLARGE, r);
-    CHECK_TOOL(jnum(r->out, "free_bytes") > 0, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "errors") == 0, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "live_blocks") == NSMALL + NMID + NLARGE, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "live_bytes") >= NSMALL * 64 + NMID * 1000 + NLARGE * 100000, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "large_extents") == NLARGE, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "free_bytes") > 0, r);
     CHECK_TOOL(strstr(r->out, "\"recovered\": false"), r);
 }
 
@@ -105,11 +98,11 @@ TEST(stats_per_class_and_read_only)
     CHECK_TOOL(found, r);
     r = run("stats", "--json", path, NULL);
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
-    CHECK_TOOL(jnum(r->out, "live_blocks") == NSMALL + NMID + NLARGE, r);
-    CHECK_TOOL(jnum(r->out, "large_extents") == NLARGE, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "live_blocks") == NSMALL + NMID + NLARGE, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "large_extents") == NLARGE, r);
     CHECK_TOOL(strstr(r->out, "\"state\": \"clean\""), r);
     const char *c64 = strstr(r->out, "\"block_size\": 64,");
-    CHECK_TOOL(c64 && jnum(c64, "live_blocks") == NSMALL, r);
+    CHECK_TOOL(c64 && ph_test_json_num(c64, "live_blocks") == NSMALL, r);
     char cmd[1300];
     snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", path, copy);
     CHECK(system(cmd) == 0); /* read-only: not a byte changed */
@@ -141,7 +134,7 @@ TEST(check_recovers_a_dirty_heap)
     r = run("check", "--json", path, NULL); /* read-only: says what recovery would do */
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
     CHECK_TOOL(strstr(r->out, "\"recovery_needed\": true") && strstr(r->out, "\"recovered\": false"), r);
-    CHECK_TOOL(jnum(r->out, "live_blocks") == NSMALL + NMID + NLARGE + 2, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "live_blocks") == NSMALL + NMID + NLARGE + 2, r);
     CHECK(system(cmd) == 0);
     r = run("check", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "recovery:      needed"), r);
@@ -149,7 +142,7 @@ TEST(check_recovers_a_dirty_heap)
     r = run("check", "--repair", "--json", path, NULL); /* recovery runs */
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
     CHECK_TOOL(strstr(r->out, "\"recovered\": true") && strstr(r->out, "\"mode\": \"repair\""), r);
-    CHECK_TOOL(jnum(r->out, "live_blocks") == NSMALL + NMID + NLARGE + 2, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "live_blocks") == NSMALL + NMID + NLARGE + 2, r);
     r = run("stats", "--json", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\""), r);
     r = run("check", path, NULL);
@@ -175,7 +168,7 @@ TEST(check_reports_corruption)
     CHECK_TOOL(r->code == 1, r);
     if (r->out[0]) {
         CHECK_TOOL(ph_test_json_object(r->out) && strstr(r->out, "\"consistent\": false"), r);
-        CHECK_TOOL(jnum(r->out, "errors") >= 1, r);
+        CHECK_TOOL(ph_test_json_num(r->out, "errors") >= 1, r);
     }
 }
 

@@ -22,12 +22,6 @@
 #define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
 typedef ph_tool_result run_result;
 
-static long long jnum(const char *from, const char *key)
-{
-    int found;
-    unsigned long long v = ph_test_json_u64(from, key, &found);
-    return found ? (long long)v : -1;
-}
 
 static int same_file(const char *a, const char *b)
 {
@@ -60,8 +54,8 @@ TEST(check_is_read_only_and_says_what_recovery_would_do)
     CHECK_TOOL(strstr(r->out, "\"mode\": \"read-only\""), r);
     CHECK_TOOL(strstr(r->out, "\"consistent\": true"), r);
     CHECK_TOOL(strstr(r->out, "\"recovery_needed\": true") && strstr(r->out, "\"recovered\": false"), r);
-    CHECK_TOOL(jnum(r->out, "rolled_forward") == 1, r);
-    long long live = jnum(r->out, "live_blocks");
+    CHECK_TOOL(ph_test_json_num(r->out, "rolled_forward") == 1, r);
+    long long live = ph_test_json_num(r->out, "live_blocks");
     CHECK(same_file(path, copy));
     r = run("check", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "1 logged operation to roll forward"), r);
@@ -71,7 +65,7 @@ TEST(check_is_read_only_and_says_what_recovery_would_do)
     r = run("info", path, "--json", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"dirty\""), r);
     r = run("stats", path, "--json", NULL);
-    CHECK_TOOL(r->code == 0 && jnum(r->out, "live_blocks") == live, r);
+    CHECK_TOOL(r->code == 0 && ph_test_json_num(r->out, "live_blocks") == live, r);
     CHECK(same_file(path, copy));
 
     r = run("check", "--repair", path, NULL);
@@ -81,7 +75,7 @@ TEST(check_is_read_only_and_says_what_recovery_would_do)
     CHECK(!same_file(path, copy));
     r = run("check", path, "--json", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"recovery_needed\": false"), r);
-    CHECK_TOOL(jnum(r->out, "rolled_forward") == 0 && jnum(r->out, "live_blocks") == live, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "rolled_forward") == 0 && ph_test_json_num(r->out, "live_blocks") == live, r);
     /* What the check showed is what recovery did: the block is in its slot. */
     pheap *h;
     pheap_options ro = {.flags = PHEAP_RDONLY};
@@ -150,7 +144,7 @@ TEST(check_a_heap_the_user_may_only_read)
         return;
     }
     REQUIRE_EQ(rc, 0);
-    if (code != 0 || !strstr(out, "\"consistent\": true") || jnum(out, "rolled_forward") != 1)
+    if (code != 0 || !strstr(out, "\"consistent\": true") || ph_test_json_num(out, "rolled_forward") != 1)
         FAIL("check as nobody of a 0400 heap: exit %d: %s", code, out);
     REQUIRE_EQ(run_as_nobody(path, info, &code, out, sizeof(out)), 0);
     if (code != 0 || !strstr(out, "dirty"))
@@ -183,7 +177,7 @@ TEST(info_and_stats_show_a_snapshot_check_refuses)
     r = run("stats", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "snapshot of a heap open elsewhere"), r);
     r = run("stats", path, "--json", NULL);
-    CHECK_TOOL(r->code == 0 && strstr(r->out, "\"held_elsewhere\": true") && jnum(r->out, "live_blocks") == 6, r);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "\"held_elsewhere\": true") && ph_test_json_num(r->out, "live_blocks") == 6, r);
     r = run("check", path, NULL);
     CHECK_TOOL(r->code == 1 && strstr(r->err, "open read-write in another process"), r);
     r = run("check", path, "--json", NULL);

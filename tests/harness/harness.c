@@ -214,6 +214,20 @@ int ph_test_release(int pid)
     return -1;
 }
 
+void ph_test_unchanged(pheap *h, const struct pheap_stats *before, const char *after,
+                       const char *file, int line)
+{
+    pheap_check_report r;
+    if (pheap_check(h, &r))
+        ph_test_fail(file, line, "after %s: check: %s", after, r.first_error);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    if (st.live_blocks != before->live_blocks || st.live_bytes != before->live_bytes)
+        ph_test_fail(file, line, "after %s: live %llu blocks / %llu bytes, was %llu / %llu", after,
+                     (unsigned long long)st.live_blocks, (unsigned long long)st.live_bytes,
+                     (unsigned long long)before->live_blocks, (unsigned long long)before->live_bytes);
+}
+
 static void cleanup(void)
 {
     if (tmpdir[0] && !getenv("PHEAP_TEST_KEEP")) {

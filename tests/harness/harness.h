@@ -134,6 +134,13 @@ int ph_test_json_object(const char *s);
 
 /* The unsigned number after "key": in s; 0 with *found = 0 if absent. */
 unsigned long long ph_test_json_u64(const char *s, const char *key, int *found);
+/* The same, or -1 if absent. */
+long long ph_test_json_num(const char *s, const char *key);
+
+/* Fails the test (at file:line) unless h passes pheap_check and holds the
+ * live blocks and bytes of `before`: a refused call changed nothing. */
+void ph_test_unchanged(pheap *h, const struct pheap_stats *before, const char *after,
+                       const char *file, int line);
 
 /* ---- crash-point enumeration (crash.c) ----
  * The workload runs on a simulated heap; it may call ph_crash_mark(c)

@@ -186,3 +186,9 @@ unsigned long long ph_test_json_u64(const char *s, const char *key, int *found)
     return p ? strtoull(json_ws(p + strlen(pat)), NULL, 10) : 0;
 }
 
+long long ph_test_json_num(const char *s, const char *key)
+{
+    int found;
+    unsigned long long v = ph_test_json_u64(s, key, &found);
+    return found ? (long long)v : -1;
+}
