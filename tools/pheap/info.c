@@ -53,7 +53,7 @@ int cmd_info(int argc, char **argv)
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
-               st.held_elsewhere ? "open elsewhere (" CLI_HELD_NOTE ")"
+               st.held_elsewhere ? "open elsewhere: a snapshot, read while its owner may change it; no recovery ran"
                : st.was_unclean  ? "dirty: not closed cleanly, recovery runs at the next read-write open"
                                  : "clean",
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",

@@ -101,10 +101,14 @@ int cmd_stats(int argc, char **argv)
         print_classes(h, 1);
         printf("], \"slabs\": %llu, \"slab_bytes\": %llu, \"large_extents\": %llu, "
                "\"large_bytes\": %llu, \"free_bytes\": %llu, \"largest_free\": %llu, "
-               "\"fragmentation\": %.4f}\n",
+               "\"fragmentation\": ",
                (unsigned long long)st.slabs, (unsigned long long)st.slab_bytes,
                (unsigned long long)st.large_extents, (unsigned long long)st.large_bytes,
-               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free, frag);
+               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free);
+        if (st.slab_bytes + st.large_bytes < FRAG_MIN_HELD)
+            printf("null}\n"); /* not measured, as in the text */
+        else
+            printf("%.4f}\n", frag);
         pheap_close(h);
         return 0;
     }
