@@ -156,8 +156,9 @@ const char *pheap_flush_source_name(unsigned source);
  *                               loss can lose anything since the kernel last
  *                               wrote the file back (pheap_stats.power_safe 0).
  *   msync                       durable against power loss at every fence;
- *                               each fence is an msync of the dirty pages, a
- *                               few thousand allocations/s on an SSD (ext4).
+ *                               each fence is an msync of the dirty pages:
+ *                               hundreds to a few thousand allocations/s
+ *                               on an SSD (the device decides).
  *   none                        a process crash (kill -9) loses nothing; a
  *                               power loss can lose anything written since
  *                               the kernel last wrote the file back; as fast
