@@ -252,22 +252,18 @@ void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32
 
 /* Recovery: zeroes what a crash left in the active half at or past the
  * tail -- slots that do not decode (one word of an append that was never
- * fenced), since nothing past the tail does -- and fences, so that the
- * next append there fills a durably zero slot and a torn one can never
- * mix a new word with an old one (see compaction). */
+ * fenced), since nothing past the tail does -- so that the next append
+ * there fills a durably zero slot and a torn one can never mix a new word
+ * with an old one (see compaction).  No fence of its own: the open's next
+ * one (the state's, by the same thread) comes before any append. */
 void ph_extent_log_scrub(ph_extents *x, ph_pctx *c)
 {
     static const uint64_t zero[2];
-    int zeroed = 0;
     for (uint64_t j = x->tail; j < x->high; j++) {
         ph_extlog_entry *e = slot(x, x->active, j);
-        if (!is_zero(e)) {
+        if (!is_zero(e))
             ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, zero, 2);
-            zeroed = 1;
-        }
     }
-    if (zeroed)
-        ph_persist_fence(&x->sp->persist, c);
 }
 
 /* Slots of the active half that replay reads, in log order: [0, span):
