@@ -279,3 +279,41 @@ TEST(mark_past_the_half_is_refused)
     REQUIRE_OK(pheap_check(h, NULL));
     pheap_close(h);
 }
+
+/* A chunk made a slab again keeps the bitmap of its past life in its
+ * descriptor (E bits, and bits past the new class's last block, which open
+ * refuses).  Formatting zeroes those lines durably: at a crash just after
+ * the format's fence, only zeros are on media. */
+TEST(reformatted_slab_bitmap_is_zero_on_media)
+{
+    const char *path = ph_test_path("reformat.heap");
+    pheap_close(ph_test_create(path, 4u << 20));
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_off b = pheap_alloc(h, 16000);
+    REQUIRE(b);
+    uint64_t ch = (b - h->sp.data_off) / PH_CHUNK_SIZE;
+    ph_slab *s = h->engine->chunks[ch];
+    REQUIRE(s);
+    unsigned cls = (unsigned)s->desc->cls;
+    for (unsigned w = 0; w < PH_SLAB_WORDS; w++) /* a past life, durable */
+        s->desc->xbits[w] = 0xaaaaaaaaaaaaaaaaull;
+    pheap_persist(h, s->desc->xbits, sizeof(s->desc->xbits));
+    s->bits_known = 0; /* as for a chunk last a slab before this open */
+    ph_slab_format(&h->sp, ph_heap_pctx(h), s, cls);
+    pheap_drain(h);
+    uint64_t desc_off = (uint64_t)((char *)s->desc - (char *)h->sp.base);
+    const char *img = ph_test_path("reformat.image");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0)); /* what is durable, nothing more */
+    FILE *f = fopen(img, "rb");
+    REQUIRE(f);
+    ph_slab_desc d;
+    REQUIRE(fseek(f, (long)desc_off, SEEK_SET) == 0 && fread(&d, sizeof(d), 1, f) == 1);
+    fclose(f);
+    unsigned stale = 0;
+    for (unsigned w = 0; w < PH_SLAB_WORDS; w++)
+        stale += d.xbits[w] != 0;
+    CHECK_EQ(stale, 0);
+    CHECK_EQ(d.cls, cls);
+}
