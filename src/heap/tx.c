@@ -228,7 +228,7 @@ static uint64_t log_space(const ph_tx *tx)
  * growing the log when needed. */
 static int log_room(pheap *h, ph_thread *t, ph_tx *tx, uint32_t len)
 {
-    if (log_space(tx) >= PH_ALIGN_UP(len, 8))
+    if (tx->pos + ph_txrec_size(len) + TAIL <= tx->seg.bytes)
         return 0;
     return log_grow(h, t, tx, ph_txrec_size(len));
 }

@@ -22,7 +22,7 @@ typedef struct state {
     pheap_off big;         /* a BIG-byte block */
 } state;
 
-enum { NOPS = 9 };
+enum { NOPS = 11 };
 
 typedef struct run {
     uint32_t hash[NOPS + 1];   /* state hash before op 0, after op i - 1 */
@@ -170,6 +170,23 @@ static void run_op(pheap *h, state *s, unsigned i)
         OK(pheap_tx_free(h, s->slot[1]));
         s->slot[1] = fresh(h, 16384, 0x800);
         break;
+    case 9: /* many small records: the lane's log fills up at a record boundary */
+        for (unsigned k = 0; k < 60; k++) {
+            v = 1000 + k;
+            OK(pheap_tx_write(h, &s->val[k % NVALS], &v, sizeof(v)));
+        }
+        set_slot(h, s, 6, fresh(h, 32, 0x900));
+        break;
+    case 10: { /* records without payload across the lane log's end */
+        pheap_off many[70];
+        for (unsigned k = 0; k < 70; k++)
+            many[k] = fresh(h, 16, 0xa00 + k);
+        for (unsigned k = 0; k < 70; k++)
+            if (k != 33)
+                OK(pheap_tx_free(h, many[k]));
+        set_slot(h, s, 7, many[33]);
+        break;
+    }
     }
     OK(pheap_tx_commit(h));
 }
