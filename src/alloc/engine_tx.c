@@ -13,10 +13,12 @@
  * after which ph_engine_tx_release makes the freed blocks reusable (before
  * it, a recovery could redo a free over a block handed out again).
  *
- * Recovery, per lane whose log is ACTIVE: a first walk over the records
- * decides (a COMMIT record that counts, and the added ranges and allocated
- * blocks holding the contents it names: forward; otherwise back); a second
- * applies -- REDO, ALLOC and FREE in order, or every UNDO's old bytes.
+ * Recovery, per lane whose log is ACTIVE, or IDLE with a first record of a
+ * later transaction (a redo transaction cut short, heap/tx.c): a first
+ * walk over the records decides (a COMMIT record that counts, and the
+ * added ranges and allocated blocks holding the contents it names:
+ * forward; otherwise back -- for an IDLE log, nothing); a second applies
+ * -- REDO, ALLOC and FREE in order, or every UNDO's old bytes.
  * Both are idempotent, so a crash during recovery is recovered by the next
  * open.  Then one fence; then every such log is retired (durable at the
  * open's fence, which follows before any operation); then the overflow
@@ -164,8 +166,8 @@ int ph_engine_tx_anchor_word(const ph_engine *e, uint64_t off)
         return 0;
     uint64_t first = (uint64_t)((char *)ph_txlog_anchor_of(e->txlogs, 0) - e->sp->base);
     uint64_t rel = off - first;
-    return off >= first && rel < (uint64_t)PH_LANES_MAX * PH_TXLOG_SIZE &&
-           rel % PH_TXLOG_SIZE == offsetof(ph_txlog_anchor, xnext);
+    return off >= first && rel < (uint64_t)PH_LANES_MAX * PH_LINE_SIZE &&
+           rel % PH_LINE_SIZE == offsetof(ph_txlog_anchor, xnext);
 }
 
 /* ---- recovery ------------------------------------------------------------------- */
@@ -287,39 +289,54 @@ static void free_segments(ph_engine *e, ph_pctx *c, ph_txlog_anchor *a)
 int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
 {
     recover_ctx o = {e, c, 0, 0, 0, 0};
-    unsigned active = 0;
+    uint64_t *retire = calloc(PH_LANES_MAX, sizeof(*retire)); /* seq + 1 to retire, or 0 */
+    if (!retire)
+        return ph_err(PHEAP_ENOMEM, "out of memory for recovery");
     for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++) {
         ph_txlog_anchor *a = ph_engine_txlog(e, l);
-        uint64_t st = ph_load_relaxed(&a->xstate);
-        if ((st & 0xff) != PH_TX_ACTIVE)
-            continue;
+        uint64_t st = ph_load_relaxed(&a->xstate), seq = st >> 8;
+        int active = (st & 0xff) == PH_TX_ACTIVE;
+        uint8_t *records = ph_txlog_records_of(e->txlogs, l);
+        if (!active) { /* a redo transaction cut short before F3 (heap/tx.c)? */
+            const ph_txrec *first = (const ph_txrec *)records;
+            ph_txrec_view r;
+            if (!ph_load_relaxed(&a->xceiling))
+                continue; /* never used: its records area was never read or written */
+            seq = ph_load_relaxed(&first->seq);
+            if (seq <= st >> 8 || !ph_txrec_get(first, PH_TXLOG_SIZE, seq, &r))
+                continue;
+        }
         ph_txlog_end end;
         o.undo_crc = o.alloc_crc = 0;
-        ph_txlog_walk(a, st >> 8, segment, e, decide, &o, &end);
+        ph_txlog_walk(a, records, seq, segment, e, decide, &o, &end);
         o.forward = end.committed && (end.contents == ph_txlog_chain(o.undo_crc, o.alloc_crc) ||
                                       ph_plant("tx-no-contents-check")); /* planted */
+        if (!active && !o.forward)
+            continue; /* not committed: nothing of it happened in place */
         if (!o.rc)
-            ph_txlog_walk(a, st >> 8, segment, e, apply, &o, &end);
-        active++;
+            ph_txlog_walk(a, records, seq, segment, e, apply, &o, &end);
+        retire[l] = seq + 1;
         if (o.forward)
             e->tx_rolled_forward++;
         else
             e->tx_rolled_back++;
     }
-    if (o.rc)
+    if (o.rc) {
+        free(retire);
         return o.rc;
-    if (active) {
+    }
+    if (e->tx_rolled_forward + e->tx_rolled_back) {
         ph_persist_fence(&e->sp->persist, c); /* the rollbacks and roll-forwards, then: */
         for (unsigned l = 0; l < PH_LANES_MAX; l++) {
             ph_txlog_anchor *a = ph_engine_txlog(e, l);
-            uint64_t st = ph_load_relaxed(&a->xstate);
-            if ((st & 0xff) == PH_TX_ACTIVE) {
-                ph_persist_write(&e->sp->persist, c, &a->xstate, st & ~0xffull);
-                ph_persist_flush(&e->sp->persist, c, &a->xstate, sizeof(a->xstate));
-            }
+            if (!retire[l])
+                continue;
+            ph_persist_write(&e->sp->persist, c, &a->xstate, (retire[l] - 1) << 8 | PH_TX_IDLE);
+            ph_persist_flush(&e->sp->persist, c, &a->xstate, sizeof(a->xstate));
         }
         ph_persist_fence(&e->sp->persist, c); /* retired before any segment is freed */
     }
+    free(retire);
     for (unsigned l = 0; l < PH_LANES_MAX; l++) {
         ph_txlog_anchor *a = ph_engine_txlog(e, l);
         if (ph_load_relaxed(&a->xnext))

@@ -28,7 +28,7 @@ static uint64_t region_size(uint32_t kind, uint64_t max_size, uint32_t features)
     case PH_REGION_ROOTS: return PH_ALIGN_UP((uint64_t)PH_ROOTS_MAX * sizeof(ph_root_entry), PH_PAGE_SIZE);
     case PH_REGION_LANES:
         return (uint64_t)PH_LANES_MAX *
-               (PH_LANE_SIZE + (features & PH_FEAT_INCOMPAT_TX ? PH_TXLOG_SIZE : 0));
+               (PH_LANE_SIZE + (features & PH_FEAT_INCOMPAT_TX ? PH_LINE_SIZE + PH_TXLOG_SIZE : 0));
     case PH_REGION_SLABS: return PH_ALIGN_UP(max_size / PH_CHUNK_SIZE * PH_SLAB_DESC_SIZE, PH_PAGE_SIZE);
     case PH_REGION_EXTLOG: {
         uint64_t entries = max_size / PH_EXTLOG_BYTES_PER_ENTRY_SPAN + 64;

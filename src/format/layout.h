@@ -197,8 +197,10 @@ _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
 
 /* ---- transaction logs (src/log/txlog.c, src/alloc/engine_tx.c) ---------
  * Heaps with PH_FEAT_INCOMPAT_TX: after the PH_LANES_MAX lanes, the lane
- * region holds one transaction log of PH_TXLOG_SIZE bytes per lane, used by
- * the lane's holder.  Its first line is the anchor; records follow.  When
+ * region holds one transaction log per lane, used by the lane's holder: an
+ * anchor line (PH_LANES_MAX of them together, at PH_TXLOG_ANCHORS, so
+ * that recovery reads every lane's state in a few pages), and a records
+ * area of PH_TXLOG_SIZE bytes (at PH_TXLOG_RECORDS + lane * size).  When
  * a transaction's records do not fit, they continue in overflow segments:
  * large blocks of the data region allocated with a logged pheap_alloc_to
  * whose destination is the `xnext` word of the anchor or of the previous
@@ -224,6 +226,8 @@ _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
  * writes, ALLOC and FREE applied in log order.  xstate := seq | IDLE
  * retires the log once the rollback or the roll-forward is durable. */
 #define PH_TXLOG_SIZE 2048u
+#define PH_TXLOG_ANCHORS ((uint64_t)PH_LANES_MAX * PH_LANE_SIZE)      /* in the lane region */
+#define PH_TXLOG_RECORDS (PH_TXLOG_ANCHORS + (uint64_t)PH_LANES_MAX * PH_LINE_SIZE)
 #define PH_TX_IDLE 0u
 #define PH_TX_ACTIVE 1u
 #define PH_TX_SEQ_BLOCK (1ull << 20) /* sequences a holder takes per ceiling raise */

@@ -14,9 +14,8 @@
  *     Fb     xstate := S | IDLE; flush; fence.        -> committed, retired
  *   commit, with REDO / ALLOC / FREE records (three fences):
  *     F1     COMMIT record (record count, chained record CRCs, contents
- *            CRC of the added ranges and allocated blocks), xstate := S |
- *            ACTIVE; flush the log, the added ranges and the allocated
- *            blocks; fence.                           -> committed
+ *            CRC of the added ranges and allocated blocks); flush the log,
+ *            the added ranges and the allocated blocks; fence. -> committed
  *     F2     REDO bytes stored at their destinations, bitmap words and
  *            extent-log entries of ALLOC and FREE (engine_tx.c); flush;
  *            fence.                                   -> applied
@@ -25,14 +24,24 @@
  *     after F3: a later recovery must not redo this transaction over
  *     their new owners.
  *   abort:   every UNDO record's bytes back; flush; fence; xstate := S |
- *            IDLE; flush; fence (nothing when nothing was fenced before).
- * Before F1 (or Fb) completes, recovery finds either no COMMIT record that
- * counts, or one whose contents CRC does not match (the record reached
- * media before some line of a range or block), and rolls back; after, it
- * rolls forward.  A REDO record never overlaps an added range (pheap_tx_write
- * stores into added bytes in place, pheap_tx_add refuses bytes with a
- * pending REDO), and F2 does not touch added ranges or allocated blocks, so
- * the contents CRC still matches during F2 and the decision stays forward.
+ *            IDLE; flush; fence (nothing when no ACTIVE state was written).
+ * ACTIVE logs: recovery rolls the transaction back -- unless its COMMIT
+ * record counts and its contents CRC matches: forward.  Before F1 (or Fb)
+ * completes, recovery finds either no COMMIT record that counts, or one
+ * whose contents CRC does not match (the record reached media before some
+ * line of a range or block), and rolls back; after, it rolls forward.  A
+ * REDO record never overlaps an added range (pheap_tx_write stores into
+ * added bytes in place, pheap_tx_add refuses bytes with a pending REDO),
+ * and F2 does not touch added ranges or allocated blocks, so the contents
+ * CRC still matches during F2 and the decision stays forward.
+ * IDLE logs: F1 does not write the anchor (a transaction without UNDO
+ * records has nothing to roll back, and so the anchor's line is flushed
+ * once per transaction, never in two batches in a row).  Recovery also
+ * reads a log whose state is IDLE with seq R when its first record counts
+ * with a seq above R: a transaction that was cut short before F3 -- the
+ * only kind whose COMMIT record can count, since every transaction that
+ * writes one retires it before the next begins -- rolled forward when its
+ * COMMIT record counts and the contents match, else left alone.
  * Sequences: a holder of lane L takes them from the durable ceiling up,
  * raising the ceiling first (one fence per PH_TX_SEQ_BLOCK transactions),
  * so no record of an earlier holder or an earlier crash carries a seq that
@@ -75,11 +84,11 @@ struct ph_tx {
     uint64_t seq;               /* the transaction's sequence */
     uint64_t ceiling;           /* durable ceiling of the lane */
     ph_txlog_anchor *anchor;
+    uint8_t *area;              /* the lane's records area */
     ph_txseg seg;               /* segment being written */
     size_t pos, flushed;        /* append position and flushed bytes in it */
     uint64_t seg_bytes;         /* size of the last overflow segment */
     int active;                 /* xstate := seq | ACTIVE written */
-    int fenced;                 /* something of it was fenced */
     uint64_t records;           /* records written (NEXT, COMMIT excluded) */
     uint32_t chain;             /* their chained CRC */
     uint64_t fences0;           /* thread's fences at the call's start */
@@ -155,10 +164,10 @@ static void take_sequences(pheap *h, ph_thread *t, ph_tx *tx)
 
 static void reset(ph_tx *tx)
 {
-    tx->seg = (ph_txseg){(uint8_t *)(tx->anchor + 1), PH_TXLOG_RECORDS, &tx->anchor->xnext};
+    tx->seg = (ph_txseg){tx->area, PH_TXLOG_SIZE, &tx->anchor->xnext};
     tx->pos = tx->flushed = 0;
     tx->seg_bytes = 0;
-    tx->active = tx->fenced = 0;
+    tx->active = 0;
     tx->records = 0;
     tx->chain = 0;
     tx->added.n = tx->undos.n = tx->redos.n = tx->changes.n = tx->links.n = 0;
@@ -166,13 +175,13 @@ static void reset(ph_tx *tx)
 
 /* ---- the log ------------------------------------------------------------------- */
 
-/* Writes back what was appended since the last flush, and the ACTIVE state
- * the first time: durable at the caller's fence. */
-static void log_flush(pheap *h, ph_thread *t, ph_tx *tx)
+/* Writes back what was appended since the last flush, and with `active`
+ * the ACTIVE state the first time: durable at the caller's fence. */
+static void log_flush(pheap *h, ph_thread *t, ph_tx *tx, int active)
 {
     ph_persist_flush(persist_of(h), &t->pctx, tx->seg.records + tx->flushed, tx->pos - tx->flushed);
     tx->flushed = tx->pos;
-    if (!tx->active) {
+    if (active && !tx->active) {
         ph_persist_write(persist_of(h), &t->pctx, &tx->anchor->xstate, tx->seq << 8 | PH_TX_ACTIVE);
         ph_persist_flush(persist_of(h), &t->pctx, &tx->anchor->xstate, 8);
         tx->active = 1;
@@ -266,8 +275,7 @@ static const uint8_t *log_put(ph_tx *tx, uint32_t kind, uint64_t off, uint64_t a
 /* Retires the log: xstate := seq | IDLE, durable on return. */
 static void retire(pheap *h, ph_thread *t, ph_tx *tx)
 {
-    if (tx->active)
-        ph_persist_store64(persist_of(h), &t->pctx, &tx->anchor->xstate, tx->seq << 8 | PH_TX_IDLE);
+    ph_persist_store64(persist_of(h), &t->pctx, &tx->anchor->xstate, tx->seq << 8 | PH_TX_IDLE);
 }
 
 /* Frees the overflow segments, last first, each with a logged
@@ -287,7 +295,7 @@ static void rollback(pheap *h, ph_thread *t, ph_tx *tx)
         memcpy(dst, u->data, u->len);
         ph_persist_flush(persist_of(h), &t->pctx, dst, u->len);
     }
-    if (tx->fenced) {
+    if (tx->active) {
         ph_persist_fence(persist_of(h), &t->pctx); /* the old bytes, before: */
         retire(h, t, tx);
     }
@@ -471,6 +479,7 @@ ph_export int pheap_tx_begin(pheap *h)
     if (tx->lane != t->tc.lane.index || tx->seq + 1 >= tx->ceiling) {
         tx->lane = t->tc.lane.index;
         tx->anchor = ph_engine_txlog(h->engine, (unsigned)tx->lane);
+        tx->area = ph_txlog_records_of(h->engine->txlogs, (unsigned)tx->lane);
         take_sequences(h, t, tx);
     }
     tx->seq++;
@@ -518,7 +527,7 @@ static void commit_redo(pheap *h, ph_thread *t, ph_tx *tx)
     ph_persist *p = persist_of(h);
     uint64_t aux = tx->chain | (uint64_t)contents_crc(h, tx) << 32;
     log_put(tx, PH_TXREC_COMMIT, tx->records, aux, NULL, 0); /* TAIL kept room for it */
-    log_flush(h, t, tx);
+    log_flush(h, t, tx, 0); /* no ACTIVE state: see "IDLE logs" at the top */
     for (size_t i = 0; i < tx->added.n; i++)
         ph_persist_flush(p, &t->pctx, ph_space_at(&h->sp, tx->added.v[i].off), tx->added.v[i].len);
     for (size_t i = 0; i < tx->changes.n; i++)
@@ -633,9 +642,8 @@ ph_export int pheap_tx_add(pheap *h, const void *addr, size_t len)
         (rc = add_span(tx, off, len)) != 0)
         return fail(h, t, tx, rc);
     if (a.logged) {
-        log_flush(h, t, tx);
+        log_flush(h, t, tx, 1);
         ph_persist_fence(persist_of(h), &t->pctx); /* the snapshot before the caller's stores */
-        tx->fenced = 1;
         count_fences(t, tx);
     }
     return 0;

@@ -52,10 +52,11 @@ size_t ph_txrec_get(const void *p, size_t avail, uint64_t seq, ph_txrec_view *ou
     return ph_txrec_size(len);
 }
 
-void ph_txlog_walk(ph_txlog_anchor *a, uint64_t seq, ph_txseg_fn seg, void *seg_arg,
-                   void (*fn)(void *arg, const ph_txrec_view *r), void *arg, ph_txlog_end *end)
+void ph_txlog_walk(ph_txlog_anchor *a, uint8_t *records, uint64_t seq, ph_txseg_fn seg,
+                   void *seg_arg, void (*fn)(void *arg, const ph_txrec_view *r), void *arg,
+                   ph_txlog_end *end)
 {
-    ph_txseg s = {(uint8_t *)(a + 1), PH_TXLOG_RECORDS, &a->xnext};
+    ph_txseg s = {records, PH_TXLOG_SIZE, &a->xnext};
     size_t pos = 0, n;
     ph_txrec_view r;
     *end = (ph_txlog_end){0, 0, 0, 0, 0};

@@ -27,14 +27,17 @@ typedef struct ph_txrec_view {
     uint32_t crc;          /* the record's CRC-32C */
 } ph_txrec_view;
 
-/* The anchor of lane `lane`'s log in a lane region at `lanes` (the region
- * of a heap with PH_FEAT_INCOMPAT_TX), and the records area after it. */
+/* The anchor and the records area of lane `lane`'s log in a lane region at
+ * `lanes` (the region of a heap with PH_FEAT_INCOMPAT_TX). */
 static inline ph_txlog_anchor *ph_txlog_anchor_of(void *lanes, unsigned lane)
 {
-    return (ph_txlog_anchor *)((char *)lanes + (uint64_t)PH_LANES_MAX * PH_LANE_SIZE +
-                               (uint64_t)lane * PH_TXLOG_SIZE);
+    return (ph_txlog_anchor *)((char *)lanes + PH_TXLOG_ANCHORS + (uint64_t)lane * PH_LINE_SIZE);
 }
-#define PH_TXLOG_RECORDS (PH_TXLOG_SIZE - PH_LINE_SIZE)
+
+static inline uint8_t *ph_txlog_records_of(void *lanes, unsigned lane)
+{
+    return (uint8_t *)lanes + PH_TXLOG_RECORDS + (uint64_t)lane * PH_TXLOG_SIZE;
+}
 
 /* Writes a record at p with plain stores (the caller flushes it) and
  * returns its CRC. */
@@ -75,10 +78,10 @@ typedef struct ph_txlog_end {
     uint64_t segments;     /* overflow segments visited */
 } ph_txlog_end;
 
-/* Calls fn for every record of transaction `seq` in lane log `a`, in order,
- * NEXT and COMMIT records excluded, until a record does not count or the
- * COMMIT; fills *end. */
-void ph_txlog_walk(ph_txlog_anchor *a, uint64_t seq, ph_txseg_fn seg, void *seg_arg,
+/* Calls fn for every record of transaction `seq` in the lane log of anchor
+ * `a` and records area `records`, in order, NEXT and COMMIT records
+ * excluded, until a record does not count or the COMMIT; fills *end. */
+void ph_txlog_walk(ph_txlog_anchor *a, uint8_t *records, uint64_t seq, ph_txseg_fn seg, void *seg_arg,
                    void (*fn)(void *arg, const ph_txrec_view *r), void *arg, ph_txlog_end *end);
 
 #endif

@@ -30,6 +30,8 @@ TEST(struct_sizes)
     CHECK_EQ(sizeof(ph_txseg_header), 64);
     CHECK_EQ(sizeof(ph_txrec), 32);
     CHECK_EQ(PH_TXLOG_SIZE, 2048);
+    CHECK_EQ(PH_TXLOG_ANCHORS, 1048576);
+    CHECK_EQ(PH_TXLOG_RECORDS, 1048576 + 65536);
     CHECK_EQ(PH_TX_SEQ_BLOCK, 1u << 20);
     CHECK_EQ(PHEAP_FORMAT_MAJOR, PH_FORMAT_MAJOR);
     CHECK_EQ(PHEAP_FORMAT_MINOR, PH_FORMAT_MINOR);
@@ -101,11 +103,11 @@ TEST(region_plan_16m)
     static const uint64_t want[7][3] = {
         {PH_REGION_HEADER, 0, 4096},
         {PH_REGION_ROOTS, 4096, 32768},
-        {PH_REGION_LANES, 36864, 3145728},       /* lanes, then transaction logs */
-        {PH_REGION_SLABS, 3182592, 278528},
-        {PH_REGION_EXTLOG, 3461120, 45056},
-        {PH_REGION_NAMES, 3506176, 262144},
-        {PH_REGION_DATA, 3801088, 12976128},
+        {PH_REGION_LANES, 36864, 3211264},       /* lanes, then transaction logs */
+        {PH_REGION_SLABS, 3248128, 278528},
+        {PH_REGION_EXTLOG, 3526656, 45056},
+        {PH_REGION_NAMES, 3571712, 262144},
+        {PH_REGION_DATA, 3866624, 12910592},
     };
     for (int i = 0; i < 7; i++) {
         CHECK_EQ(h.regions[i].kind, want[i][0]);
@@ -113,11 +115,11 @@ TEST(region_plan_16m)
         CHECK_EQ(h.regions[i].size, want[i][2]);
     }
     CHECK_EQ(h.checksum, ph_header_checksum(&h));
-    CHECK_EQ(ph_header_min_size(16u << 20), 3801088 + 65536);
+    CHECK_EQ(ph_header_min_size(16u << 20), 3866624 + 65536);
     /* The least max_size for 16 MiB of data: the data region of that plan
      * is exactly 16 MiB. */
     uint64_t max = ph_header_max_for_data(16u << 20);
-    CHECK_EQ(max, (16u << 20) + 3866624); /* this plan's slab region crosses one more chunk */
+    CHECK_EQ(max, (16u << 20) + 3932160); /* this plan's slab region crosses one more chunk */
     CHECK_EQ(max - ph_header_data_offset(max), 16u << 20);
     CHECK_EQ(ph_header_data_offset(max - 65536) + (16u << 20) > max - 65536, 1);
 }
