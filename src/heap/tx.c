@@ -381,7 +381,8 @@ static int snapshot_piece(void *arg, uint64_t off, uint64_t len, int added)
         int rc = ph_tx_log_piece(a->h, a->t, tx, len, &n);
         if (rc)
             return rc;
-        const uint8_t *data = ph_tx_log_put(tx, PH_TXREC_UNDO, off, 0, ph_space_at(&a->h->sp, off), n);
+        const void *old = ph_space_at(&a->h->sp, off);
+        const uint8_t *data = ph_tx_log_put(tx, PH_TXREC_UNDO, off, 0, old, n);
         if (VEC_PUSH(tx->undos, ((undo){off, n, data})))
             return ph_err(PHEAP_ENOMEM, "pheap_tx_add: out of memory");
         a->logged = 1;

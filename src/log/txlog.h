@@ -81,7 +81,8 @@ typedef struct ph_txlog_end {
 /* Calls fn for every record of transaction `seq` in the lane log of anchor
  * `a` and records area `records`, in order, NEXT and COMMIT records
  * excluded, until a record does not count or the COMMIT; fills *end. */
-void ph_txlog_walk(ph_txlog_anchor *a, uint8_t *records, uint64_t seq, ph_txseg_fn seg, void *seg_arg,
-                   void (*fn)(void *arg, const ph_txrec_view *r), void *arg, ph_txlog_end *end);
+void ph_txlog_walk(ph_txlog_anchor *a, uint8_t *records, uint64_t seq, ph_txseg_fn seg,
+                   void *seg_arg, void (*fn)(void *arg, const ph_txrec_view *r), void *arg,
+                   ph_txlog_end *end);
 
 #endif
