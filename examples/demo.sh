@@ -1,12 +1,14 @@
 #!/bin/sh
 # make demo: run the example programs on heap files under /tmp -- relocate,
-# the persistent list, the hash map whose writer is killed with kill -9 --
-# and show what `pheap stats`, `pheap check` and `pheap info` report.
+# the persistent list, the hash map whose writer is killed with kill -9, the
+# transactional map whose writer is killed too -- and show what
+# `pheap stats`, `pheap check` and `pheap info` report.
 set -e
 build=${1:-build}
 heap=${PHEAP_DEMO_HEAP:-/tmp/pheap-demo.heap}
 data=${PHEAP_DEMO_DATA:-/tmp/pheap-demo-data.heap}
-rm -f "$data"
+txheap=${PHEAP_DEMO_TX:-/tmp/pheap-demo-tx.heap}
+rm -f "$data" "$txheap"
 echo "== relocate: create a heap, set a root, reopen it at another address"
 "$build/examples/relocate" "$heap"
 echo
@@ -23,6 +25,14 @@ echo "-- run it again: the list is found through its root and grows"
 echo
 echo "== hashmap: a writer process inserts keys, and is killed with SIGKILL mid-way"
 "$build/examples/hashmap" "$data" 500
+echo
+echo "== txmap: a hash map whose inserts, updates and deletes are transactions; its writer is killed with SIGKILL mid-way"
+"$build/examples/txmap" "$txheap" 800
+echo "-- run it again: the map is found through its root, and a new writer changes it until killed"
+"$build/examples/txmap" "$txheap" 800
+echo
+echo "== pheap check $txheap"
+"$build/bin/pheap" check "$txheap"
 echo
 echo "== pheap stats $data"
 "$build/bin/pheap" stats "$data"

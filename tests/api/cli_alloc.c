@@ -3,10 +3,12 @@
  * program on heaps with live blocks: text and JSON output agree with the
  * library, check reports a dirty heap without writing it and --repair
  * recovers it, check reports corruption (exit 1),
- * stats writes nothing, bad usage exits 2.
+ * stats writes nothing, bad usage exits 2; both count the transactions a
+ * crash left in flight, rolled back and rolled forward.
  */
 #include <ctype.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -147,6 +149,167 @@ TEST(check_recovers_a_dirty_heap)
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\""), r);
     r = run("check", path, NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "not needed"), r);
+}
+
+/* ---- transactions left in flight ------------------------------------------ */
+
+/* A closed heap whose root "rec" names a zeroed 64-byte block. */
+static const char *tx_heap(const char *name, pheap_off *rec)
+{
+    const char *path = ph_test_path(name);
+    pheap *h = ph_test_create(path, 4u << 20);
+    if (!h)
+        return NULL;
+    *rec = pheap_alloc_init(h, 64, PHEAP_ALLOC_ZERO, NULL, NULL);
+    if (!*rec || pheap_root_set(h, "rec", *rec) || pheap_close(h))
+        return ph_test_fail(__FILE__, __LINE__, "tx heap: %s", pheap_errmsg()), NULL;
+    return path;
+}
+
+/* The "transactions:" line of `pheap stats` text, or "". */
+static const char *tx_line(const char *out)
+{
+    static char line[512];
+    const char *p = strstr(out, "\ntransactions:");
+    line[0] = '\0';
+    if (p)
+        sscanf(p + 1, "%511[^\n]", line);
+    return line;
+}
+
+/* The stats and check outputs of a heap a crash left with `back`
+ * transactions to roll back and `fwd` to roll forward, file unchanged. */
+static void check_in_flight(const char *path, int back, int fwd)
+{
+    char copy[600], want[200];
+    snprintf(copy, sizeof(copy), "%s.copy", path);
+    REQUIRE(ph_test_copy_file(path, copy) == 0);
+    run_result *r = run("stats", "--json", path, NULL);
+    CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"state\": \"dirty\""), r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_rolled_back") == back, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_rolled_forward") == fwd, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_commits") == 0, r); /* the tool's own handle */
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_aborts") == 0, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_fences") == 0, r);
+    r = run("stats", path, NULL);
+    snprintf(want, sizeof(want), "transactions:   %d in flight at the crash: recovery rolls %d back",
+             back + fwd, back);
+    CHECK_TOOL(r->code == 0 && !strncmp(tx_line(r->out), want, strlen(want)), r);
+    snprintf(want, sizeof(want), "and %d forward", fwd);
+    CHECK_TOOL(strstr(tx_line(r->out), want), r);
+    r = run("check", "--json", path, NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "\"recovery_needed\": true"), r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_rolled_back") == back, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_rolled_forward") == fwd, r);
+    r = run("check", path, NULL);
+    snprintf(want, sizeof(want), "%d transaction%s to roll back and %d forward", back,
+             back == 1 ? "" : "s", fwd);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, want), r);
+    char cmd[1300];
+    snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", path, copy);
+    CHECK(system(cmd) == 0); /* all of it read-only */
+}
+
+/* After a read-write open recovered the heap, its counters there and a
+ * clean heap for the tool. */
+static void check_recovered(const char *path, int back, int fwd)
+{
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.tx_rolled_back, back);
+    CHECK_EQ(st.tx_rolled_forward, fwd);
+    REQUIRE_OK(pheap_close(h));
+    run_result *r = run("stats", "--json", path, NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\""), r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_rolled_back") == 0, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "tx_rolled_forward") == 0, r);
+    r = run("stats", path, NULL);
+    CHECK_TOOL(!strcmp(tx_line(r->out), "transactions:   none in flight (closed cleanly)"), r);
+}
+
+/* A child snapshots the block with pheap_tx_add, changes it in place and
+ * dies of SIGKILL inside the transaction: recovery rolls it back. */
+TEST(stats_counts_a_transaction_rolled_back)
+{
+    pheap_off rec;
+    const char *path = tx_heap("tx-back.heap", &rec);
+    REQUIRE(path);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pheap *h;
+        pheap_options o = {.flush = PHEAP_FLUSH_NONE}; /* a kill -9 loses nothing */
+        if (pheap_open(path, &o, &h) || pheap_tx_begin(h))
+            _exit(1);
+        uint64_t *w = pheap_direct(h, rec);
+        if (pheap_tx_add(h, w, 64))
+            _exit(1);
+        memset(w, 0xee, 64);
+        raise(SIGKILL);
+        _exit(1);
+    }
+    int status;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    check_in_flight(path, 1, 0);
+    check_recovered(path, 1, 0);
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    const uint8_t *b = pheap_direct(h, rec);
+    for (int i = 0; i < 64; i++)
+        CHECK_EQ(b[i], 0); /* the snapshot came back */
+    REQUIRE_OK(pheap_close(h));
+}
+
+/* A transaction that links a block it allocated, run on the crash
+ * simulator; returns the fences it took before its commit and the
+ * commit's own, through *before and *after. */
+static int tx_link(pheap *h, pheap_off rec, uint64_t *before, uint64_t *after)
+{
+    pheap_off *w = pheap_direct(h, rec);
+    if (pheap_tx_begin(h))
+        return -1;
+    pheap_off off = pheap_tx_alloc(h, 100);
+    if (!off || pheap_tx_write(h, w, &off, sizeof(off)))
+        return -1;
+    *before = pheap_sim_fence_count(h);
+    int rc = pheap_tx_commit(h);
+    *after = pheap_sim_fence_count(h);
+    return rc;
+}
+
+/* A crash just before the commit's second fence: the commit record is
+ * durable, its changes are not: recovery rolls the transaction forward. */
+TEST(stats_counts_a_transaction_rolled_forward)
+{
+    pheap_off rec;
+    const char *base = tx_heap("tx-fwd-base.heap", &rec);
+    REQUIRE(base);
+    const char *work = ph_test_path("tx-fwd-work.heap"), *image = ph_test_path("tx-fwd.heap");
+    pheap_options sim = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    uint64_t before, after;
+    REQUIRE(ph_test_copy_file(base, work) == 0); /* dry run: where the commit's fences are */
+    REQUIRE_OK(pheap_open(work, &sim, &h));
+    REQUIRE(tx_link(h, rec, &before, &after) == 0);
+    pheap_sim_crash(h, NULL, 0, 0);
+    REQUIRE_EQ(after - before, 3);
+    sim.sim_crash_fence = before + 2;
+    sim.sim_crash_image = image;
+    REQUIRE(ph_test_copy_file(base, work) == 0);
+    REQUIRE_OK(pheap_open(work, &sim, &h));
+    tx_link(h, rec, &before, &after);
+    pheap_sim_crash(h, NULL, 0, 0);
+    REQUIRE(access(image, F_OK) == 0);
+    check_in_flight(image, 0, 1);
+    check_recovered(image, 0, 1);
+    REQUIRE_OK(pheap_open(image, NULL, &h));
+    pheap_off linked = *(pheap_off *)pheap_direct(h, rec);
+    CHECK(linked && pheap_usable_size(h, linked) >= 100); /* the commit completed */
+    REQUIRE_OK(pheap_close(h));
 }
 
 TEST(check_reports_corruption)

@@ -17,25 +17,38 @@ static const char usage[] =
     "usage: pheap check PATH [--repair] [--json]\n"
     "  Deep consistency check of the heap's metadata.  Read-only by default: the\n"
     "  file is never written.  If the heap was not closed cleanly, check says what\n"
-    "  recovery would do and checks the heap as recovery would leave it.\n"
+    "  recovery would do (logged operations and transactions it rolls back or\n"
+    "  forward) and checks the heap as recovery would leave it.\n"
     "  --repair  open it read-write instead: recovery runs (and is written), then\n"
     "            the check\n"
     "  --json    one JSON object instead of text (an error object on failure)\n"
     "  Exit 0 when consistent, 1 when a problem was found or the heap does not open.\n";
 
+/* "N transaction(s) to roll back and M to roll forward" into buf[128]:
+ * the transactions a crash left in flight. */
+static const char *tx_words(char *buf, const struct pheap_stats *st, const char *verb)
+{
+    unsigned long long back = (unsigned long long)st->tx_rolled_back,
+                       fwd = (unsigned long long)st->tx_rolled_forward;
+    snprintf(buf, 128, "%llu transaction%s %s back and %llu forward", back, back == 1 ? "" : "s",
+             verb, fwd);
+    return buf;
+}
+
 /* What recovery did or would do, in words. */
 static void print_recovery(const struct pheap_stats *st, int repair)
 {
     unsigned long long n = (unsigned long long)st->recovered_ops;
+    char tx[128];
     if (!st->was_unclean)
         printf("recovery:      not needed (closed cleanly)\n");
     else if (repair)
         printf("recovery:      ran (the heap was not closed cleanly): %llu logged operation%s "
-               "rolled forward\n", n, n == 1 ? "" : "s");
+               "rolled forward, %s\n", n, n == 1 ? "" : "s", tx_words(tx, st, "rolled"));
     else
         printf("recovery:      needed (the heap was not closed cleanly): %llu logged operation%s "
-               "to roll forward; checked as recovery will leave it, the file unchanged "
-               "(--repair recovers it)\n", n, n == 1 ? "" : "s");
+               "to roll forward, %s; checked as recovery will leave it, the file unchanged "
+               "(--repair recovers it)\n", n, n == 1 ? "" : "s", tx_words(tx, st, "to roll"));
 }
 
 static void print_report(const char *path, const struct pheap_stats *st, const pheap_check_report *r,
@@ -48,10 +61,12 @@ static void print_report(const char *path, const struct pheap_stats *st, const p
                repair ? "repair" : "read-only", r->errors ? "false" : "true", r->errors);
         cli_json_string(r->first_error);
         printf(", \"recovery_needed\": %s, \"recovered\": %s, \"rolled_forward\": %llu, "
+               "\"tx_rolled_back\": %llu, \"tx_rolled_forward\": %llu, "
                "\"roots\": %u, \"live_blocks\": %llu, \"live_bytes\": %llu, \"slabs\": %llu, "
                "\"large_extents\": %llu, \"free_bytes\": %llu}\n",
                st->was_unclean && !repair ? "true" : "false",
                st->was_unclean && repair ? "true" : "false", (unsigned long long)st->recovered_ops,
+               (unsigned long long)st->tx_rolled_back, (unsigned long long)st->tx_rolled_forward,
                r->roots, (unsigned long long)r->live_blocks, (unsigned long long)r->live_bytes,
                (unsigned long long)r->slabs, (unsigned long long)r->large_extents,
                (unsigned long long)r->free_bytes);

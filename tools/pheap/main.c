@@ -72,6 +72,7 @@ const char *cli_error_name(int rc)
         "PHEAP_ECHECKSUM", "PHEAP_EVERSION", "PHEAP_ELAYOUT", "PHEAP_EEMPTY", "PHEAP_EISDIR",
         "PHEAP_ERDONLY", "PHEAP_ENOSPC", "PHEAP_ENAME", "PHEAP_ENOTSUP", "PHEAP_ECORRUPT",
         "PHEAP_ERANGE", "PHEAP_EDOUBLEFREE", "PHEAP_EINTERIOR", "PHEAP_ENOTALLOC", "PHEAP_EFORKED",
+        "PHEAP_ECANCELED", "PHEAP_ENOTLIVE", "PHEAP_ENOTX", "PHEAP_EABORTED",
     };
     return rc <= 0 && -rc < (int)(sizeof(names) / sizeof(names[0])) ? names[-rc] : "PHEAP_E?";
 }
