@@ -496,7 +496,12 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
  * Fences: a transaction with redo writes, allocations or frees commits with
  * three fences (the log, the changes, the log's retirement); one that only
  * added ranges commits with two; each pheap_tx_add that snapshots adds one.
- * An empty transaction costs none.
+ * An empty transaction costs none.  An abort costs two fences when a range
+ * was added (the old bytes back, then the log's retirement), else none.
+ * A thread's first transaction on a handle takes one fence more, and
+ * pheap_tx_alloc may take the fences of making a slab.  A transaction
+ * whose log outgrows its lane's 2 KiB takes six more per overflow segment
+ * (docs/TRANSACTIONS.md).
  *
  * Nesting: pheap_tx_begin inside a transaction opens an inner level that
  * flattens into the outermost one.  pheap_tx_commit of an inner level only
@@ -513,9 +518,20 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
  * Calls with a bad argument (a range outside the heap, a double free)
  * fail with nothing changed and leave the transaction as it was.
  *
- * Other calls inside a transaction (pheap_alloc, pheap_free, pheap_alloc_to
- * ...) are not part of it: they take effect at once and stay done if the
- * transaction aborts.
+ * Other calls inside a transaction (pheap_alloc, pheap_free, pheap_alloc_to,
+ * pheap_root_set ...) are not part of it: they take effect at once and stay
+ * done if the transaction aborts.  In particular a root cannot name a block
+ * of pheap_tx_alloc before the commit (the block is not live yet: root it
+ * after the commit, or link it from a block that is rooted already).
+ * Reads see the heap, not the transaction: after pheap_tx_write, a plain
+ * load still returns the old bytes until the commit (read through
+ * pheap_tx_read, or use pheap_tx_add and store in place).
+ * A block the transaction allocated has its usable size from
+ * pheap_usable_size in the allocating thread at once; a block it frees may
+ * no longer be added or written (PHEAP_ENOTLIVE).
+ * A transaction still open when its thread exits, or when its heap is
+ * closed, is rolled back (pheap_close returns 0); one open when the
+ * process dies is rolled back by the next open's recovery.
  *
  * Transactions need a heap created by pheap 1.3 or later (format 1.3):
  * on an older heap pheap_tx_begin fails with PHEAP_ENOTSUP.
@@ -640,8 +656,13 @@ struct pheap_stats {
     uint64_t tx_aborts;       /* transactions rolled back through this handle
                                  (pheap_tx_abort, or a failure that aborted) */
     uint64_t tx_fences;       /* fences issued by transactional calls */
-    uint64_t tx_rolled_back;  /* interrupted transactions recovery rolled back */
-    uint64_t tx_rolled_forward; /* ... and rolled forward, at this open */
+    uint64_t tx_rolled_back;  /* interrupted transactions the recovery at this open
+                                 rolled back: those whose log it found in flight
+                                 (a transaction that had made nothing durable
+                                 yet -- no pheap_tx_add, no commit begun --
+                                 leaves nothing to undo and is not counted) */
+    uint64_t tx_rolled_forward; /* ... and rolled forward: committed, not yet
+                                 fully applied when the process stopped */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

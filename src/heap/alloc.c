@@ -162,6 +162,8 @@ ph_export size_t pheap_usable_size(pheap *h, pheap_off off)
     if (offset_in_heap(h, off))
         return 0;
     int rc = ph_engine_usable(h->engine, off, &bytes);
+    if (rc && ph_tx_usable(h, off, &bytes) == 0)
+        return (size_t)bytes; /* allocated by the calling thread's transaction */
     if (rc == PHEAP_EDOUBLEFREE)
         ph_err(rc, "pheap_usable_size: the block at %llu is free", (unsigned long long)off);
     if (rc)

@@ -125,6 +125,10 @@ ph_thread *ph_heap_writer(pheap *h, const char *call);
  * simulated crash). */
 void ph_tx_thread_exit(pheap *h, ph_thread *t, int rollback);
 
+/* 0 and the usable bytes when `off` starts a block that the calling
+ * thread's open transaction allocated (and did not free); else nonzero. */
+int ph_tx_usable(pheap *h, uint64_t off, uint64_t *bytes);
+
 /* ---- roots (root.c) ---- */
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);
 

@@ -207,7 +207,11 @@ static int check_range(pheap *h, ph_tx *tx, const void *addr, size_t len, uint64
         return ph_err(PHEAP_ERANGE, "%s: [%p, +%zu) is not inside the heap's data region", call,
                       addr, len);
     *off = a - b;
-    *fresh = ph_tx_ranges_fresh(tx, *off, len);
+    int mine = ph_tx_ranges_block(tx, *off, len);
+    if (mine < 0)
+        return ph_err(PHEAP_ENOTLIVE, "%s: [%llu, +%zu) is in a block this transaction frees",
+                      call, (unsigned long long)*off, len);
+    *fresh = mine;
     if (*fresh)
         return 0;
     uint64_t start, bytes;
@@ -260,6 +264,20 @@ ph_export int pheap_tx_begin(pheap *h)
     tx->depth = 1;
     count_fences(t, tx);
     return 0;
+}
+
+int ph_tx_usable(pheap *h, uint64_t off, uint64_t *bytes)
+{
+    ph_thread *t = ph_thread_get(h);
+    ph_tx *tx = t ? t->tx : NULL;
+    if (!tx || !tx->depth || tx->aborted || ph_tx_ranges_block(tx, off, 1) != 1)
+        return -1;
+    for (size_t i = 0; i < tx->changes.n; i++)
+        if (tx->changes.v[i].off == off && tx->changes.v[i].kind == PH_TXREC_ALLOC) {
+            *bytes = tx->changes.v[i].bytes;
+            return 0;
+        }
+    return -1;
 }
 
 ph_export int pheap_tx_depth(pheap *h)
@@ -506,8 +524,9 @@ ph_export pheap_off pheap_tx_alloc(pheap *h, size_t size)
     ph_tx *tx = current(h, &t, "pheap_tx_alloc");
     if (!tx)
         return 0;
-    if (size == 0) {
-        ph_err(PHEAP_EINVAL, "pheap_tx_alloc: size 0");
+    if (size == 0 || size > h->hdr.max_size) { /* bad arguments: the transaction goes on */
+        ph_err(PHEAP_EINVAL, "pheap_tx_alloc: size %zu%s", size,
+               size ? " is more than the heap can ever hold" : "");
         return 0;
     }
     uint64_t off, bytes;

@@ -104,7 +104,9 @@ int ph_tx_ranges_add(ph_tx *tx, uint64_t off, uint64_t len);
 /* Calls fn for each piece of [off, off + len), saying whether it is added. */
 int ph_tx_ranges_each(ph_tx *tx, uint64_t off, uint64_t len,
                       int (*fn)(void *arg, uint64_t off, uint64_t len, int added), void *arg);
-/* 1 when [off, off + len) lies in a block this transaction allocated. */
-int ph_tx_ranges_fresh(const ph_tx *tx, uint64_t off, uint64_t len);
+/* 1 when [off, off + len) lies in a block this transaction allocated
+ * (and did not free), -1 when it meets a block the transaction freed, 0
+ * otherwise. */
+int ph_tx_ranges_block(const ph_tx *tx, uint64_t off, uint64_t len);
 
 #endif

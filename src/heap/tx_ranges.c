@@ -67,14 +67,18 @@ int ph_tx_ranges_each(ph_tx *tx, uint64_t off, uint64_t len,
     return 0;
 }
 
-/* The block this transaction allocated that holds [off, off + len), if any. */
-int ph_tx_ranges_fresh(const ph_tx *tx, uint64_t off, uint64_t len)
+/* 1 when [off, off + len) lies in a block this transaction allocated, -1
+ * when it meets a block the transaction freed, 0 otherwise. */
+int ph_tx_ranges_block(const ph_tx *tx, uint64_t off, uint64_t len)
 {
-    for (size_t i = tx->changes.n; i-- > 0;) {
+    int state = 0;
+    for (size_t i = 0; i < tx->changes.n; i++) { /* in log order: the last change counts */
         const ph_tx_change *c = &tx->changes.v[i];
-        if (c->kind == PH_TXREC_ALLOC && off >= c->off && off + len <= c->off + c->bytes)
-            return 1;
+        if (ph_tx_overlaps(off, len, c->off, c->bytes))
+            state = c->kind == PH_TXREC_FREE                           ? -1
+                    : off >= c->off && off + len <= c->off + c->bytes ? 1
+                                                                        : 0;
     }
-    return 0;
+    return state;
 }
 

@@ -95,9 +95,9 @@ TEST(abort_undoes_everything)
     memset(pheap_direct(h, a), 0xee, 4096);
     pheap_off b = pheap_tx_alloc(h, 64), big = pheap_tx_alloc(h, 200000);
     REQUIRE(b && big);
-    REQUIRE_OK(pheap_tx_free(h, keep));
     uint64_t v = 5;
     REQUIRE_OK(pheap_tx_write(h, pheap_direct(h, keep), &v, 8));
+    REQUIRE_OK(pheap_tx_free(h, keep));
     REQUIRE_OK(pheap_tx_abort(h));
     CHECK_EQ(pheap_tx_depth(h), 0);
     CHECK(ph_test_intact(pheap_direct(h, a), 4096, 1));
@@ -207,8 +207,18 @@ TEST(misuse_is_refused_and_changes_nothing)
     EXPECT(pheap_tx_free(h, 8), PHEAP_ERANGE);
     CHECK_EQ(pheap_tx_alloc(h, 0), 0);
     CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    CHECK_EQ(pheap_tx_alloc(h, st0.max_size + 1), 0);              /* more than it can hold */
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
     REQUIRE_OK(pheap_tx_free(h, large));
     EXPECT(pheap_tx_free(h, large), PHEAP_EDOUBLEFREE);           /* freed by this one already */
+    EXPECT(pheap_tx_write(h, pheap_direct(h, large), &v, 8), PHEAP_ENOTLIVE); /* ... and it */
+    EXPECT(pheap_tx_add(h, pheap_direct(h, large), 8), PHEAP_ENOTLIVE);
+    pheap_off fresh = pheap_tx_alloc(h, 100);
+    REQUIRE(fresh);
+    CHECK_EQ(pheap_usable_size(h, fresh), 112);                   /* the class's size */
+    REQUIRE_OK(pheap_tx_free(h, fresh));
+    EXPECT(pheap_tx_write(h, pheap_direct(h, fresh), &v, 8), PHEAP_ENOTLIVE);
+    CHECK_EQ(pheap_usable_size(h, fresh), 0);
     REQUIRE_OK(pheap_tx_write(h, &w[2], &v, 8));
     EXPECT(pheap_tx_add(h, w, 24), PHEAP_EINVAL);                 /* overlaps a pending write */
     CHECK_EQ(pheap_tx_depth(h), 1);
