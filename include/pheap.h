@@ -92,6 +92,9 @@ enum {
     PHEAP_EFORKED = -24,    /* handle inherited through fork(): see pheap_close */
     PHEAP_ECANCELED = -25,  /* an initialiser returned nonzero: allocation canceled */
     PHEAP_ENOTLIVE = -26,   /* offset or word in no live block (free or never allocated) */
+    PHEAP_ENOTX = -27,      /* the call needs a transaction and the thread has none */
+    PHEAP_EABORTED = -28,   /* the thread's transaction was aborted: only commit or
+                               abort may follow, to close its levels */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -467,6 +470,121 @@ int pheap_free_from(pheap *h, pheap_off *src);
 size_t pheap_usable_size(pheap *h, pheap_off off);
 
 /* ===================================================================== */
+/*  Transactions                                                         */
+/* ===================================================================== */
+/*
+ * A transaction groups allocations, frees and writes to the heap into one
+ * failure-atomic step: after a crash, all of them happened or none did.
+ * Each thread has at most one transaction per heap; transactions of
+ * different threads run in parallel (no global lock).  Isolation is the
+ * application's job: pheap does not stop two threads' transactions from
+ * changing the same bytes, and a thread sees the in-place changes of
+ * another thread's transaction before it commits.
+ *
+ * Two ways to change existing data, which may be mixed in one transaction:
+ *   undo (pheap_tx_add): snapshot a range, then change it in place with
+ *       ordinary stores; on abort or after a crash the snapshot comes back.
+ *       One fence per pheap_tx_add call that snapshots new bytes.
+ *   redo (pheap_tx_write): hand pheap the new bytes; they reach the heap at
+ *       commit.  No fence before the commit; pheap_tx_read reads a range as
+ *       the transaction sees it.
+ * A range given to pheap_tx_write and then to pheap_tx_add is refused
+ * (PHEAP_EINVAL): snapshot ranges before writing them.  Writing with
+ * pheap_tx_write into a range already added, or into a block allocated by
+ * the transaction, stores in place at once.
+ *
+ * Fences: a transaction with redo writes, allocations or frees commits with
+ * three fences (the log, the changes, the log's retirement); one that only
+ * added ranges commits with two; each pheap_tx_add that snapshots adds one.
+ * An empty transaction costs none.
+ *
+ * Nesting: pheap_tx_begin inside a transaction opens an inner level that
+ * flattens into the outermost one.  pheap_tx_commit of an inner level only
+ * closes it; the outermost commit commits everything.  pheap_tx_abort at
+ * any level rolls back the whole transaction at once; the levels still
+ * open stay open in an aborted state until each is closed:
+ *   pheap_tx_commit  returns PHEAP_EABORTED and closes its level
+ *   pheap_tx_abort   returns 0 and closes its level
+ *   pheap_tx_begin   returns PHEAP_EABORTED and opens no level
+ *   pheap_tx_add, _write, _read, _free return PHEAP_EABORTED; pheap_tx_alloc
+ *                    returns 0 with pheap_errno() == PHEAP_EABORTED
+ * A transactional call that fails for lack of memory, heap space or log
+ * space aborts the transaction the same way (its own error says why).
+ * Calls with a bad argument (a range outside the heap, a double free)
+ * fail with nothing changed and leave the transaction as it was.
+ *
+ * Other calls inside a transaction (pheap_alloc, pheap_free, pheap_alloc_to
+ * ...) are not part of it: they take effect at once and stay done if the
+ * transaction aborts.
+ *
+ * Transactions need a heap created by pheap 1.3 or later (format 1.3):
+ * on an older heap pheap_tx_begin fails with PHEAP_ENOTSUP.
+ */
+
+/* Starts a transaction, or an inner level of the thread's transaction.
+ * Errors: PHEAP_EINVAL (NULL), PHEAP_ERDONLY, PHEAP_EFORKED, PHEAP_ENOTSUP
+ * (heap format before transactions), PHEAP_EABORTED (see above),
+ * PHEAP_ENOMEM (no lane free: more than 1024 threads in transactions). */
+int pheap_tx_begin(pheap *h);
+
+/* Closes the innermost level; at the outermost, commits: on return every
+ * change of the transaction is durable.  After a crash before the commit
+ * point, recovery rolls the transaction back entirely; after it, forward
+ * entirely.
+ * Errors: PHEAP_ENOTX (no transaction), PHEAP_EABORTED (the transaction
+ * was aborted: nothing of it happened; the level is closed),
+ * PHEAP_ENOSPC / PHEAP_ENOMEM (no room for the log's commit record: the
+ * transaction is rolled back and closed at every level). */
+int pheap_tx_commit(pheap *h);
+
+/* Rolls back the whole transaction (every added range gets its old bytes,
+ * no allocation or free of it takes effect) and closes the innermost
+ * level.  Errors: PHEAP_ENOTX. */
+int pheap_tx_abort(pheap *h);
+
+/* Depth of the calling thread's transaction: 0 outside one, 1 in the
+ * outermost level, ...  Negative (-depth) when it was aborted. */
+int pheap_tx_depth(pheap *h);
+
+/* Snapshots [addr, addr + len) before the caller changes it in place.  The
+ * range must lie in one live block, or in a block this transaction
+ * allocated (which needs no snapshot: the call returns 0 at no cost).
+ * Bytes already added cost nothing; the snapshot is durable on return.
+ * Errors: PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_EINVAL (len 0, or the range
+ * overlaps a pending pheap_tx_write), PHEAP_ERANGE (outside the data
+ * region), PHEAP_ENOTLIVE (not inside one live block), PHEAP_ENOMEM /
+ * PHEAP_ENOSPC (the log could not grow: the transaction is aborted). */
+int pheap_tx_add(pheap *h, const void *addr, size_t len);
+
+/* Records that [dst, dst + len) takes the bytes now at src at commit
+ * (src is copied at once, so it may change afterwards).  Nothing is
+ * stored at dst before the commit, except where dst was added or lies in
+ * a block allocated by this transaction: those bytes are stored at once.
+ * Errors: as pheap_tx_add. */
+int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len);
+
+/* Copies [src, src + len) into buf as this transaction sees it: the heap's
+ * bytes with this transaction's pending pheap_tx_write changes applied in
+ * order.  Errors: PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_EINVAL, PHEAP_ERANGE. */
+int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len);
+
+/* Allocates a block that exists only if the transaction commits.  Its
+ * contents are not initialised; write them in place (no pheap_tx_add
+ * needed): they are durable at commit.  0 on failure, with pheap_errno():
+ * PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_EINVAL (size 0), PHEAP_ENOMEM /
+ * PHEAP_ENOSPC (heap full: the transaction is aborted). */
+pheap_off pheap_tx_alloc(pheap *h, size_t size);
+
+/* Frees the block at `off` when the transaction commits (an abort keeps
+ * it).  Checked at once: the block must be live and not freed by this
+ * transaction already.  A block allocated by this transaction may be
+ * freed too: at commit neither happens.
+ * Errors: PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_ERANGE, PHEAP_EDOUBLEFREE,
+ * PHEAP_EINTERIOR, PHEAP_ENOTALLOC, PHEAP_ENOMEM (the transaction is
+ * aborted). */
+int pheap_tx_free(pheap *h, pheap_off off);
+
+/* ===================================================================== */
 /*  Statistics and checks                                                */
 /* ===================================================================== */
 
@@ -518,6 +636,12 @@ struct pheap_stats {
                                  forward at this open: in the file after a
                                  read-write open, in the private view after a
                                  snapshot open */
+    uint64_t tx_commits;      /* transactions committed through this handle */
+    uint64_t tx_aborts;       /* transactions rolled back through this handle
+                                 (pheap_tx_abort, or a failure that aborted) */
+    uint64_t tx_fences;       /* fences issued by transactional calls */
+    uint64_t tx_rolled_back;  /* interrupted transactions recovery rolled back */
+    uint64_t tx_rolled_forward; /* ... and rolled forward, at this open */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */
