@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 2
+#define PHEAP_FORMAT_MINOR 3
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);

@@ -130,6 +130,13 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->large_bytes = st.large_bytes;
     out->free_bytes = st.free_bytes;
     out->largest_free = st.largest_free;
+    uint64_t tx[3];
+    ph_thread_sum_tx(h, tx);
+    out->tx_commits = tx[0];
+    out->tx_aborts = tx[1];
+    out->tx_fences = tx[2];
+    out->tx_rolled_back = h->engine->tx_rolled_back;
+    out->tx_rolled_forward = h->engine->tx_rolled_forward;
     uint64_t held = st.slab_bytes + st.large_bytes;
     out->fragmentation = held ? 1.0 - (double)st.live_bytes / (double)held : 0.0;
     return 0;

@@ -17,7 +17,7 @@
  *                           block of the slab is allocated or cached
  * Locks, in order: arena -> extent index -> growth.  Thread caches need none.
  */
-#include "alloc/engine.h"
+#include "alloc/engine_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +33,6 @@
 #define PH_SLAB_BATCH 8u
 _Static_assert(PH_SLAB_BATCH <= PH_EXT_COMMIT_MAX, "slab batch fits one commit");
 
-static ph_slab *chunk_slab(const ph_engine *e, uint64_t off)
-{
-    return ph_load(&e->chunks[(off - e->sp->data_off) / PH_CHUNK_SIZE]);
-}
-
-static uint64_t chunk_of(const ph_engine *e, uint64_t off)
-{
-    return (off - e->sp->data_off) / PH_CHUNK_SIZE;
-}
 
 /* ---- arenas and slabs ------------------------------------------------------- */
 
@@ -86,7 +77,7 @@ static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
             if (s->navail != s->nblocks)
                 continue;
             partial_remove(a, s);
-            ph_store(&e->chunks[chunk_of(e, s->off)], (ph_slab *)NULL);
+            ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
             if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0) == 0)
                 n++;
         }
@@ -110,7 +101,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
             continue; /* this arena's empty slabs of other classes made room */
         if (rc)
             break;
-        uint64_t ch = chunk_of(e, offs[n]);
+        uint64_t ch = ph_engine_chunk_of(e, offs[n]);
         if (!e->slabs[ch] && !(e->slabs[ch] = ph_slab_new(e->sp, offs[n]))) {
             ph_extent_cancel(e->ext, offs[n]);
             rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
@@ -128,10 +119,10 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
     if (!ph_plant("slab-commit-before-desc"))
         ph_extent_commit_slabs(e->ext, c, offs, n, cls);
     for (unsigned i = 0; i < n; i++) {
-        ph_slab *s = e->slabs[chunk_of(e, offs[i])];
+        ph_slab *s = e->slabs[ph_engine_chunk_of(e, offs[i])];
         s->arena = ai;
         partial_push(a, s);
-        ph_store(&e->chunks[chunk_of(e, offs[i])], s);
+        ph_store(&e->chunks[ph_engine_chunk_of(e, offs[i])], s);
         *out = s;
     }
     a->made[cls] += n;
@@ -145,10 +136,10 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
     if (s->navail != s->nblocks || (!s->next && !s->prev))
         return;
     partial_remove(a, s);
-    ph_store(&e->chunks[chunk_of(e, s->off)], (ph_slab *)NULL);
+    ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
     if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0) != 0) {
         /* Cannot happen while the index is consistent; keep the slab. */
-        ph_store(&e->chunks[chunk_of(e, s->off)], s);
+        ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
         partial_push(a, s);
     }
 }
@@ -158,7 +149,7 @@ static void give_back(ph_engine *e, ph_pctx *c, const uint64_t *v, uint32_t n)
 {
     ph_arena *locked = NULL;
     for (uint32_t i = 0; i < n; i++) {
-        ph_slab *s = chunk_slab(e, v[i]);
+        ph_slab *s = ph_engine_chunk_slab(e, v[i]);
         ph_arena *a = &e->arenas[s->arena];
         if (a != locked) {
             if (locked)
@@ -241,7 +232,7 @@ static unsigned pick_arena(ph_engine *e)
  * has no block and no room for a slab, from the other arenas, and at last
  * after reclaiming empty slabs.  Returns a block or 0 (heap full, error
  * set). */
-static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls)
+ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls)
 {
     if (!t->store && tcache_init(t) != 0)
         return 0;
@@ -266,7 +257,7 @@ static ph_noinline uint64_t refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsig
 
 /* Caches a freed block; when the class's cache is full, the older half
  * goes back to the slabs first. */
-static void cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, uint64_t off)
+void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, uint64_t off)
 {
     if (ph_likely(ph_tcache_push(t, cls, off)))
         return;
@@ -321,7 +312,7 @@ static int bad_small(const ph_slab *s, uint64_t off, uint32_t i)
                   (unsigned long long)off);
 }
 
-static int clear_error(int rc, uint64_t off)
+int ph_engine_clear_error(int rc, uint64_t off)
 {
     return rc == PHEAP_EDOUBLEFREE
                ? ph_err(rc, "double free of the block at %llu", (unsigned long long)off)
@@ -329,7 +320,7 @@ static int clear_error(int rc, uint64_t off)
 }
 
 /* 0 and the block index when `off` starts a live block of slab s. */
-static int live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
+int ph_engine_live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
 {
     int exact;
     uint32_t i = ph_slab_index(s, off, &exact);
@@ -337,7 +328,7 @@ static int live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
         return bad_small(s, off, i);
     unsigned bits = ph_slab_bits(s, i);
     if (!(bits & 1))
-        return clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
+        return ph_engine_clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
     *idx = i;
     return 0;
 }
@@ -387,7 +378,7 @@ static uint64_t contents_check(ph_engine *e, uint64_t off, uint64_t bytes)
 
 /* A large extent reserved in the index (nothing durable yet), or 0 with
  * the error set; the heap is reclaimed once when full. */
-static int reserve_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *off)
+int ph_engine_reserve_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *off)
 {
     int rc = ph_extent_reserve(e->ext, c, size, PH_EXT_LARGE, off);
     if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && reclaim(e, t, c))
@@ -405,7 +396,7 @@ static ph_noinline uint64_t alloc_large(ph_engine *e, ph_tcache *t, ph_pctx *c, 
             rc = ph_extent_alloc(e->ext, c, size, PH_EXT_LARGE, 0, NULL, &off);
         return rc ? 0 : off;
     }
-    if (reserve_large(e, t, c, size, &off))
+    if (ph_engine_reserve_large(e, t, c, size, &off))
         return 0;
     if (init_block(e, c, init, off, PH_ALIGN_UP(size, PH_PAGE_SIZE))) {
         ph_extent_cancel(e->ext, off);
@@ -422,13 +413,13 @@ uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
         return alloc_large(e, t, c, size, init);
     unsigned cls = ph_sizeclass(size);
     uint64_t off = ph_tcache_pop(t, cls);
-    if (ph_unlikely(!off) && !(off = refill(e, t, c, cls)))
+    if (ph_unlikely(!off) && !(off = ph_engine_refill(e, t, c, cls)))
         return 0;
     if (ph_unlikely(init) && init_block(e, c, init, off, ph_class_size[cls])) {
-        cache_block(e, t, c, cls, off);
+        ph_engine_cache_block(e, t, c, cls, off);
         return 0;
     }
-    ph_slab *s = chunk_slab(e, off);
+    ph_slab *s = ph_engine_chunk_slab(e, off);
     int exact;
     ph_slab_mark(e->sp, c, s, ph_slab_index(s, off, &exact));
     return off;
@@ -436,7 +427,7 @@ uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
 
 int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
 {
-    ph_slab *s = chunk_slab(e, off);
+    ph_slab *s = ph_engine_chunk_slab(e, off);
     if (!s)
         return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0);
     int exact;
@@ -445,12 +436,12 @@ int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
         return bad_small(s, off, i);
     int rc = ph_slab_unmark(e->sp, c, s, i);
     if (rc)
-        return clear_error(rc, off);
-    cache_block(e, t, c, s->xcls, off);
+        return ph_engine_clear_error(rc, off);
+    ph_engine_cache_block(e, t, c, s->xcls, off);
     return 0;
 }
 
-static int ensure_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
+int ph_engine_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     if (ph_likely(t->lane.index >= 0))
         return 0;
@@ -478,12 +469,12 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
 {
     ph_space *sp = e->sp;
     uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off;
-    int rc = ensure_lane(e, t, c);
+    int rc = ph_engine_lane(e, t, c);
     if (rc)
         return rc;
     if (size > PH_SMALL_MAX) {
         uint64_t bytes = PH_ALIGN_UP(size, PH_PAGE_SIZE), contents = 0;
-        if ((rc = reserve_large(e, t, c, size, &off)) != 0)
+        if ((rc = ph_engine_reserve_large(e, t, c, size, &off)) != 0)
             return rc;
         if (init && (rc = init_block(e, c, init, off, bytes)) != 0) {
             ph_extent_cancel(e->ext, off);
@@ -497,11 +488,11 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
     } else {
         unsigned cls = ph_sizeclass(size);
         off = ph_tcache_pop(t, cls);
-        if (!off && !(off = refill(e, t, c, cls)))
+        if (!off && !(off = ph_engine_refill(e, t, c, cls)))
             return pheap_errno();
         uint64_t contents = 0;
         if (init && (rc = init_block(e, c, init, off, ph_class_size[cls])) != 0) {
-            cache_block(e, t, c, cls, off);
+            ph_engine_cache_block(e, t, c, cls, off);
             return rc;
         }
         if (init)
@@ -511,7 +502,7 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
                           dest_off, ph_load(dest), contents);
         if (ph_plant("lane-retire-first")) /* planted: retired before the changes */
             ph_lane_end(&e->lanes, c, &t->lane);
-        ph_slab *s = chunk_slab(e, off);
+        ph_slab *s = ph_engine_chunk_slab(e, off);
         int exact;
         uint32_t sh, w = ph_slab_lock(s, ph_slab_index(s, off, &exact), &sh);
         ph_slab_set_locked(sp, c, s, w, sh);
@@ -533,10 +524,10 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         return 0;
     if (off < sp->data_off || off >= ph_space_size(sp))
         return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
-    int rc = ensure_lane(e, t, c);
+    int rc = ph_engine_lane(e, t, c);
     if (rc)
         return rc;
-    ph_slab *s = chunk_slab(e, off);
+    ph_slab *s = ph_engine_chunk_slab(e, off);
     if (!s) {
         if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
             return rc;
@@ -548,7 +539,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         return rc;
     }
     uint32_t i = 0;
-    if ((rc = live_small(s, off, &i)) != 0)
+    if ((rc = ph_engine_live_small(s, off, &i)) != 0)
         return rc;
     ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off, 0);
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
@@ -560,18 +551,18 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     ph_slab_unlock(s, w);
     ph_lane_end(&e->lanes, c, &t->lane);
     if (rc)
-        return clear_error(rc, off);
-    cache_block(e, t, c, s->xcls, off);
+        return ph_engine_clear_error(rc, off);
+    ph_engine_cache_block(e, t, c, s->xcls, off);
     return 0;
 }
 
 int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
 {
-    ph_slab *s = chunk_slab(e, off);
+    ph_slab *s = ph_engine_chunk_slab(e, off);
     if (!s)
         return ph_extent_lookup(e->ext, off, bytes);
     uint32_t i = 0;
-    int rc = live_small(s, off, &i);
+    int rc = ph_engine_live_small(s, off, &i);
     if (!rc)
         *bytes = s->block_size;
     return rc;
@@ -579,7 +570,7 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
 
 int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call)
 {
-    ph_slab *s = chunk_slab(e, off);
+    ph_slab *s = ph_engine_chunk_slab(e, off);
     if (ph_likely(s)) {
         int exact;
         uint32_t i = ph_slab_index(s, off, &exact);
@@ -610,7 +601,7 @@ static void on_slab(void *arg, uint64_t off, unsigned cls)
 {
     open_ctx *o = arg;
     ph_engine *e = o->e;
-    uint64_t ch = chunk_of(e, off);
+    uint64_t ch = ph_engine_chunk_of(e, off);
     ph_slab *s = ph_slab_new(e->sp, off);
     if (!s) {
         o->rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
@@ -636,14 +627,15 @@ static void roll_forward(void *arg, const ph_lane_op *le)
     uint64_t size = ph_space_size(sp);
     if (o->rc)
         return;
-    if (le->dest < sp->data_off || le->dest > size - 8 || le->dest % 8 || le->block < sp->data_off ||
-        le->block >= size || le->size > size - le->block) {
+    int dest_ok = (le->dest >= sp->data_off && le->dest <= size - 8 && le->dest % 8 == 0) ||
+                  ph_engine_tx_anchor_word(e, le->dest); /* an overflow segment's link */
+    if (!dest_ok || le->block < sp->data_off || le->block >= size || le->size > size - le->block) {
         o->rc = ph_err(PHEAP_ECORRUPT, "lane entry for block %llu is out of range",
                        (unsigned long long)le->block);
         return;
     }
     uint64_t *dest = ph_space_at(sp, le->dest);
-    ph_slab *s = chunk_slab(e, le->block);
+    ph_slab *s = ph_engine_chunk_slab(e, le->block);
     int exact = 0;
     uint32_t i = s ? ph_slab_index(s, le->block, &exact) : 0;
     if ((s && !exact) || (!s && le->size <= PH_SMALL_MAX)) {
@@ -701,6 +693,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     pthread_mutex_init(&e->lane_lock, NULL);
     e->lanes = (ph_lanes){ph_space_at(sp, sp->lane_region), &sp->persist,
                           !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS)};
+    if (sp->features & PH_FEAT_INCOMPAT_TX)
+        e->txlogs = ph_space_at(sp, sp->lane_region);
     open_ctx o = {e, c, 0};
     if (!e->chunks || !e->slabs || !e->arenas) {
         free(e->arenas);
@@ -720,6 +714,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
             ph_lanes_retire_all(&e->lanes, c);
         if (!o.rc)
             ph_extent_log_scrub(e->ext, c);
+        if (!o.rc && e->txlogs)
+            o.rc = ph_engine_tx_recover(e, c);
     }
     for (uint64_t ch = 0; !o.rc && ch < backed_chunks(e); ch++) {
         ph_slab *s = e->chunks[ch];

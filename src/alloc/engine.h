@@ -15,6 +15,7 @@
 #include "alloc/slab.h"
 #include "alloc/space.h"
 #include "alloc/tcache.h"
+#include "log/txlog.h"
 
 typedef struct ph_arena {
     pthread_mutex_t lock;
@@ -36,6 +37,10 @@ typedef struct ph_engine {
     pthread_mutex_t lane_lock;
     uint8_t lane_used[PH_LANES_MAX];
     unsigned recovered;            /* lane entries rolled forward at open */
+    void *txlogs;                  /* the lane region, when it holds transaction logs
+                                      (PH_FEAT_INCOMPAT_TX); else NULL */
+    unsigned tx_rolled_back;       /* interrupted transactions recovery rolled back */
+    unsigned tx_rolled_forward;    /* ... and forward */
 } ph_engine;
 
 /* Builds the engine from the durable metadata.  When `recover`, committed
@@ -68,6 +73,55 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes);
  * (a freed block, space never allocated).  No lock for a small block: one
  * bitmap read. */
 int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call);
+
+/* ---- transactions (engine_tx.c) ---- */
+
+/* The transaction log of lane `lane`, or NULL when the heap predates
+ * transactions. */
+static inline ph_txlog_anchor *ph_engine_txlog(ph_engine *e, unsigned lane)
+{
+    return e->txlogs ? ph_txlog_anchor_of(e->txlogs, lane) : NULL;
+}
+
+/* The calling thread's lane (taken on first use): 0, or PHEAP_ENOMEM. */
+int ph_engine_lane(ph_engine *e, ph_tcache *t, ph_pctx *c);
+
+/* A block for a transaction: taken from the thread cache or the extent
+ * index but not allocated (nothing durable).  0 with *off and its usable
+ * *bytes, or the error of a full heap. */
+int ph_engine_tx_reserve(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *off,
+                         uint64_t *bytes);
+/* Gives back a block of ph_engine_tx_reserve that was not allocated. */
+void ph_engine_tx_unreserve(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off);
+
+/* The live block that data offset `off` lies in: 0 with its start and
+ * usable bytes, or PHEAP_ENOTLIVE (message naming `call`). */
+int ph_engine_block_at(ph_engine *e, uint64_t off, uint64_t *start, uint64_t *bytes,
+                       const char *call);
+
+/* An allocation or free that a transaction's commit applies (kind
+ * PH_TXREC_ALLOC or PH_TXREC_FREE); the other fields are the engine's. */
+typedef struct ph_tx_change {
+    uint64_t off, bytes;
+    uint32_t kind;
+    uint32_t order;        /* position in the transaction */
+    uint32_t skip;         /* a free another thread made first: nothing to release */
+    uint32_t word, shift;  /* bitmap word and A's shift (small blocks) */
+    ph_slab *slab;         /* NULL: large */
+} ph_tx_change;
+
+/* Applies v[0..n) in order: bitmap words are locked and written, extent
+ * log entries appended; durable at the caller's next fence, after which it
+ * calls ph_engine_tx_unlock.  Reorders v. */
+void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n);
+void ph_engine_tx_unlock(ph_engine *e, ph_tx_change *v, size_t n);
+/* After the transaction's log is retired: freed blocks become reusable. */
+void ph_engine_tx_release(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_tx_change *v,
+                          size_t n);
+
+/* 1 when data offset `off` is the xnext word of a transaction log's anchor
+ * (the destination of an overflow segment's logged allocation). */
+int ph_engine_tx_anchor_word(const ph_engine *e, uint64_t off);
 
 /* Returns a thread's cached blocks and lane (thread exit). */
 void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c);

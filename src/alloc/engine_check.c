@@ -4,7 +4,7 @@
  * index against the log, every slab against its descriptor and bitmap,
  * descriptors that no slab owns, the lanes).
  */
-#include "alloc/engine.h"
+#include "alloc/engine_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -133,5 +133,8 @@ unsigned ph_engine_check(ph_engine *e, int lanes_idle, char *err, size_t errlen)
         snprintf(msg, sizeof(msg), "%u lane entries are active with no operation in flight", active);
         check_fail(&w, msg);
     }
-    return w.errors;
+    unsigned tx = ph_engine_tx_check(e, lanes_idle, msg, sizeof(msg));
+    if (tx)
+        check_fail(&w, msg);
+    return w.errors + (tx ? tx - 1 : 0);
 }

@@ -213,6 +213,13 @@ void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, un
     ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
 }
 
+void ph_extent_commit_staged(ph_extents *x, ph_pctx *c, uint64_t off)
+{
+    lock_index(x);
+    stage_commit(x, c, x->head[page_of(x, off)], PH_EXT_LARGE, 0, NULL, 0);
+    ph_spin_unlock(&x->xlock);
+}
+
 void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
                             unsigned cls)
 {
@@ -263,6 +270,18 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                    uint64_t dest_val, int hold)
 {
+    int rc = ph_extent_free_staged(x, c, off, kind, dest, dest_val);
+    if (rc)
+        return rc;
+    ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
+    if (!hold)
+        ph_extent_release(x, off);
+    return 0;
+}
+
+int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
+                          uint64_t dest_val)
+{
     lock_index(x);
     ph_extnode *n;
     int rc = classify_locked(x, off, kind, &n);
@@ -279,12 +298,7 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
         }
     }
     ph_spin_unlock(&x->xlock);
-    if (rc)
-        return rc;
-    ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
-    if (!hold)
-        ph_extent_release(x, off);
-    return 0;
+    return rc;
 }
 
 void ph_extent_release(ph_extents *x, uint64_t off)

@@ -93,6 +93,9 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val);
 void ph_extent_cancel(ph_extents *x, uint64_t off);
+/* ph_extent_commit of a reserved large block without the fence: the entry
+ * is durable at the caller's next fence (a transaction's commit). */
+void ph_extent_commit_staged(ph_extents *x, ph_pctx *c, uint64_t off);
 
 /* Commits n (at most PH_EXT_COMMIT_MAX) reserved chunks as slabs of class
  * cls: n entries, one fence. */
@@ -110,6 +113,11 @@ void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, uns
  * PHEAP_EDOUBLEFREE (a freed large block's start), PHEAP_ENOTALLOC. */
 int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                    uint64_t dest_val, int hold);
+/* ph_extent_free with `hold` and without the fence: the entry is durable
+ * at the caller's next fence, and the extent reusable after
+ * ph_extent_release. */
+int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
+                          uint64_t dest_val);
 /* Makes the held extent at `off` reusable (without taking the lock: the
  * next holder of the lock does it). */
 void ph_extent_release(ph_extents *x, uint64_t off);

@@ -15,13 +15,20 @@
 #include "util/error.h"
 #include "util/util.h"
 
-/* Size of each metadata region for a heap that may grow to max_size. */
-static uint64_t region_size(uint32_t kind, uint64_t max_size)
+/* Features of the heaps this build creates. */
+#define NEW_FEATURES (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX)
+
+/* Size of each metadata region for a heap that may grow to max_size, with
+ * incompat `features` (the lane region holds the transaction logs too when
+ * PH_FEAT_INCOMPAT_TX is set). */
+static uint64_t region_size(uint32_t kind, uint64_t max_size, uint32_t features)
 {
     switch (kind) {
     case PH_REGION_HEADER: return PH_PAGE_SIZE;
     case PH_REGION_ROOTS: return PH_ALIGN_UP((uint64_t)PH_ROOTS_MAX * sizeof(ph_root_entry), PH_PAGE_SIZE);
-    case PH_REGION_LANES: return (uint64_t)PH_LANES_MAX * PH_LANE_SIZE;
+    case PH_REGION_LANES:
+        return (uint64_t)PH_LANES_MAX *
+               (PH_LANE_SIZE + (features & PH_FEAT_INCOMPAT_TX ? PH_TXLOG_SIZE : 0));
     case PH_REGION_SLABS: return PH_ALIGN_UP(max_size / PH_CHUNK_SIZE * PH_SLAB_DESC_SIZE, PH_PAGE_SIZE);
     case PH_REGION_EXTLOG: {
         uint64_t entries = max_size / PH_EXTLOG_BYTES_PER_ENTRY_SPAN + 64;
@@ -32,22 +39,22 @@ static uint64_t region_size(uint32_t kind, uint64_t max_size)
     }
 }
 
-static uint64_t data_offset(uint64_t max_size)
+static uint64_t data_offset(uint64_t max_size, uint32_t features)
 {
     uint64_t off = 0;
     for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++)
-        off += region_size(k, max_size);
+        off += region_size(k, max_size, features);
     return PH_ALIGN_UP(off, PH_CHUNK_SIZE);
 }
 
 uint64_t ph_header_min_size(uint64_t max_size)
 {
-    return data_offset(max_size) + PH_CHUNK_SIZE;
+    return data_offset(max_size, NEW_FEATURES) + PH_CHUNK_SIZE;
 }
 
 uint64_t ph_header_data_offset(uint64_t max_size)
 {
-    return data_offset(max_size);
+    return data_offset(max_size, NEW_FEATURES);
 }
 
 /* The metadata grows with max_size (about 1.9%), so the smallest max_size
@@ -57,8 +64,8 @@ uint64_t ph_header_data_offset(uint64_t max_size)
 uint64_t ph_header_max_for_data(uint64_t data)
 {
     data = PH_ALIGN_UP(PH_MAX(data, (uint64_t)PH_CHUNK_SIZE), PH_CHUNK_SIZE);
-    uint64_t f = data + data_offset(data);
-    for (uint64_t next; (next = data + data_offset(f)) != f;)
+    uint64_t f = data + data_offset(data, NEW_FEATURES);
+    for (uint64_t next; (next = data + data_offset(f, NEW_FEATURES)) != f;)
         f = next;
     return f;
 }
@@ -89,13 +96,14 @@ int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
     h->chunk_size = PH_CHUNK_SIZE;
     h->consistency = consistency;
     h->max_size = max_size;
-    h->feat_incompat = PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH;
+    h->feat_incompat = NEW_FEATURES;
     uint64_t off = 0;
     for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++) {
-        h->regions[h->nregions++] = (ph_region){k, 0, off, region_size(k, max_size)};
-        off += region_size(k, max_size);
+        uint64_t size = region_size(k, max_size, NEW_FEATURES);
+        h->regions[h->nregions++] = (ph_region){k, 0, off, size};
+        off += size;
     }
-    off = data_offset(max_size);
+    off = data_offset(max_size, NEW_FEATURES);
     h->regions[h->nregions++] = (ph_region){PH_REGION_DATA, 0, off, max_size - off};
     h->checksum = ph_header_checksum(h);
     return 0;
@@ -133,7 +141,8 @@ static int validate_regions(const ph_header *h, const char *path)
             return bad_layout(path, "regions overlap at offset", r->offset);
         if (r->size > h->max_size || r->offset > h->max_size - r->size)
             return bad_layout(path, "region past the maximum size", r->offset + r->size);
-        if (r->kind != PH_REGION_DATA && r->size < region_size(r->kind, h->max_size))
+        if (r->kind != PH_REGION_DATA &&
+            r->size < region_size(r->kind, h->max_size, h->feat_incompat))
             return bad_layout(path, "metadata region too small", r->size);
         end = r->offset + r->size;
     }
@@ -197,7 +206,8 @@ int ph_header_validate(const void *page, uint64_t len, uint64_t file_size, int r
         return hdr->consistency == PH_CONSISTENCY_GC
                    ? ph_err(PHEAP_ENOTSUP, "%s: consistency mode GC is not supported by this build", path)
                    : bad_layout(path, "consistency mode", hdr->consistency);
-    if (hdr->max_size % PH_CHUNK_SIZE || hdr->max_size < ph_header_min_size(hdr->max_size))
+    if (hdr->max_size % PH_CHUNK_SIZE ||
+        hdr->max_size < data_offset(hdr->max_size, hdr->feat_incompat) + PH_CHUNK_SIZE)
         return bad_layout(path, "maximum size", hdr->max_size);
     int rc = validate_regions(hdr, path);
     return rc ? rc : validate_state(hdr, state, file_size, path);

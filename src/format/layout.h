@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 2
+#define PH_FORMAT_MINOR 3
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -79,7 +79,11 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
                                               high-water mark (ph_extlog_header.xhigh);
                                               slots past it may hold stale entries, which
                                               builds before it would replay or append over */
-#define PH_FEAT_INCOMPAT_KNOWN (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH)
+#define PH_FEAT_INCOMPAT_TX 0x4u            /* 1.3: the lane region ends with one transaction
+                                              log per lane (ph_txlog_anchor); builds before
+                                              it would not recover interrupted transactions */
+#define PH_FEAT_INCOMPAT_KNOWN \
+    (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX)
 #define PH_FEAT_RO_COMPAT_KNOWN 0u
 
 /* Consistency modes (DESIGN 4.4), fixed at creation. */
@@ -190,6 +194,69 @@ typedef struct ph_lane_entry {
     uint64_t checksum;  /* tag | CRC-32C of the seven words above, state ACTIVE */
 } ph_lane_entry;
 _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
+
+/* ---- transaction logs (src/log/txlog.c, src/alloc/engine_tx.c) ---------
+ * Heaps with PH_FEAT_INCOMPAT_TX: after the PH_LANES_MAX lanes, the lane
+ * region holds one transaction log of PH_TXLOG_SIZE bytes per lane, used by
+ * the lane's holder.  Its first line is the anchor; records follow.  When
+ * a transaction's records do not fit, they continue in overflow segments:
+ * large blocks of the data region allocated with a logged pheap_alloc_to
+ * whose destination is the `xnext` word of the anchor or of the previous
+ * segment's header, and freed (logged pheap_free_from) once the
+ * transaction is retired.
+ * Records: a ph_txrec header, then `len` payload bytes padded to 8.  A
+ * record belongs to the transaction of its `seq`; it counts only if its
+ * CRC-32C (over the header's other bits and the payload) holds.  Records
+ * are read in order from the first; the first that does not count ends the
+ * log.  A NEXT record says the log continues in the segment that the
+ * current one's `xnext` names.  Logs are reused without zeroing: a stale
+ * record has another seq (sequences never repeat in a lane: a holder takes
+ * them below a durable ceiling it raised first, see xceiling) or fails its
+ * CRC.
+ * Crash protocol (src/heap/tx.c): xstate := seq | ACTIVE is made durable
+ * with the first fenced records (a pheap_tx_add, or the commit); recovery
+ * rolls an ACTIVE transaction back -- every UNDO record's old bytes
+ * restored -- unless its records end in a COMMIT record whose record
+ * count and chained record CRCs match and whose contents CRC matches the
+ * added ranges and allocated blocks as they are (their new bytes were
+ * flushed before the same fence as the COMMIT record, and an eviction may
+ * have made the record durable before them); then it rolls forward: REDO
+ * writes, ALLOC and FREE applied in log order.  xstate := seq | IDLE
+ * retires the log once the rollback or the roll-forward is durable. */
+#define PH_TXLOG_SIZE 2048u
+#define PH_TX_IDLE 0u
+#define PH_TX_ACTIVE 1u
+#define PH_TX_SEQ_BLOCK (1ull << 20) /* sequences a holder takes per ceiling raise */
+
+#define PH_TXREC_UNDO 1u   /* payload: the old bytes at `off` */
+#define PH_TXREC_REDO 2u   /* payload: the new bytes for `off` */
+#define PH_TXREC_ALLOC 3u  /* allocate the block at `off`, `aux` usable bytes */
+#define PH_TXREC_FREE 4u   /* free the block at `off`, `aux` usable bytes */
+#define PH_TXREC_COMMIT 5u /* off: records before it; aux: chained CRC | contents CRC << 32 */
+#define PH_TXREC_NEXT 6u   /* the log continues in the segment xnext names */
+#define PH_TXREC_LEN_MAX ((1u << 24) - 1)
+
+typedef struct ph_txlog_anchor {
+    uint64_t xstate;    /* seq << 8 | PH_TX_IDLE or PH_TX_ACTIVE: the commit word */
+    uint64_t xceiling;  /* every seq a record may carry is below it */
+    uint64_t xnext;     /* data offset of the first overflow segment, or 0 */
+    uint64_t reserved[5];
+} ph_txlog_anchor;
+_Static_assert(sizeof(ph_txlog_anchor) == PH_LINE_SIZE, "ph_txlog_anchor size");
+
+typedef struct ph_txseg_header {
+    uint64_t xnext;     /* data offset of the next overflow segment, or 0 */
+    uint64_t reserved[7];
+} ph_txseg_header;
+_Static_assert(sizeof(ph_txseg_header) == PH_LINE_SIZE, "ph_txseg_header size");
+
+typedef struct ph_txrec {
+    uint64_t head;      /* bits 0..7 kind, 8..31 payload bytes, 32..63 CRC-32C */
+    uint64_t seq;       /* the transaction's sequence */
+    uint64_t off;       /* data offset the record is about (COMMIT: record count) */
+    uint64_t aux;       /* see the kinds */
+} ph_txrec;
+_Static_assert(sizeof(ph_txrec) == 32, "ph_txrec size");
 
 /* ---- slab descriptors (src/alloc/slab.c) ---------------------------------
  * One per data chunk, in the slab region: descriptor i describes chunk i

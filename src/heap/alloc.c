@@ -18,7 +18,7 @@ static int writable(pheap *h, const char *call)
 
 /* The calling thread's record, for a call that writes: NULL with the
  * error set when the handle is NULL or read-only, or memory ran out. */
-static ph_thread *writer(pheap *h, const char *call)
+ph_thread *ph_heap_writer(pheap *h, const char *call)
 {
     if (writable(h, call))
         return NULL;
@@ -51,7 +51,7 @@ static int offset_in_heap(pheap *h, pheap_off off)
 
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
-    ph_thread *t = writer(h, "pheap_alloc");
+    ph_thread *t = ph_heap_writer(h, "pheap_alloc");
     if (ph_unlikely(!t))
         return 0;
     if (ph_unlikely(size == 0)) {
@@ -87,7 +87,7 @@ static int block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, use
 ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn init,
                                      void *arg)
 {
-    ph_thread *t = writer(h, "pheap_alloc_init");
+    ph_thread *t = ph_heap_writer(h, "pheap_alloc_init");
     user_init u;
     ph_block_init bi;
     if (ph_unlikely(!t) || block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_init"))
@@ -103,7 +103,7 @@ ph_export int pheap_free(pheap *h, pheap_off off)
 {
     if (off == 0)
         return writable(h, "pheap_free");
-    ph_thread *t = writer(h, "pheap_free");
+    ph_thread *t = ph_heap_writer(h, "pheap_free");
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = offset_in_heap(h, off);
@@ -112,7 +112,7 @@ ph_export int pheap_free(pheap *h, pheap_off off)
 
 ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
 {
-    ph_thread *t = writer(h, "pheap_alloc_to");
+    ph_thread *t = ph_heap_writer(h, "pheap_alloc_to");
     if (ph_unlikely(!t))
         return pheap_errno();
     if (size == 0)
@@ -124,7 +124,7 @@ ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
 ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsigned flags,
                                   pheap_init_fn init, void *arg)
 {
-    ph_thread *t = writer(h, "pheap_alloc_to_init");
+    ph_thread *t = ph_heap_writer(h, "pheap_alloc_to_init");
     if (ph_unlikely(!t))
         return pheap_errno();
     user_init u;
@@ -141,7 +141,7 @@ ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsign
 
 ph_export int pheap_free_from(pheap *h, pheap_off *src)
 {
-    ph_thread *t = writer(h, "pheap_free_from");
+    ph_thread *t = ph_heap_writer(h, "pheap_free_from");
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = word_in_heap(h, src, "pheap_free_from");

@@ -17,6 +17,7 @@
 #include "pheap.h"
 
 typedef struct ph_thread ph_thread;
+typedef struct ph_tx ph_tx;
 
 /* Volatile state of one thread using one heap; created on first use,
  * folded into the heap's totals when the thread exits or the heap closes. */
@@ -24,6 +25,10 @@ struct ph_thread {
     pheap *heap;           /* owner; never dereferenced after close */
     ph_pctx pctx;          /* persistence counters and batches */
     ph_tcache tc;          /* free small blocks and the lane of this thread */
+    ph_tx *tx;             /* the thread's transaction state (tx.c), or NULL */
+    uint64_t xtx_commits;  /* transactions committed, aborted, and the fences */
+    uint64_t xtx_aborts;   /*   of transactional calls (relaxed: pheap_stats reads) */
+    uint64_t xtx_fences;
     ph_thread *next;       /* in heap->threads, under heap->threads_lock */
     ph_thread *prev;
 };
@@ -49,6 +54,7 @@ struct pheap {
     pthread_mutex_t threads_lock; /* guards threads and retired */
     ph_thread *threads;           /* live thread records */
     ph_pctx retired;              /* counters of records already folded */
+    uint64_t retired_tx[3];       /* their commits, aborts, transactional fences */
 };
 
 /* ---- thread records (thread.c) ---- */
@@ -97,6 +103,9 @@ void ph_thread_unregister_heap(pheap *h, int keep_caches);
 void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
                             uint64_t *cached);
 
+/* Sums the transaction counters of every thread: commits, aborts, fences. */
+void ph_thread_sum_tx(pheap *h, uint64_t out[3]);
+
 /* Persistence through the calling thread's context. */
 static inline ph_pctx *ph_heap_pctx(pheap *h)
 {
@@ -104,6 +113,17 @@ static inline ph_pctx *ph_heap_pctx(pheap *h)
     ph_thread *t = ph_thread_get(h);
     return t ? &t->pctx : &oom_ctx;
 }
+
+/* The calling thread's record for a call that writes: NULL with the error
+ * set when the handle is NULL, inherited, read-only, or memory ran out
+ * (alloc.c). */
+ph_thread *ph_heap_writer(pheap *h, const char *call);
+
+/* ---- transactions (tx.c) ---- */
+/* Frees the thread's transaction state; with `rollback`, a transaction it
+ * left open is rolled back first (thread exit, clean close; not a
+ * simulated crash). */
+void ph_tx_thread_exit(pheap *h, ph_thread *t, int rollback);
 
 /* ---- roots (root.c) ---- */
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);

@@ -50,6 +50,10 @@ static int registered(const pheap *h, uint64_t id)
  * simulated crash, a failed open). */
 static void fold(pheap *h, ph_thread *t, int keep)
 {
+    ph_tx_thread_exit(h, t, keep);
+    h->retired_tx[0] += ph_load_relaxed(&t->xtx_commits);
+    h->retired_tx[1] += ph_load_relaxed(&t->xtx_aborts);
+    h->retired_tx[2] += ph_load_relaxed(&t->xtx_fences);
     if (h->engine && keep)
         ph_engine_thread_exit(h->engine, &t->tc, &t->pctx);
     free(t->tc.store);
@@ -230,4 +234,17 @@ void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint6
     *fences = n;
     *reflushes = r;
     *cached = k;
+}
+
+void ph_thread_sum_tx(pheap *h, uint64_t out[3])
+{
+    pthread_mutex_lock(&h->threads_lock);
+    for (int i = 0; i < 3; i++)
+        out[i] = h->retired_tx[i];
+    for (ph_thread *t = h->threads; t; t = t->next) {
+        out[0] += ph_load_relaxed(&t->xtx_commits);
+        out[1] += ph_load_relaxed(&t->xtx_aborts);
+        out[2] += ph_load_relaxed(&t->xtx_fences);
+    }
+    pthread_mutex_unlock(&h->threads_lock);
 }

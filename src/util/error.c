@@ -100,6 +100,8 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EFORKED: return "heap handle inherited through fork()";
     case PHEAP_ECANCELED: return "allocation canceled by its initialiser";
     case PHEAP_ENOTLIVE: return "not in a live block (free or never allocated)";
+    case PHEAP_ENOTX: return "no transaction in progress";
+    case PHEAP_EABORTED: return "transaction aborted";
     default: return "unknown error";
     }
 }

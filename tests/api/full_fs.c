@@ -19,7 +19,7 @@
 
 #include "harness.h"
 
-#define FS_SIZE  "8m"
+#define FS_SIZE  "12m"
 #define SKIPPED  77
 #define MAX_BLOCKS 100000
 
@@ -59,7 +59,7 @@ static void creation_larger_than_the_fs(void)
 {
     char path[600];
     snprintf(path, sizeof(path), "%s/big.heap", fs_dir);
-    pheap_options o = {.size = 16u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap_options o = {.size = 24u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
     pheap *h = NULL;
     int rc = pheap_open(path, &o, &h);
     CHECK_EQ(rc, PHEAP_ENOSPC);
@@ -75,7 +75,7 @@ static void fill_until_full(void)
 {
     char path[600];
     snprintf(path, sizeof(path), "%s/fill.heap", fs_dir);
-    pheap_options o = {.size = 3u << 20, .max_size = 64u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap_options o = {.size = 5u << 20, .max_size = 64u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
     pheap *h;
     REQUIRE_OK(pheap_open(path, &o, &h));
     pheap_off *offs = calloc(MAX_BLOCKS, sizeof(*offs));
@@ -164,7 +164,7 @@ static void reuse_after_punch(void)
     char path[600], filler[600];
     snprintf(path, sizeof(path), "%s/punch.heap", fs_dir);
     snprintf(filler, sizeof(filler), "%s/other", fs_dir);
-    pheap_options o = {.size = 5u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap_options o = {.size = 7u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
     pheap *h;
     REQUIRE_OK(pheap_open(path, &o, &h));
     pheap_off t = pheap_alloc_init(h, 16 * sizeof(pheap_off), PHEAP_ALLOC_ZERO, NULL, NULL);

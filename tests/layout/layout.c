@@ -25,7 +25,12 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 2);
+    CHECK_EQ(PH_FORMAT_MINOR, 3);
+    CHECK_EQ(sizeof(ph_txlog_anchor), 64);
+    CHECK_EQ(sizeof(ph_txseg_header), 64);
+    CHECK_EQ(sizeof(ph_txrec), 32);
+    CHECK_EQ(PH_TXLOG_SIZE, 2048);
+    CHECK_EQ(PH_TX_SEQ_BLOCK, 1u << 20);
     CHECK_EQ(PHEAP_FORMAT_MAJOR, PH_FORMAT_MAJOR);
     CHECK_EQ(PHEAP_FORMAT_MINOR, PH_FORMAT_MINOR);
 }
@@ -60,18 +65,32 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_extlog_header, xactive), 0);
     CHECK_EQ(offsetof(ph_extlog_header, xlast_epoch), 8);
     CHECK_EQ(offsetof(ph_extlog_header, xhigh), 16);
+    CHECK_EQ(offsetof(ph_txlog_anchor, xstate), 0);
+    CHECK_EQ(offsetof(ph_txlog_anchor, xceiling), 8);
+    CHECK_EQ(offsetof(ph_txlog_anchor, xnext), 16);
+    CHECK_EQ(offsetof(ph_txrec, head), 0);
+    CHECK_EQ(offsetof(ph_txrec, seq), 8);
+    CHECK_EQ(offsetof(ph_txrec, off), 16);
+    CHECK_EQ(offsetof(ph_txrec, aux), 24);
+    CHECK_EQ(PH_TXREC_UNDO, 1);
+    CHECK_EQ(PH_TXREC_REDO, 2);
+    CHECK_EQ(PH_TXREC_ALLOC, 3);
+    CHECK_EQ(PH_TXREC_FREE, 4);
+    CHECK_EQ(PH_TXREC_COMMIT, 5);
+    CHECK_EQ(PH_TXREC_NEXT, 6);
 }
 
 TEST(feature_bits)
 {
     CHECK_EQ(PH_FEAT_INCOMPAT_TAGGED_LOGS, 0x1);    /* 1.1 */
     CHECK_EQ(PH_FEAT_INCOMPAT_EXTLOG_HIGH, 0x2);    /* 1.2 */
-    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x3);
+    CHECK_EQ(PH_FEAT_INCOMPAT_TX, 0x4);             /* 1.3 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x7);
     CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0);
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
-    CHECK_EQ(h.feat_incompat, 0x3);
-    CHECK_EQ(h.minor, 2);
+    CHECK_EQ(h.feat_incompat, 0x7);
+    CHECK_EQ(h.minor, 3);
 }
 
 TEST(region_plan_16m)
@@ -82,11 +101,11 @@ TEST(region_plan_16m)
     static const uint64_t want[7][3] = {
         {PH_REGION_HEADER, 0, 4096},
         {PH_REGION_ROOTS, 4096, 32768},
-        {PH_REGION_LANES, 36864, 1048576},
-        {PH_REGION_SLABS, 1085440, 278528},
-        {PH_REGION_EXTLOG, 1363968, 45056},
-        {PH_REGION_NAMES, 1409024, 262144},
-        {PH_REGION_DATA, 1703936, 15073280},
+        {PH_REGION_LANES, 36864, 3145728},       /* lanes, then transaction logs */
+        {PH_REGION_SLABS, 3182592, 278528},
+        {PH_REGION_EXTLOG, 3461120, 45056},
+        {PH_REGION_NAMES, 3506176, 262144},
+        {PH_REGION_DATA, 3801088, 12976128},
     };
     for (int i = 0; i < 7; i++) {
         CHECK_EQ(h.regions[i].kind, want[i][0]);
@@ -94,11 +113,11 @@ TEST(region_plan_16m)
         CHECK_EQ(h.regions[i].size, want[i][2]);
     }
     CHECK_EQ(h.checksum, ph_header_checksum(&h));
-    CHECK_EQ(ph_header_min_size(16u << 20), 1703936 + 65536);
+    CHECK_EQ(ph_header_min_size(16u << 20), 3801088 + 65536);
     /* The least max_size for 16 MiB of data: the data region of that plan
      * is exactly 16 MiB. */
     uint64_t max = ph_header_max_for_data(16u << 20);
-    CHECK_EQ(max, (16u << 20) + 1703936); /* the metadata of this plan is as above */
+    CHECK_EQ(max, (16u << 20) + 3866624); /* this plan's slab region crosses one more chunk */
     CHECK_EQ(max - ph_header_data_offset(max), 16u << 20);
     CHECK_EQ(ph_header_data_offset(max - 65536) + (16u << 20) > max - 65536, 1);
 }

@@ -50,7 +50,9 @@ static pheap *open_kind(unsigned kind, int *skipped)
 static void *thread_flush(void *arg)
 {
     pheap *h = arg;
-    char *p = pheap_direct(h, 1u << 21);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    char *p = pheap_direct(h, st.data_offset + 4096);
     p[0] = 1;
     pheap_flush(h, p, 1);
     pheap_flush(h, p, 1);

@@ -1,0 +1,248 @@
+/*
+ * tx.c -- crash points of transactions: redo writes, undo snapshots,
+ * transactional allocation and free (small and large), nesting, aborts at
+ * the outer and an inner level, and logs that overflow into segments,
+ * crashed at every fence and store in every variant.  After reopening, the
+ * heap's whole state (a rooted record of slots and counters, a big block,
+ * and the contents of every block a slot names) is exactly the state after
+ * the transactions that had returned, or after the one in flight too:
+ * never a mix; live blocks are exactly the reachable ones.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+enum { NSLOTS = 8, NVALS = 16, BIG = 8192 };
+#define KiB 1024u
+
+typedef struct state {
+    pheap_off slot[NSLOTS];
+    uint64_t val[NVALS];
+    pheap_off big;         /* a BIG-byte block */
+} state;
+
+enum { NOPS = 9 };
+
+typedef struct run {
+    uint32_t hash[NOPS + 1];   /* state hash before op 0, after op i - 1 */
+    uint64_t live[NOPS + 1];   /* live blocks then */
+    unsigned failed_hash;      /* a slot named no live block */
+} run;
+
+static state *state_of(pheap *h)
+{
+    return pheap_direct(h, pheap_root_get(h, "state"));
+}
+
+/* FNV-1a over bytes, continued from h. */
+static uint32_t fnv(uint32_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* The hash of everything the transactions change; 0 with *bad set when a
+ * slot names no live block. */
+static uint32_t state_hash(pheap *h, int *bad)
+{
+    state *s = state_of(h);
+    uint32_t x = fnv(2166136261u, s, sizeof(*s));
+    x = fnv(x, pheap_direct(h, s->big), BIG);
+    for (unsigned k = 0; k < NSLOTS; k++) {
+        if (!s->slot[k])
+            continue;
+        size_t n = pheap_usable_size(h, s->slot[k]);
+        if (!n) {
+            *bad = 1;
+            return 0;
+        }
+        x = fnv(x, pheap_direct(h, s->slot[k]), n);
+    }
+    return x;
+}
+
+static uint64_t live_blocks(pheap *h)
+{
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    return st.live_blocks;
+}
+
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_)                                                                             \
+            ph_test_fail(__FILE__, __LINE__, "%s -> %d (%s)", #call, rc_, pheap_errmsg()); \
+    } while (0)
+
+/* A transactional allocation, filled in place (no pheap_tx_add needed). */
+static pheap_off fresh(pheap *h, size_t size, uint64_t seed)
+{
+    pheap_off b = pheap_tx_alloc(h, size);
+    if (!b) {
+        ph_test_fail(__FILE__, __LINE__, "pheap_tx_alloc(%zu): %s", size, pheap_errmsg());
+        return 0;
+    }
+    ph_test_fill(pheap_direct(h, b), pheap_usable_size(h, b) ? pheap_usable_size(h, b) : size,
+                 seed);
+    return b;
+}
+
+static void set_slot(pheap *h, state *s, unsigned k, pheap_off v)
+{
+    OK(pheap_tx_write(h, &s->slot[k], &v, sizeof(v)));
+}
+
+static void run_op(pheap *h, state *s, unsigned i)
+{
+    uint64_t v, zero = 0;
+    pheap_off b;
+    char buf[6144];
+    OK(pheap_tx_begin(h));
+    switch (i) {
+    case 0: /* redo: an allocation and four writes */
+        set_slot(h, s, 0, fresh(h, 64, 0x100));
+        for (unsigned k = 0; k < 4; k++) {
+            v = 100 + k;
+            OK(pheap_tx_write(h, &s->val[k], &v, sizeof(v)));
+        }
+        break;
+    case 1: /* undo: snapshots, stores in place, an allocation */
+        OK(pheap_tx_add(h, &s->val[4], 4 * sizeof(uint64_t)));
+        for (unsigned k = 4; k < 8; k++)
+            s->val[k] = 200 + k;
+        OK(pheap_tx_add(h, &s->slot[1], sizeof(pheap_off)));
+        s->slot[1] = fresh(h, 200, 0x200);
+        break;
+    case 2: /* mixed: a large allocation, a free, redo and undo */
+        set_slot(h, s, 2, fresh(h, 100 * KiB, 0x300));
+        OK(pheap_tx_free(h, s->slot[0]));
+        OK(pheap_tx_write(h, &s->slot[0], &zero, sizeof(zero)));
+        OK(pheap_tx_add(h, &s->val[0], sizeof(uint64_t)));
+        s->val[0]++;
+        break;
+    case 3: /* nested: the inner commit only closes its level */
+        OK(pheap_tx_begin(h));
+        set_slot(h, s, 3, fresh(h, 1000, 0x400));
+        OK(pheap_tx_commit(h));
+        OK(pheap_tx_add(h, &s->val[8], 2 * sizeof(uint64_t)));
+        s->val[8] = 7;
+        s->val[9] = 8;
+        break;
+    case 4: /* aborted: nothing of it stays */
+        OK(pheap_tx_add(h, s->val, sizeof(s->val)));
+        for (unsigned k = 0; k < NVALS; k++)
+            s->val[k] = 0xdead;
+        OK(pheap_tx_add(h, &s->slot[4], sizeof(pheap_off)));
+        s->slot[4] = fresh(h, 64, 0x500);
+        OK(pheap_tx_free(h, s->slot[1]));
+        OK(pheap_tx_abort(h));
+        return;
+    case 5: /* aborted at an inner level: the outer commit reports it */
+        OK(pheap_tx_begin(h));
+        OK(pheap_tx_add(h, &s->val[1], sizeof(uint64_t)));
+        s->val[1] = 999;
+        OK(pheap_tx_free(h, s->slot[2]));
+        OK(pheap_tx_abort(h));
+        if (pheap_tx_commit(h) != PHEAP_EABORTED)
+            ph_test_fail(__FILE__, __LINE__, "outer commit after an inner abort");
+        return;
+    case 6: /* a snapshot bigger than the lane's log: overflow segments */
+        OK(pheap_tx_add(h, pheap_direct(h, s->big), BIG));
+        ph_test_fill(pheap_direct(h, s->big), BIG, 0x600);
+        set_slot(h, s, 5, fresh(h, 64, 0x601));
+        break;
+    case 7: /* a big redo write; a block allocated and freed in one go */
+        b = fresh(h, 64, 0x700);
+        OK(pheap_tx_free(h, b));
+        ph_test_fill(buf, sizeof(buf), 0x701);
+        OK(pheap_tx_write(h, (char *)pheap_direct(h, s->big) + 1024, buf, sizeof(buf)));
+        OK(pheap_tx_free(h, s->slot[2]));
+        set_slot(h, s, 2, 0);
+        break;
+    case 8: /* frees under undo, a block of the largest small class */
+        OK(pheap_tx_add(h, &s->slot[1], 3 * sizeof(pheap_off)));
+        OK(pheap_tx_free(h, s->slot[3]));
+        s->slot[3] = 0;
+        OK(pheap_tx_free(h, s->slot[1]));
+        s->slot[1] = fresh(h, 16384, 0x800);
+        break;
+    }
+    OK(pheap_tx_commit(h));
+}
+
+static void workload(ph_crash_ctx *c)
+{
+    run *r = c->arg;
+    pheap *h = c->heap;
+    state *s = state_of(h);
+    int bad = 0;
+    r->hash[0] = state_hash(h, &bad);
+    r->live[0] = live_blocks(h);
+    for (unsigned i = 0; i < NOPS; i++) {
+        run_op(h, s, i);
+        r->hash[i + 1] = state_hash(h, &bad);
+        r->live[i + 1] = live_blocks(h);
+        if (pheap_tx_depth(h) != 0)
+            ph_test_fail(__FILE__, __LINE__, "op %u left depth %d", i, pheap_tx_depth(h));
+        ph_crash_mark(c);
+    }
+    if (bad)
+        ph_test_fail(__FILE__, __LINE__, "a slot names no live block in the run itself");
+}
+
+static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
+{
+    run *r = c->arg;
+    REQUIRE(state_of(h));
+    int bad = 0;
+    uint32_t x = state_hash(h, &bad);
+    uint64_t live = live_blocks(h);
+    if (bad) {
+        ph_test_fail(__FILE__, __LINE__, "%u transactions returned: a slot names no live block",
+                     done);
+        return;
+    }
+    int before = x == r->hash[done] && live == r->live[done];
+    int after = done < NOPS && x == r->hash[done + 1] && live == r->live[done + 1];
+    if (!before && !after)
+        ph_test_fail(__FILE__, __LINE__, "%u transactions returned: the state is neither after "
+                     "them nor after the one in flight (hash %08x: %s; live %llu: want %llu%s)",
+                     done, x, x == r->hash[done] ? "before" : done < NOPS && x == r->hash[done + 1]
+                     ? "after" : "a mix", (unsigned long long)live,
+                     (unsigned long long)r->live[done], done < NOPS ? " or the next" : "");
+}
+
+static const char *make_base(void)
+{
+    const char *path = ph_test_path("crash-tx.heap");
+    pheap *h = ph_test_create(path, 8u << 20);
+    if (!h)
+        return NULL;
+    pheap_off s = pheap_alloc(h, sizeof(state));
+    state *st = pheap_direct(h, s);
+    memset(st, 0, sizeof(*st));
+    st->big = pheap_alloc(h, BIG);
+    memset(pheap_direct(h, st->big), 0x5a, BIG);
+    pheap_persist(h, pheap_direct(h, st->big), BIG);
+    pheap_persist(h, st, sizeof(*st));
+    pheap_root_set(h, "state", s);
+    pheap_close(h);
+    return path;
+}
+
+TEST(transactions_at_every_fence)
+{
+    static run r;
+    memset(&r, 0, sizeof(r));
+    const char *base = make_base();
+    REQUIRE(base);
+    ph_crash_stats st = ph_crash_enumerate("tx", base, workload, verify, &r);
+    CHECK(st.fences > 3 * NOPS);
+    CHECK(st.images > 5 * st.fences);
+    for (unsigned i = 0; i < NOPS; i++) /* aborted ones change nothing, the others do */
+        CHECK((r.hash[i + 1] == r.hash[i]) == (i == 4 || i == 5));
+}
