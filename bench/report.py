@@ -462,7 +462,10 @@ def kv_recovery_section(rows):
     if "error" in r:
         return "\n### Recovery of interrupted transactions\n\nfailed: " + r["error"] + "\n"
     us = lambda k, f="median": f"{metric(r, k, f) / 1e3:.1f}"
-    body = [[label, f"{us(k)} ({us(k, 'min')}–{us(k, 'max')})"]
+    def faults(k):
+        v = metric(r, k.replace("_ns", "_faults"))
+        return "—" if v is None else f"{v:.0f}"
+    body = [[label, f"{us(k)} ({us(k, 'min')}–{us(k, 'max')})", faults(k)]
             for label, k in (("after a clean close", "clean_open_ns"),
                              ("after a kill, no transaction open", "crash_open_ns"),
                              (f"after a kill, {r['transactions']} transactions open",
@@ -473,7 +476,7 @@ def kv_recovery_section(rows):
             "in-place change, an allocation, a redo write) when the process is killed; "
             f"`pheap_open` time in µs, median of {r['reps']} (min–max), flush {r.get('flush')}. "
             "Every transaction was rolled back.\n\n"
-            + table(["pheap_open", "µs"], body)
+            + table(["pheap_open", "µs", "page faults"], body)
             + f"\nRecovery work (open with transactions − open without): **{work:.1f} µs** "
               f"(goal: under 60 µs for 512).\n")
 
