@@ -503,18 +503,38 @@ static void row_flush(row *r)
     snprintf(r->flush, sizeof r->flush, "%s", name);
 }
 
-static int run_row(const options *o, row *r)
+/* One more repetition of a row that has not failed. */
+static void run_rep(const options *o, row *r, const char *path)
 {
-    for (unsigned i = 0; i < o->reps; i++) {
-        int rc = o->in_process ? run_in_process(o, r->b, r->threads, &r->m[i])
-                               : run_child(o, r->b, r->threads, &r->m[i]);
-        if (rc != 0) {
-            snprintf(r->error, sizeof r->error, "%s", bench_error());
-            return -1;
-        }
+    if (r->error[0])
+        return;
+    bench_metrics *m = &r->m[r->reps];
+    int rc = o->in_process ? run_in_process(o, r->b, r->threads, m)
+                           : run_child(o, r->b, r->threads, m);
+    unlink(path);
+    if (rc != 0)
+        snprintf(r->error, sizeof r->error, "%s", bench_error());
+    else
         r->reps++;
+}
+
+/* The rows of one thread count, repetitions taken in turns (every variant's
+ * first, then every variant's second, ...) so that anything else the
+ * machine does in the meantime weighs on every variant alike. */
+static int run_rows(const options *o, row *rows, unsigned n, const char *path, FILE *json)
+{
+    int failed = 0;
+    for (unsigned rep = 0; rep < o->reps; rep++) {
+        for (unsigned i = 0; i < n; i++)
+            run_rep(o, &rows[i], path);
     }
-    return 0;
+    for (unsigned i = 0; i < n; i++) {
+        failed |= rows[i].error[0] != 0;
+        print_row(&rows[i]);
+        if (json)
+            json_row(json, o, &rows[i]);
+    }
+    return failed;
 }
 
 /* The child side of run_child. */
@@ -559,19 +579,16 @@ static int run_table(const options *o, FILE *json)
         return EXIT_SKIPPED;
     print_header(o);
     heap_path(path, sizeof path, o, (long)getpid());
-    for (unsigned t = 0; t < o->nthreads; t++) {
-        for (unsigned i = 0; i < available && nrows < MAX_ROWS; i++) {
+    for (unsigned t = 0; t < o->nthreads && nrows + available <= MAX_ROWS; t++) {
+        row *first = &rows[nrows];
+        for (unsigned i = 0; i < available; i++) {
             row *r = &rows[nrows++];
             memset(r, 0, sizeof *r);
             r->b = usable[i];
             r->threads = o->threads[t];
             row_flush(r);
-            failed |= run_row(o, r) != 0;
-            unlink(path);
-            print_row(r);
-            if (json)
-                json_row(json, o, r);
         }
+        failed |= run_rows(o, first, available, path, json);
     }
     print_ratios(o, rows, nrows);
     return failed;
