@@ -228,7 +228,7 @@ static uint64_t log_space(const ph_tx *tx)
  * growing the log when needed. */
 static int log_room(pheap *h, ph_thread *t, ph_tx *tx, uint32_t len)
 {
-    if (log_space(tx) >= PH_ALIGN_UP(len, 8))
+    if (tx->pos + ph_txrec_size(len) + TAIL <= tx->seg.bytes)
         return 0;
     return log_grow(h, t, tx, ph_txrec_size(len));
 }
@@ -526,6 +526,8 @@ static void commit_redo(pheap *h, ph_thread *t, ph_tx *tx)
             ph_persist_flush(p, &t->pctx, ph_space_at(&h->sp, tx->changes.v[i].off),
                              tx->changes.v[i].bytes);
     ph_persist_fence(p, &t->pctx); /* F1: committed */
+    if (ph_plant("tx-retire-before-apply")) /* planted: F3 before F2 */
+        retire(h, t, tx);
     for (size_t i = 0; i < tx->redos.n; i++) {
         redo *r = &tx->redos.v[i];
         void *dst = ph_space_at(&h->sp, r->off);

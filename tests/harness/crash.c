@@ -153,12 +153,34 @@ static pheap *cycle(run_ctx *r, pheap *h, const char *image, unsigned done, uint
     return h;
 }
 
+/* Transactions after recovery that leave no trace: one commits an
+ * allocation freed again and a write of the bytes already there, one
+ * snapshots, scribbles and aborts (a heap made before transactions
+ * refuses them: nothing to do). */
+static void use_transactions(run_ctx *r, pheap *h, const pheap_off *keep)
+{
+    if (!keep[2] || !keep[3] || pheap_tx_begin(h) == PHEAP_ENOTSUP)
+        return;
+    uint64_t *w = pheap_direct(h, keep[2]), v = *w;
+    pheap_off x = pheap_tx_alloc(h, 100);
+    if (!x || pheap_tx_write(h, w, &v, sizeof(v)) || pheap_tx_free(h, x) || pheap_tx_commit(h))
+        ph_test_fail(__FILE__, __LINE__, "%s: after recovery, a transaction: %s", r->where,
+                     pheap_errmsg());
+    unsigned char *p = pheap_direct(h, keep[3]);
+    if (pheap_tx_begin(h) || pheap_tx_add(h, p, 64))
+        ph_test_fail(__FILE__, __LINE__, "%s: after recovery, pheap_tx_add: %s", r->where,
+                     pheap_errmsg());
+    memset(p, 0xcd, 64);
+    pheap_tx_abort(h);
+}
+
 /* Opens `image` under the simulator (recovery), checks and verifies it,
  * then uses it in three rounds, each ended by a close (the file gets only
  * what was made durable) and a reopen that is checked (and at the end
  * verified) again: one large block (one extent-log append), blocks of
- * every kind, then enough large operations to wrap the extent log
- * (compaction) and the frees of those blocks. */
+ * every kind and transactions that leave no trace, then enough large
+ * operations to wrap the extent log (compaction) and the frees of those
+ * blocks. */
 static void judge(run_ctx *r, const char *image, unsigned done)
 {
     int before = ph_test_failed;
@@ -180,6 +202,7 @@ static void judge(run_ctx *r, const char *image, unsigned done)
             pheap_persist(h, pheap_direct(h, keep[i]), use_sizes[i]);
         }
     }
+    use_transactions(r, h, keep);
     unsigned kept = 0;
     for (unsigned i = 0; i < NUSE; i++)
         kept += keep[i] != 0;
