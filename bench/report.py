@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Turns the results of one benchmark run into a report.
 
-Input: the JSON lines pheap_bench appended (--lines) plus facts about the run
+Input: the JSON lines pheap_bench appended (--lines), those of the back-end
+table (--backends) and of pheap_kvbench (--kv), plus facts about the run
 (--meta key=value), which together become the run's JSON file (--json); or an
 existing run JSON to render again.  Output in --out: report.md (tables) and
 PNG charts drawn with gnuplot (throughput against threads per workload,
@@ -49,6 +50,8 @@ def load_run(args):
         run = {"meta": meta, "results": load_lines(args.lines)}
         if args.backends:
             run["backends"] = load_lines(args.backends)
+        if args.kv:
+            run["kv"] = load_lines(args.kv)
         with open(args.json, "w") as f:
             json.dump(run, f, indent=1)
             f.write("\n")
@@ -399,6 +402,90 @@ def backends_section(backends, fs_dir):
                      "threadtest t=1", "threadtest t=2", "fences/op"], rows))
 
 
+KV_VARIANTS = ["pheap-redo", "pheap-undo", "pheap-redo-none", "pmemobj"]
+KV_RATIOS = [("pheap-redo", "pmemobj", 1.5), ("pheap-redo", "pheap-redo-none", 0.75),
+             ("pheap-undo", "pmemobj", None), ("pheap-undo", "pheap-redo", None)]
+
+
+def kv_rows_section(rows):
+    """pheap_kvbench's table: one row per variant and thread count, then the ratios."""
+    if not rows:
+        return ""
+    p = rows[0].get("params", {})
+    order = {v: i for i, v in enumerate(KV_VARIANTS)}
+    rows = sorted(rows, key=lambda r: (r["threads"], order.get(r["variant"], 99)))
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append([r["variant"], r["threads"], "failed: " + r["error"].replace("|", "/"),
+                         "", "", "", r.get("flush", "")])
+            continue
+        ops = (f"{metric(r, 'ops_per_s') / 1e6:.3f} ({metric(r, 'ops_per_s', 'min') / 1e6:.3f}–"
+               f"{metric(r, 'ops_per_s', 'max') / 1e6:.3f})")
+        body.append([r["variant"], r["threads"], ops, fixed(metric(r, "fences_per_update")),
+                     fixed(metric(r, "flushes_per_update")), fixed(metric(r, "tx_fences_per_commit")),
+                     r.get("flush", "")])
+    text = (f"\n## Transactions: key-value store\n\n`pheap_kvbench`: {p.get('keys')} keys in a "
+            f"persistent hash table, {p.get('ops')} operations ({p.get('read_pct')} % reads, the "
+            f"rest updates; Zipfian keys, theta {p.get('theta')}), {p.get('value_size')}-byte "
+            "version blocks; each update is one transaction that allocates the new version, links "
+            "it and frees the old one. Million operations per second, median of the repetitions "
+            "(min–max); fences and flushes per update transaction and transactional fences per "
+            "commit from `pheap_stats`.\n\n"
+            + table(["variant", "threads", "Mops/s", "fences/update", "flushes/update",
+                     "tx fences/commit", "flush"], body))
+    idx = {(r["variant"], r["threads"]): r for r in rows if "error" not in r}
+    threads = sorted({r["threads"] for r in rows})
+    ratio_rows = []
+    for a, b, target in KV_RATIOS:
+        line = [f"{a} ÷ {b}"]
+        for t in threads:
+            ra, rb = idx.get((a, t)), idx.get((b, t))
+            if ra and rb and metric(rb, "ops_per_s"):
+                v = metric(ra, "ops_per_s") / metric(rb, "ops_per_s")
+                mark = "" if target is None else (" (met)" if v >= target else " (missed)")
+                line.append(f"{v:.2f}×{mark}")
+            else:
+                line.append("—")
+        line.append("—" if target is None else f"≥ {target}")
+        ratio_rows.append(line)
+    text += ("\nRatios of the medians (the goals: pheap-redo at least 1.5× libpmemobj, and within "
+             "25 % of the same run without flushes).\n\n"
+             + table(["ratio"] + [f"t={t}" for t in threads] + ["goal"], ratio_rows))
+    return text
+
+
+def kv_recovery_section(rows):
+    if not rows:
+        return ""
+    r = rows[-1]
+    if "error" in r:
+        return "\n### Recovery of interrupted transactions\n\nfailed: " + r["error"] + "\n"
+    us = lambda k, f="median": f"{metric(r, k, f) / 1e3:.1f}"
+    def faults(k):
+        v = metric(r, k.replace("_ns", "_faults"))
+        return "—" if v is None else f"{v:.0f}"
+    body = [[label, f"{us(k)} ({us(k, 'min')}–{us(k, 'max')})", faults(k)]
+            for label, k in (("after a clean close", "clean_open_ns"),
+                             ("after a kill, no transaction open", "crash_open_ns"),
+                             (f"after a kill, {r['transactions']} transactions open",
+                              "tx_open_ns"))]
+    work = metric(r, "recovery_ns") / 1e3
+    return (f"\n### Recovery of interrupted transactions\n\n`pheap_kvbench --recovery`: "
+            f"{r['transactions']} threads each leave a transaction open (an undo snapshot and an "
+            "in-place change, an allocation, a redo write) when the process is killed; "
+            f"`pheap_open` time in µs, median of {r['reps']} (min–max), flush {r.get('flush')}. "
+            "Every transaction was rolled back.\n\n"
+            + table(["pheap_open", "µs", "page faults"], body)
+            + f"\nRecovery work (open with transactions − open without): **{work:.1f} µs** "
+              f"(goal: under 60 µs for 512).\n")
+
+
+def kv_section(kv):
+    return (kv_rows_section([r for r in kv if r.get("bench") == "kv-tx"])
+            + kv_recovery_section([r for r in kv if r.get("bench") == "kv-recovery"]))
+
+
 def meta_section(meta):
     if not meta:
         return ""
@@ -413,6 +500,7 @@ def main():
     ap.add_argument("--out", required=True, help="directory for report.md and the charts")
     ap.add_argument("--summary", help="also copy report.md here (charts are not copied)")
     ap.add_argument("--backends", help="JSON lines of the back-end table (with a backend field)")
+    ap.add_argument("--kv", help="JSON lines of pheap_kvbench (the transactions section)")
     args = ap.parse_args()
 
     run = load_run(args)
@@ -424,6 +512,7 @@ def main():
     body = [f"# pheap benchmarks: {title}\n\n", meta_section(run["meta"]), "\n",
             throughput_section(results, allocs, idx), latency_section(results, allocs),
             memory_section(results, allocs), recovery_section(results, allocs),
+            kv_section(run.get("kv", [])),
             backends_section(run.get("backends", []), run["meta"].get("fs_dir", "?")),
             failure_section(results)]
     text = "".join(body)

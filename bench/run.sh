@@ -1,7 +1,7 @@
 #!/bin/sh
 # run.sh -- the benchmark run: installs the peer allocators and gnuplot when
-# missing, builds pheap_bench in BUILD_DIR-bench, runs every workload for
-# every available allocator (one process each), and writes
+# missing, builds pheap_bench and pheap_kvbench in BUILD_DIR-bench, runs
+# every workload for every available allocator (one process each), and writes
 #   bench/results/<run>.json      every result of the run
 #   bench/results/<run>/report.md tables, and the PNG charts beside it
 #   bench/results/SUMMARY.md      the tables of the latest full run
@@ -14,10 +14,11 @@
 #                  on the file system of the build tree; --fs-dir none skips it)
 #   other options go to pheap_bench (--heap-dir, --heap-size, --threads, --reps, ...)
 #
-# After the main run, the back-end table runs pheap with each flush back end
-# (msync, none, cache-line flushes) and libpmemobj with and without
-# PMEM_IS_PMEM_FORCE on an ordinary file system, with fewer calls: what each
-# durability costs outside tmpfs.
+# After the main run, pheap_kvbench runs the transactional key-value workload
+# (pheap redo, undo, redo without flushes; libpmemobj) and times the recovery
+# of interrupted transactions; then the back-end table runs pheap with each
+# flush back end (msync, none, cache-line flushes) and libpmemobj with and
+# without PMEM_IS_PMEM_FORCE on an ordinary file system, with fewer calls.
 set -eu
 
 usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]" >&2; exit 2; }
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --alloc=*) ALLOCS=${1#--alloc=} ;;
     --fs-dir) [ $# -ge 2 ] || usage; FS_DIR=$2; shift ;;
     --fs-dir=*) FS_DIR=${1#--fs-dir=} ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) PASS="$PASS $1" ;;    # options without spaces, passed through as words
     esac
     shift
@@ -73,12 +74,15 @@ GEN=""
 command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
 cmake -S "$ROOT" -B "$BDIR" $GEN -DCMAKE_BUILD_TYPE=Release -DPHEAP_BUILD_BENCH=ON \
     -DPHEAP_BUILD_TESTS=OFF >/dev/null
-cmake --build "$BDIR" --target pheap_bench -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
+cmake --build "$BDIR" --target pheap_bench pheap_kvbench -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
     cat "$BDIR/bench-build.log" >&2
-    echo "run.sh: pheap_bench does not build" >&2
+    echo "run.sh: pheap_bench or pheap_kvbench does not build" >&2
     exit 1
 }
 BIN="$BDIR/bench/pheap_bench"
+KV_BIN="$BDIR/bench/pheap_kvbench"
+HEAP_DIR=$(echo "$PASS" | sed -n 's/.*--heap-dir[= ]\([^ ]*\).*/\1/p')
+HEAP_DIR=${HEAP_DIR:-/dev/shm}
 
 # ---- same conditions for every allocator --------------------------------
 export PMEM_IS_PMEM_FORCE=1           # libpmemobj flushes cache lines on tmpfs
@@ -104,6 +108,22 @@ for alloc in $(echo "$ALLOCS" | tr ',' ' '); do
     esac
     echo "run.sh: $alloc took $(( $(date +%s) - t0 )) s"
 done
+
+# ---- transactions: the key-value workload and recovery ------------------
+# pheap_kvbench, in the same heap location, with the same flush settings.
+KV_LINES="$RES/$RUN-kv.jsonl"
+: >"$KV_LINES"
+case ",$ALLOCS," in *,pheap,*)
+    variants=pheap-redo,pheap-undo,pheap-redo-none
+    case ",$ALLOCS," in *,pmemobj,*) variants="$variants,pmemobj" ;; esac
+    t0=$(date +%s)
+    # shellcheck disable=SC2086  # QUICK is empty or one word
+    "$KV_BIN" $QUICK --variant "$variants" --heap-dir "$HEAP_DIR" --json "$KV_LINES" || {
+        echo "run.sh: pheap_kvbench exited $?"; failed=1; }
+    "$KV_BIN" --recovery --heap-dir "$HEAP_DIR" --json "$KV_LINES" || {
+        echo "run.sh: pheap_kvbench --recovery exited $?"; failed=1; }
+    echo "run.sh: transactions took $(( $(date +%s) - t0 )) s" ;;
+esac
 
 # ---- back ends on an ordinary file system ---------------------------------
 # Each line of the table is one pheap_bench process with its own flush
@@ -143,15 +163,13 @@ fi
 
 # ---- report ---------------------------------------------------------------
 ver() { dpkg-query -W -f '${Version}' "$1" 2>/dev/null || echo none; }
-HEAP_DIR=$(echo "$PASS" | sed -n 's/.*--heap-dir[= ]\([^ ]*\).*/\1/p')
-HEAP_DIR=${HEAP_DIR:-/dev/shm}
 MODE=full
 SUMMARY="--summary $RES/SUMMARY.md"
 [ -n "$QUICK" ] && MODE=quick && SUMMARY=""
 OPTIONS=$(echo "$PASS" | sed 's/^ *//')
 # shellcheck disable=SC2086
 python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "$RES/$RUN" $SUMMARY \
-    --backends "$FS_LINES" --meta "fs_dir=$FS_DIR ($(stat -f -c %T "$FS_DIR" 2>/dev/null || echo none))" \
+    --backends "$FS_LINES" --kv "$KV_LINES" --meta "fs_dir=$FS_DIR ($(stat -f -c %T "$FS_DIR" 2>/dev/null || echo none))" \
     --meta "run=$RUN" --meta "mode=$MODE" \
     --meta "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)" \
     --meta "cpu=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)" \
@@ -161,7 +179,7 @@ python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "
     --meta "PMEM_IS_PMEM_FORCE=$PMEM_IS_PMEM_FORCE" --meta "PHEAP_FLUSH=$PHEAP_FLUSH" \
     --meta "libpmemobj=$(ver libpmemobj1)" --meta "mimalloc=$(ver libmimalloc2.0)" \
     --meta "jemalloc=$(ver libjemalloc2)" --meta "glibc=$(ver libc6)"
-rm -f "$LINES" "$FS_LINES"
+rm -f "$LINES" "$FS_LINES" "$KV_LINES"
 # A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
 if [ "$MODE" = full ]; then
     mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null
