@@ -110,9 +110,12 @@ typedef struct ph_tx_change {
     ph_slab *slab;         /* NULL: large */
 } ph_tx_change;
 
-/* Applies v[0..n) in order: bitmap words are locked and written, extent
- * log entries appended; durable at the caller's next fence, after which it
- * calls ph_engine_tx_unlock.  Reorders v. */
+/* Applies v[0..n) in order: ph_engine_tx_lock locks the bitmap words
+ * (and reorders v; call it before writing anything back), then
+ * ph_engine_tx_stage writes them and appends the extent-log entries,
+ * durable at the caller's next fence, after which it calls
+ * ph_engine_tx_unlock. */
+void ph_engine_tx_lock(ph_engine *e, ph_tx_change *v, size_t n);
 void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n);
 void ph_engine_tx_unlock(ph_engine *e, ph_tx_change *v, size_t n);
 /* After the transaction's log is retired: freed blocks become reusable. */

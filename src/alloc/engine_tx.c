@@ -5,11 +5,13 @@
  * and the recovery of interrupted transactions at open.
  *
  * Commit (heap/tx.c): F1 the log and its COMMIT record; F2 the changes --
- * ph_engine_tx_stage locks every bitmap word the transaction changes, in
+ * ph_engine_tx_lock locks every bitmap word the transaction changes, in
  * address order (two committing threads never wait on each other in a
- * cycle; the other operations hold one word at a time), writes each word
- * once with its final value, appends the extent-log entries of large
- * blocks, and the caller fences, then unlocks; F3 the log's retirement,
+ * cycle; the other operations hold one word at a time), before the caller
+ * writes anything back (a locked instruction waits for the write-backs in
+ * flight); ph_engine_tx_stage appends the extent-log entries of large
+ * blocks and writes each word once with its final value; the caller
+ * fences, then unlocks; F3 the log's retirement,
  * after which ph_engine_tx_release makes the freed blocks reusable (before
  * it, a recovery could redo a free over a block handed out again).
  *
@@ -17,8 +19,9 @@
  * later transaction (a redo transaction cut short, heap/tx.c): a first
  * walk over the records decides (a COMMIT record that counts, and the
  * added ranges and allocated blocks holding the contents it names:
- * forward; otherwise back -- for an IDLE log, nothing); a second applies
- * -- REDO, ALLOC and FREE in order, or every UNDO's old bytes.
+ * forward; otherwise back -- for an IDLE log, nothing) and keeps the
+ * records; then they are applied -- REDO, ALLOC and FREE in order, or
+ * every UNDO's old bytes.
  * Both are idempotent, so a crash during recovery is recovered by the next
  * open.  Then one fence; then every such log is retired (durable at the
  * open's fence, which follows before any operation); then the overflow
@@ -105,27 +108,34 @@ static int group_start(const ph_tx_change *v, size_t k)
     return k == 0 || v[k].slab != v[k - 1].slab || v[k].word != v[k - 1].word;
 }
 
-void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
+void ph_engine_tx_lock(ph_engine *e, ph_tx_change *v, size_t n)
 {
-    for (size_t k = 0; k < n; k++) { /* large blocks first, in order: no word lock held */
+    for (size_t k = 0; k < n; k++) {
         v[k].skip = 0;
         v[k].slab = ph_engine_chunk_slab(e, v[k].off);
         if (v[k].slab) {
             int exact;
             ph_slab_bitpos(ph_slab_index(v[k].slab, v[k].off, &exact), &v[k].word, &v[k].shift);
-        } else if (v[k].kind == PH_TXREC_ALLOC) {
-            ph_extent_commit_staged(e->ext, c, v[k].off);
-        } else {
-            v[k].skip = ph_extent_free_staged(e->ext, c, v[k].off, PH_EXT_LARGE, NULL, 0) != 0;
         }
     }
-    qsort(v, n, sizeof(*v), by_word);
+    if (n > 1) /* large blocks first, each group in log order */
+        qsort(v, n, sizeof(*v), by_word);
+    for (size_t k = 0; k < n; k++)
+        if (v[k].slab && group_start(v, k))
+            ph_spin_lock(&v[k].slab->wlock[v[k].word]);
+}
+
+void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
+{
     for (size_t k = 0; k < n; k++) {
         ph_slab *s = v[k].slab;
-        if (!s)
+        if (!s) {
+            if (v[k].kind == PH_TXREC_ALLOC)
+                ph_extent_commit_staged(e->ext, c, v[k].off);
+            else
+                v[k].skip = ph_extent_free_staged(e->ext, c, v[k].off, PH_EXT_LARGE, NULL, 0) != 0;
             continue;
-        if (group_start(v, k))
-            ph_spin_lock(&s->wlock[v[k].word]);
+        }
         uint64_t w = ph_load_relaxed(&s->bits[v[k].word]), a = 1ull << v[k].shift;
         if (v[k].kind == PH_TXREC_ALLOC)
             w |= 3 * a;
@@ -179,6 +189,8 @@ typedef struct recover_ctx {
     uint32_t alloc_crc; /* ... and of the allocated blocks */
     int forward;
     int rc;
+    ph_txrec_view *recs; /* the log's records, kept by the walk that decides */
+    size_t n, cap;
 } recover_ctx;
 
 /* An overflow segment: a live large block. */
@@ -211,6 +223,17 @@ static void decide(void *arg, const ph_txrec_view *r)
                            (unsigned long long)len);
         return;
     }
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 64;
+        ph_txrec_view *v = realloc(o->recs, cap * sizeof(*v));
+        if (!v) {
+            o->rc = ph_err(PHEAP_ENOMEM, "out of memory for recovery");
+            return;
+        }
+        o->recs = v;
+        o->cap = cap;
+    }
+    o->recs[o->n++] = *r;
     if (r->kind == PH_TXREC_UNDO)
         o->undo_crc = ph_crc32c(o->undo_crc, ph_space_at(o->e->sp, r->off), len);
     else if (r->kind == PH_TXREC_ALLOC)
@@ -247,11 +270,8 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
     ph_slab_unlock(s, w);
 }
 
-static void apply(void *arg, const ph_txrec_view *r)
+static void apply(recover_ctx *o, const ph_txrec_view *r)
 {
-    recover_ctx *o = arg;
-    if (o->rc)
-        return;
     int copy = o->forward ? r->kind == PH_TXREC_REDO : r->kind == PH_TXREC_UNDO;
     if (copy) {
         void *dst = ph_space_at(o->e->sp, r->off);
@@ -288,7 +308,7 @@ static void free_segments(ph_engine *e, ph_pctx *c, ph_txlog_anchor *a)
 
 int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
 {
-    recover_ctx o = {e, c, 0, 0, 0, 0};
+    recover_ctx o = {e, c, 0, 0, 0, 0, NULL, 0, 0};
     uint64_t *retire = calloc(PH_LANES_MAX, sizeof(*retire)); /* seq + 1 to retire, or 0 */
     if (!retire)
         return ph_err(PHEAP_ENOMEM, "out of memory for recovery");
@@ -308,19 +328,21 @@ int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
         }
         ph_txlog_end end;
         o.undo_crc = o.alloc_crc = 0;
+        o.n = 0;
         ph_txlog_walk(a, records, seq, segment, e, decide, &o, &end);
         o.forward = end.committed && (end.contents == ph_txlog_chain(o.undo_crc, o.alloc_crc) ||
                                       ph_plant("tx-no-contents-check")); /* planted */
         if (!active && !o.forward)
             continue; /* not committed: nothing of it happened in place */
-        if (!o.rc)
-            ph_txlog_walk(a, records, seq, segment, e, apply, &o, &end);
+        for (size_t i = 0; i < o.n && !o.rc; i++)
+            apply(&o, &o.recs[i]);
         retire[l] = seq + 1;
         if (o.forward)
             e->tx_rolled_forward++;
         else
             e->tx_rolled_back++;
     }
+    free(o.recs);
     if (o.rc) {
         free(retire);
         return o.rc;

@@ -328,6 +328,7 @@ static void commit_redo(pheap *h, ph_thread *t, ph_tx *tx)
     ph_persist_fence(p, &t->pctx); /* F1: committed */
     if (ph_plant("tx-retire-before-apply")) /* planted: F3 before F2 */
         retire(h, t, tx);
+    ph_engine_tx_lock(h->engine, tx->changes.v, tx->changes.n); /* nothing in flight */
     for (size_t i = 0; i < tx->redos.n; i++) {
         redo *r = &tx->redos.v[i];
         void *dst = ph_space_at(&h->sp, r->off);
