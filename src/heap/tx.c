@@ -225,10 +225,11 @@ static uint64_t log_space(const ph_tx *tx)
 }
 
 /* Room for a record of `len` payload bytes after the append position,
- * growing the log when needed. */
+ * growing the log when needed.  A record without payload (ALLOC, FREE)
+ * needs room too: log_space 0 means none is left, not "0 bytes fit". */
 static int log_room(pheap *h, ph_thread *t, ph_tx *tx, uint32_t len)
 {
-    if (log_space(tx) >= PH_ALIGN_UP(len, 8))
+    if (tx->seg.bytes - tx->pos > TAIL + sizeof(ph_txrec) && log_space(tx) >= PH_ALIGN_UP(len, 8))
         return 0;
     return log_grow(h, t, tx, ph_txrec_size(len));
 }
