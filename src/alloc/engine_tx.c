@@ -117,7 +117,8 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
             v[k].skip = ph_extent_free_staged(e->ext, c, v[k].off, PH_EXT_LARGE, NULL, 0) != 0;
         }
     }
-    qsort(v, n, sizeof(*v), by_word);
+    if (n > 1) /* a commit with REDO records only has no changes (v may be NULL) */
+        qsort(v, n, sizeof(*v), by_word);
     for (size_t k = 0; k < n; k++) {
         ph_slab *s = v[k].slab;
         if (!s)
