@@ -732,7 +732,8 @@ TEST(transactions_of_eight_threads)
     const char *path = ph_test_path("tx-threads.heap");
     unlink(path);
     pheap *h;
-    pheap_options o = {.size = 32u << 20, .max_size = 512u << 20,
+    /* Small at first: the heap grows while transactions run. */
+    pheap_options o = {.size = 1u << 20, .max_size = 512u << 20,
                        .flags = PHEAP_CREATE | PHEAP_EXCL};
     REQUIRE_OK(pheap_open(path, &o, &h));
     pheap_off parts_off = pheap_alloc(h, NT * sizeof(pheap_off));
@@ -819,8 +820,9 @@ TEST(transactions_of_eight_threads)
         for (unsigned i = 0; i < NT; i++)
             transit += mail[i].n;
         printf("tx_threads: round %u: %llu commits, %llu aborts, %llu blocks reachable "
-               "(%zu in transit)\n", round, (unsigned long long)commits,
-               (unsigned long long)aborts, (unsigned long long)reach, transit);
+               "(%zu in transit), data region %llu KiB\n", round, (unsigned long long)commits,
+               (unsigned long long)aborts, (unsigned long long)reach, transit,
+               (unsigned long long)st.data_size >> 10);
     }
     printf("tx_threads: %llu commits, %llu aborts (%llu outer, %llu inner, %llu at a thread's "
            "exit); %llu redo-only, %llu undo-only, %llu mixed, %llu nested; %llu allocations "
