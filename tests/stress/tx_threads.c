@@ -28,9 +28,10 @@
  * tx_commits / tx_aborts equal what the threads counted; then close and
  * reopen (clean: nothing to recover) and the same again.
  *
- * PHEAP_TEST_SEED=n replays each thread's choices (the mailboxes' contents
- * depend on the schedule); PHEAP_TX_THREADS_TXS=n sets the transactions
- * per thread and round.
+ * Each thread draws its choices from a stream of its own seeded from
+ * PHEAP_TEST_SEED=n; what its mailbox holds depends on the schedule, so a
+ * run replays exactly only up to a thread's first receipt that differs.
+ * PHEAP_TX_THREADS_TXS=n sets the transactions per thread and round.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -725,7 +726,7 @@ TEST(transactions_of_eight_threads)
     uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
     unsigned txs = getenv("PHEAP_TX_THREADS_TXS") ? (unsigned)atoi(getenv("PHEAP_TX_THREADS_TXS"))
                                                   : TXS;
-    printf("tx_threads: seed %llu (PHEAP_TEST_SEED=%llu replays each thread's choices)\n",
+    printf("tx_threads: seed %llu (PHEAP_TEST_SEED=%llu seeds each thread's choices)\n",
            (unsigned long long)seed, (unsigned long long)seed);
     fflush(stdout);
 
