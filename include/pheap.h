@@ -547,10 +547,10 @@ int pheap_tx_begin(pheap *h);
  * change of the transaction is durable.  After a crash before the commit
  * point, recovery rolls the transaction back entirely; after it, forward
  * entirely.
+ * A commit does not fail for lack of space: the log keeps room for its
+ * COMMIT record.
  * Errors: PHEAP_ENOTX (no transaction), PHEAP_EABORTED (the transaction
- * was aborted: nothing of it happened; the level is closed),
- * PHEAP_ENOSPC / PHEAP_ENOMEM (no room for the log's commit record: the
- * transaction is rolled back and closed at every level). */
+ * was aborted: nothing of it happened; the level is closed). */
 int pheap_tx_commit(pheap *h);
 
 /* Rolls back the whole transaction (every added range gets its old bytes,

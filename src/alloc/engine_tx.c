@@ -15,19 +15,29 @@
  * after which ph_engine_tx_release makes the freed blocks reusable (before
  * it, a recovery could redo a free over a block handed out again).
  *
- * Recovery, per lane whose log is ACTIVE, or IDLE with a first record of a
- * later transaction (a redo transaction cut short, heap/tx.c): a first
- * walk over the records decides (a COMMIT record that counts, and the
- * added ranges and allocated blocks holding the contents it names:
- * forward; otherwise back -- for an IDLE log, nothing) and keeps the
- * records; then they are applied -- REDO, ALLOC and FREE in order, or
- * every UNDO's old bytes.
- * Both are idempotent, so a crash during recovery is recovered by the next
- * open.  Then one fence; then every such log is retired (durable at the
- * open's fence, which follows before any operation); then the overflow
- * segments are freed, each free fenced before the link to it is cleared,
- * so a crash leaves a link to a free extent (skipped) but never a live
- * segment without a link.
+ * Recovery reads every log whose state is ACTIVE or FORWARD, and every IDLE
+ * one whose first record counts with a seq above its state's (a redo
+ * transaction cut short, heap/tx.c).  A walk over the records decides: a
+ * COMMIT record that counts and the added ranges and allocated blocks
+ * holding the contents it names mean forward; a FORWARD state means
+ * forward (an earlier recovery decided); anything else means back.
+ *   1  Logs going back are rolled back at once -- every UNDO record's old
+ *      bytes, for an ACTIVE log; an IDLE one has nothing to undo.  Logs
+ *      going forward get the state FORWARD, all fenced once, before any is
+ *      applied: a roll-forward changes what the contents CRC covers (a
+ *      block it frees may be punched, or handed out and written), and a
+ *      crash during it must not make the next recovery decide back.
+ *   2  Roll-forwards: REDO, ALLOC and FREE in log order, idempotent.
+ *   3  One fence; every log read gets IDLE with its seq; one fence (a log
+ *      that no recovery retires could count again later: its COMMIT
+ *      record and the contents it names can come back).
+ *   4  Overflow segments are freed, each free fenced before the link to it
+ *      is cleared, so a crash leaves a link to a free extent (cleared next
+ *      time) but never a live segment without a link.  A segment is a
+ *      live large block carrying the magic and the lane in its header; a
+ *      link to anything else but free space is damage (PHEAP_ECORRUPT),
+ *      and recovery frees nothing of it.
+ * A crash at any point is recovered by the next open the same way.
  */
 #include "alloc/engine_int.h"
 
@@ -185,26 +195,15 @@ int ph_engine_tx_anchor_word(const ph_engine *e, uint64_t off)
 typedef struct recover_ctx {
     ph_engine *e;
     ph_pctx *c;
+    unsigned lane;      /* the log being read */
     uint32_t undo_crc;  /* CRC of the added ranges, in log order */
     uint32_t alloc_crc; /* ... and of the allocated blocks */
     int forward;
+    int committed;      /* the walk ended in a COMMIT record that counts */
     int rc;
-    ph_txrec_view *recs; /* the log's records, kept by the walk that decides */
+    ph_txrec_view *recs; /* the log's records, kept by the walk */
     size_t n, cap;
 } recover_ctx;
-
-/* An overflow segment: a live large block. */
-static int segment(void *arg, uint64_t off, ph_txseg *out)
-{
-    ph_engine *e = arg;
-    uint64_t bytes;
-    if (off < e->sp->data_off || off >= ph_space_size(e->sp) || ph_engine_chunk_slab(e, off) ||
-        ph_extent_lookup(e->ext, off, &bytes) || bytes <= PH_LINE_SIZE)
-        return PHEAP_ECORRUPT;
-    ph_txseg_header *h = ph_space_at(e->sp, off);
-    *out = (ph_txseg){(uint8_t *)(h + 1), bytes - PH_LINE_SIZE, &h->xnext};
-    return 0;
-}
 
 static int in_data(const ph_engine *e, uint64_t off, uint64_t len)
 {
@@ -212,15 +211,34 @@ static int in_data(const ph_engine *e, uint64_t off, uint64_t len)
     return off >= e->sp->data_off && off < size && len <= size - off;
 }
 
-static void decide(void *arg, const ph_txrec_view *r)
+/* An overflow segment of the log being read: a live large block whose
+ * header carries the magic and the lane (format/layout.h). */
+static int segment(void *arg, uint64_t off, ph_txseg *out)
+{
+    recover_ctx *o = arg;
+    ph_engine *e = o->e;
+    uint64_t bytes;
+    if (!in_data(e, off, PH_PAGE_SIZE) || off % PH_PAGE_SIZE || ph_engine_chunk_slab(e, off) ||
+        ph_extent_lookup(e->ext, off, &bytes) || bytes <= PH_LINE_SIZE)
+        return PHEAP_ECORRUPT;
+    ph_txseg_header *h = ph_space_at(e->sp, off);
+    if (ph_load_relaxed(&h->magic) != PH_TXSEG_MAGIC || ph_load_relaxed(&h->lane) != o->lane)
+        return PHEAP_ECORRUPT;
+    *out = (ph_txseg){(uint8_t *)(h + 1), bytes - PH_LINE_SIZE, &h->xnext};
+    return 0;
+}
+
+/* Keeps a record of the walk and folds it into the contents CRC. */
+static void keep(void *arg, const ph_txrec_view *r)
 {
     recover_ctx *o = arg;
     uint64_t len = r->kind == PH_TXREC_ALLOC || r->kind == PH_TXREC_FREE ? r->aux : r->len;
+    if (o->rc)
+        return;
     if (!in_data(o->e, r->off, len)) {
-        if (!o->rc)
-            o->rc = ph_err(PHEAP_ECORRUPT, "transaction log: a record names [%llu, +%llu), "
-                           "outside the data region", (unsigned long long)r->off,
-                           (unsigned long long)len);
+        o->rc = ph_err(PHEAP_ECORRUPT, "transaction log: a record names [%llu, +%llu), "
+                       "outside the data region", (unsigned long long)r->off,
+                       (unsigned long long)len);
         return;
     }
     if (o->n == o->cap) {
@@ -270,101 +288,170 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
     ph_slab_unlock(s, w);
 }
 
-static void apply(recover_ctx *o, const ph_txrec_view *r)
+/* Rolls the kept records back (UNDO bytes) or forward (REDO, ALLOC, FREE). */
+static void apply(recover_ctx *o)
 {
-    int copy = o->forward ? r->kind == PH_TXREC_REDO : r->kind == PH_TXREC_UNDO;
-    if (copy) {
-        void *dst = ph_space_at(o->e->sp, r->off);
-        memcpy(dst, r->payload, r->len);
-        ph_persist_flush(&o->e->sp->persist, o->c, dst, r->len);
-    } else if (o->forward && (r->kind == PH_TXREC_ALLOC || r->kind == PH_TXREC_FREE)) {
-        redo_block(o, r);
+    for (size_t i = 0; i < o->n && !o->rc; i++) {
+        const ph_txrec_view *r = &o->recs[i];
+        if (o->forward ? r->kind == PH_TXREC_REDO : r->kind == PH_TXREC_UNDO) {
+            void *dst = ph_space_at(o->e->sp, r->off);
+            memcpy(dst, r->payload, r->len);
+            ph_persist_flush(&o->e->sp->persist, o->c, dst, r->len);
+        } else if (o->forward && (r->kind == PH_TXREC_ALLOC || r->kind == PH_TXREC_FREE)) {
+            redo_block(o, r);
+        }
     }
 }
 
-/* Frees a log's overflow segments, last first (see the top).  A link to an
- * extent that is no segment is where an interrupted pass stopped: its
- * extent was freed, only the link is left to clear. */
-static void free_segments(ph_engine *e, ph_pctx *c, ph_txlog_anchor *a)
+/* The transaction whose log lane `l` holds, if one may be in flight: its
+ * seq, or 0.  ACTIVE and FORWARD logs; an IDLE one whose first record
+ * counts with a seq above its state's (a redo transaction cut short,
+ * heap/tx.c). */
+static uint64_t in_flight(ph_engine *e, unsigned l, uint64_t st)
 {
+    if ((st & 0xff) != PH_TX_IDLE)
+        return st >> 8;
+    const ph_txrec *first = (const ph_txrec *)ph_txlog_records_of(e->txlogs, l);
+    ph_txrec_view r;
+    uint64_t seq = ph_load_relaxed(&first->seq);
+    if (!ph_load_relaxed(&ph_engine_txlog(e, l)->xceiling))
+        return 0; /* never used: its records area was never read or written */
+    if (seq <= st >> 8 || !ph_txrec_get(first, PH_TXLOG_SIZE, seq, &r))
+        return 0;
+    return seq;
+}
+
+/* Reads lane l's log of transaction `seq` into o and decides. */
+static void read_log(recover_ctx *o, unsigned l, uint64_t st, uint64_t seq)
+{
+    ph_txlog_end end;
+    o->lane = l;
+    o->undo_crc = o->alloc_crc = 0;
+    o->n = 0;
+    ph_txlog_walk(ph_engine_txlog(o->e, l), ph_txlog_records_of(o->e->txlogs, l), seq, segment,
+                  o, keep, o, &end);
+    o->committed = end.committed;
+    int contents = end.contents == ph_txlog_chain(o->undo_crc, o->alloc_crc) ||
+                   ph_plant("tx-no-contents-check"); /* planted */
+    if ((st & 0xff) == PH_TX_FORWARD) {
+        o->forward = 1; /* decided by an earlier recovery: the contents may have changed since */
+        if (!end.committed && !o->rc)
+            o->rc = ph_err(PHEAP_ECORRUPT, "transaction log of lane %u: rolling forward, but "
+                           "its records do not end in a COMMIT record that counts", l);
+    } else {
+        o->forward = end.committed && contents;
+    }
+}
+
+/* Frees a log's overflow segments, last first (see the top).  A link to
+ * free space is where an interrupted pass stopped (its extent was freed,
+ * only the link is left to clear); a link to anything else that is no
+ * segment of this lane is damage, and nothing is freed. */
+static int free_segments(recover_ctx *o, unsigned l)
+{
+    ph_engine *e = o->e;
+    ph_txlog_anchor *a = ph_engine_txlog(e, l);
+    o->lane = l;
     for (;;) {
         uint64_t *last = NULL;
         ph_txseg seg;
         unsigned n = 0;
-        for (uint64_t *l = &a->xnext; ph_load_relaxed(l) && n++ < 4096; l = seg.next) {
-            last = l;
-            if (segment(e, ph_load_relaxed(l), &seg))
+        int ok = 0;
+        for (uint64_t *link = &a->xnext; ph_load_relaxed(link) && n++ < 4096; link = seg.next) {
+            last = link;
+            if (!(ok = segment(o, ph_load_relaxed(link), &seg) == 0))
                 break;
         }
         if (!last)
-            return;
-        uint64_t off = ph_load_relaxed(last), bytes;
-        if (ph_extent_lookup(e->ext, off, &bytes) == 0)
-            ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0); /* fenced */
-        ph_persist_write(&e->sp->persist, c, last, 0);
-        ph_persist_flush(&e->sp->persist, c, last, sizeof(*last));
+            return 0;
+        uint64_t off = ph_load_relaxed(last);
+        if (ok)
+            ph_extent_free(e->ext, o->c, off, PH_EXT_LARGE, NULL, 0, 0); /* fenced */
+        else if (!in_data(e, off, 8) || ph_engine_chunk_slab(e, off) || ph_extent_live_at(e->ext, off))
+            return ph_err(PHEAP_ECORRUPT, "transaction log of lane %u links to %llu, which is no "
+                          "overflow segment of it", l, (unsigned long long)off);
+        ph_persist_write(&e->sp->persist, o->c, last, 0);
+        ph_persist_flush(&e->sp->persist, o->c, last, sizeof(*last));
     }
+}
+
+/* Stores lane l's state word and flushes it (durable at the next fence). */
+static void set_state(ph_engine *e, ph_pctx *c, unsigned l, uint64_t v)
+{
+    ph_txlog_anchor *a = ph_engine_txlog(e, l);
+    ph_persist_write(&e->sp->persist, c, &a->xstate, v);
+    ph_persist_flush(&e->sp->persist, c, &a->xstate, sizeof(a->xstate));
 }
 
 int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
 {
-    recover_ctx o = {e, c, 0, 0, 0, 0, NULL, 0, 0};
-    uint64_t *retire = calloc(PH_LANES_MAX, sizeof(*retire)); /* seq + 1 to retire, or 0 */
-    if (!retire)
-        return ph_err(PHEAP_ENOMEM, "out of memory for recovery");
+    recover_ctx o = {e, c, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+    uint64_t *seqs = calloc(PH_LANES_MAX, sizeof(*seqs)); /* in flight: seq; 0 none */
+    uint8_t *fwd = calloc(PH_LANES_MAX, 1);
+    unsigned forward = 0, decided = 0;
+    if (!seqs || !fwd)
+        o.rc = ph_err(PHEAP_ENOMEM, "out of memory for recovery");
+    /* 1: decide every log; roll back at once the ACTIVE ones that did not
+     * commit; record the decision to roll forward durably before anything
+     * is rolled forward, so that no later recovery decides otherwise (a
+     * roll-forward changes what the contents CRC covers: a freed block's
+     * pages may be punched). */
     for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++) {
-        ph_txlog_anchor *a = ph_engine_txlog(e, l);
-        uint64_t st = ph_load_relaxed(&a->xstate), seq = st >> 8;
-        int active = (st & 0xff) == PH_TX_ACTIVE;
-        uint8_t *records = ph_txlog_records_of(e->txlogs, l);
-        if (!active) { /* a redo transaction cut short before F3 (heap/tx.c)? */
-            const ph_txrec *first = (const ph_txrec *)records;
-            ph_txrec_view r;
-            if (!ph_load_relaxed(&a->xceiling))
-                continue; /* never used: its records area was never read or written */
-            seq = ph_load_relaxed(&first->seq);
-            if (seq <= st >> 8 || !ph_txrec_get(first, PH_TXLOG_SIZE, seq, &r))
-                continue;
-        }
-        ph_txlog_end end;
-        o.undo_crc = o.alloc_crc = 0;
-        o.n = 0;
-        ph_txlog_walk(a, records, seq, segment, e, decide, &o, &end);
-        o.forward = end.committed && (end.contents == ph_txlog_chain(o.undo_crc, o.alloc_crc) ||
-                                      ph_plant("tx-no-contents-check")); /* planted */
-        if (!active && !o.forward)
-            continue; /* not committed: nothing of it happened in place */
-        for (size_t i = 0; i < o.n && !o.rc; i++)
-            apply(&o, &o.recs[i]);
-        retire[l] = seq + 1;
-        if (o.forward)
-            e->tx_rolled_forward++;
-        else
+        uint64_t st = ph_load_relaxed(&ph_engine_txlog(e, l)->xstate);
+        if (!(seqs[l] = in_flight(e, l, st)))
+            continue;
+        read_log(&o, l, st, seqs[l]);
+        if (o.forward) {
+            fwd[l] = 1;
+            forward++;
+            if ((st & 0xff) != PH_TX_FORWARD)
+                set_state(e, c, l, seqs[l] << 8 | PH_TX_FORWARD), decided++;
+        } else {
+            if ((st & 0xff) == PH_TX_ACTIVE) /* UNDO records count only in an ACTIVE log */
+                apply(&o);
             e->tx_rolled_back++;
-    }
-    free(o.recs);
-    if (o.rc) {
-        free(retire);
-        return o.rc;
-    }
-    if (e->tx_rolled_forward + e->tx_rolled_back) {
-        ph_persist_fence(&e->sp->persist, c); /* the rollbacks and roll-forwards, then: */
-        for (unsigned l = 0; l < PH_LANES_MAX; l++) {
-            ph_txlog_anchor *a = ph_engine_txlog(e, l);
-            if (!retire[l])
-                continue;
-            ph_persist_write(&e->sp->persist, c, &a->xstate, (retire[l] - 1) << 8 | PH_TX_IDLE);
-            ph_persist_flush(&e->sp->persist, c, &a->xstate, sizeof(a->xstate));
         }
-        ph_persist_fence(&e->sp->persist, c); /* retired before any segment is freed */
     }
-    free(retire);
-    for (unsigned l = 0; l < PH_LANES_MAX; l++) {
-        ph_txlog_anchor *a = ph_engine_txlog(e, l);
-        if (ph_load_relaxed(&a->xnext))
-            free_segments(e, c, a);
+    if (!o.rc && decided)
+        ph_persist_fence(&e->sp->persist, c); /* the decisions, before: */
+    /* 2: roll forward. */
+    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc && forward; l++) {
+        if (!fwd[l])
+            continue;
+        read_log(&o, l, seqs[l] << 8 | PH_TX_FORWARD, seqs[l]);
+        apply(&o);
+        e->tx_rolled_forward++;
     }
-    return 0;
+    /* 3: retire every log read, once what it did is durable; 4: free the
+     * overflow segments once the logs that may need them are retired. */
+    if (!o.rc && e->tx_rolled_back + e->tx_rolled_forward) {
+        ph_persist_fence(&e->sp->persist, c);
+        for (unsigned l = 0; l < PH_LANES_MAX; l++)
+            if (seqs[l])
+                set_state(e, c, l, seqs[l] << 8 | PH_TX_IDLE);
+        ph_persist_fence(&e->sp->persist, c);
+    }
+    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++)
+        if (ph_load_relaxed(&ph_engine_txlog(e, l)->xnext))
+            o.rc = free_segments(&o, l);
+    free(o.recs);
+    free(seqs);
+    free(fwd);
+    return o.rc;
+}
+
+/* A committed transaction that was never retired: recovery would roll it
+ * forward (idle heaps only: between a commit's first and last fence, this
+ * is the transaction in flight). */
+static int unretired(ph_engine *e, unsigned l, uint64_t st)
+{
+    uint64_t seq = in_flight(e, l, st);
+    if (!seq || (st & 0xff) != PH_TX_IDLE)
+        return 0;
+    recover_ctx o = {e, NULL, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
+    read_log(&o, l, st, seq);
+    free(o.recs);
+    return o.committed;
 }
 
 unsigned ph_engine_tx_check(ph_engine *e, int idle, char *err, size_t errlen)
@@ -373,11 +460,12 @@ unsigned ph_engine_tx_check(ph_engine *e, int idle, char *err, size_t errlen)
     for (unsigned l = 0; e->txlogs && l < PH_LANES_MAX; l++) {
         ph_txlog_anchor *a = ph_engine_txlog(e, l);
         uint64_t st = ph_load_relaxed(&a->xstate), ceil = ph_load_relaxed(&a->xceiling);
-        const char *why = (st & 0xff) > PH_TX_ACTIVE     ? "an unknown state"
-                          : (st >> 8) >= ceil && st >> 8  ? "a sequence at or above its ceiling"
-                          : idle && (st & 0xff)           ? "a transaction in flight"
+        const char *why = (st & 0xff) > PH_TX_FORWARD ? "an unknown state"
+                          : (st >> 8) >= ceil && st >> 8 ? "a sequence at or above its ceiling"
+                          : idle && (st & 0xff)          ? "a transaction in flight"
                           : idle && ph_load_relaxed(&a->xnext) ? "an overflow segment left"
-                                                          : NULL;
+                          : idle && unretired(e, l, st)  ? "a committed transaction never retired"
+                                                         : NULL;
         if (why && errors++ == 0)
             snprintf(err, errlen, "transaction log of lane %u has %s", l, why);
     }

@@ -242,8 +242,9 @@ void ph_extent_cancel(ph_extents *x, uint64_t off)
 static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnode **out)
 {
     uint64_t page = page_of(x, off);
-    if (off >= ph_space_size(x->sp))
-        return ph_err(PHEAP_ERANGE, "offset %llu is beyond the heap's end", (unsigned long long)off);
+    if (off < x->sp->data_off || off >= ph_space_size(x->sp))
+        return ph_err(PHEAP_ERANGE, "offset %llu is outside the heap's data region",
+                      (unsigned long long)off);
     ph_extnode *n = off % PH_PAGE_SIZE ? NULL : x->head[page];
     if (n && n->kind == kind) {
         *out = n;
@@ -351,6 +352,8 @@ int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
 
 int ph_extent_live_at(ph_extents *x, uint64_t off)
 {
+    if (off < x->sp->data_off || off >= ph_space_size(x->sp))
+        return 0;
     lock_index(x);
     uint64_t page = page_of(x, off), p = page;
     while (!x->head[p] && p > 0) /* walk back to the head of the extent */

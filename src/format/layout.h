@@ -204,7 +204,8 @@ _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
  * a transaction's records do not fit, they continue in overflow segments:
  * large blocks of the data region allocated with a logged pheap_alloc_to
  * whose destination is the `xnext` word of the anchor or of the previous
- * segment's header, and freed (logged pheap_free_from) once the
+ * segment's header (written with the segment's magic and lane before the
+ * allocation commits), and freed (logged pheap_free_from) once the
  * transaction is retired.
  * Records: a ph_txrec header, then `len` payload bytes padded to 8.  A
  * record belongs to the transaction of its `seq`; it counts only if its
@@ -230,6 +231,7 @@ _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
 #define PH_TXLOG_RECORDS (PH_TXLOG_ANCHORS + (uint64_t)PH_LANES_MAX * PH_LINE_SIZE)
 #define PH_TX_IDLE 0u
 #define PH_TX_ACTIVE 1u
+#define PH_TX_FORWARD 2u /* recovery decided to roll forward (it is rolling forward) */
 #define PH_TX_SEQ_BLOCK (1ull << 20) /* sequences a holder takes per ceiling raise */
 
 #define PH_TXREC_UNDO 1u   /* payload: the old bytes at `off` */
@@ -241,16 +243,19 @@ _Static_assert(sizeof(ph_lane_entry) == PH_LINE_SIZE, "ph_lane_entry size");
 #define PH_TXREC_LEN_MAX ((1u << 24) - 1)
 
 typedef struct ph_txlog_anchor {
-    uint64_t xstate;    /* seq << 8 | PH_TX_IDLE or PH_TX_ACTIVE: the commit word */
+    uint64_t xstate;    /* seq << 8 | PH_TX_IDLE, _ACTIVE or _FORWARD: the commit word */
     uint64_t xceiling;  /* every seq a record may carry is below it */
     uint64_t xnext;     /* data offset of the first overflow segment, or 0 */
     uint64_t reserved[5];
 } ph_txlog_anchor;
 _Static_assert(sizeof(ph_txlog_anchor) == PH_LINE_SIZE, "ph_txlog_anchor size");
 
+#define PH_TXSEG_MAGIC 0x4745535854485000ull /* "\0PHTXSEG" */
 typedef struct ph_txseg_header {
     uint64_t xnext;     /* data offset of the next overflow segment, or 0 */
-    uint64_t reserved[7];
+    uint64_t magic;     /* PH_TXSEG_MAGIC: recovery frees no block without it */
+    uint64_t lane;      /* the lane whose log it continues */
+    uint64_t reserved[5];
 } ph_txseg_header;
 _Static_assert(sizeof(ph_txseg_header) == PH_LINE_SIZE, "ph_txseg_header size");
 

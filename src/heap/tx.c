@@ -487,8 +487,19 @@ ph_export int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len)
         memmove(dst, src, len);
         return 0;
     }
+    /* Pieces in added bytes are stored at once: a source that overlaps the
+     * destination is copied first, so that every piece takes the bytes
+     * that were at src when the call was made. */
+    void *copy = NULL;
+    if (ph_tx_overlaps((uintptr_t)src, len, (uintptr_t)dst, len)) {
+        if (!(copy = malloc(len)))
+            return ph_err(PHEAP_ENOMEM, "pheap_tx_write: out of memory");
+        src = memcpy(copy, src, len);
+    }
     write_ctx w = {h, t, tx, off, src};
-    if ((rc = ph_tx_ranges_each(tx, off, len, write_piece, &w)) != 0)
+    rc = ph_tx_ranges_each(tx, off, len, write_piece, &w);
+    free(copy);
+    if (rc)
         return fail(h, t, tx, rc);
     count_fences(t, tx); /* a log that grew fenced */
     return 0;

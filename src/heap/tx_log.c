@@ -22,13 +22,16 @@ void ph_tx_log_flush(pheap *h, ph_thread *t, ph_tx *tx, int active)
     }
 }
 
-/* An overflow segment's initialiser: its link to the next is zero before
- * the allocation commits. */
-static int zero_link(void *arg, void *block, size_t usable)
+/* An overflow segment's initialiser: its header -- no link to a next one,
+ * the magic and lane that recovery checks -- is written before the
+ * allocation commits. */
+static int segment_header(void *arg, void *block, size_t usable)
 {
-    (void)arg;
     (void)usable;
-    memset(block, 0, sizeof(ph_txseg_header));
+    ph_txseg_header *sh = block;
+    memset(sh, 0, sizeof(*sh));
+    sh->magic = PH_TXSEG_MAGIC;
+    sh->lane = *(const unsigned *)arg;
     return 0;
 }
 
@@ -41,8 +44,9 @@ static int log_grow(pheap *h, ph_thread *t, ph_tx *tx, size_t need)
     bytes = PH_MAX(bytes, PH_ALIGN_UP(need + TAIL + PH_LINE_SIZE, PH_PAGE_SIZE));
     if (VEC_PUSH(tx->links, tx->seg.next))
         return ph_err(PHEAP_ENOMEM, "out of memory for the transaction log");
-    ph_block_init zero = {0, zero_link, NULL};
-    int rc = ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, bytes, tx->seg.next, &zero);
+    unsigned lane = (unsigned)tx->lane;
+    ph_block_init init = {0, segment_header, &lane};
+    int rc = ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, bytes, tx->seg.next, &init);
     if (rc) {
         tx->links.n--;
         return rc;
