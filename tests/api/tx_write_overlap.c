@@ -1,5 +1,5 @@
 /*
- * adv_tx_write.c -- pheap_tx_write takes "the bytes now at src" (src is
+ * tx_write_overlap.c -- pheap_tx_write takes "the bytes now at src" (src is
  * copied at once).  When dst is partly added (stored in place at once) and
  * src overlaps dst -- shifting the tail of an array in a node by one slot
  * to insert, the commonest overlapping write -- the pieces written in

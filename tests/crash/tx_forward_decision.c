@@ -1,14 +1,15 @@
 /*
- * adv_tx_punch.c -- recovery rolls a committed transaction forward, and a
+ * tx_forward_decision.c -- recovery rolls a committed transaction forward, and a
  * crash inside that recovery must not change the decision.  The decision
  * rests on the contents CRC of the added ranges; the roll-forward frees
  * blocks, and a large freed extent may be handed back to the file system
  * (hole punch) by the recovery itself, as soon as the freed bytes pass the
  * purge budget.  When an added range lies in a block the transaction
- * frees, the punch zeroes it on media: the next recovery finds the
- * contents changed, decides "back", and restores the snapshots -- while
- * the frees of the first recovery stay done.  The image is then neither
- * before nor after the transaction: a root names a freed block.
+ * frees, the punch zeroes it on media: a next recovery that decided again
+ * from the contents would find them changed, decide "back" and restore
+ * the snapshots while the frees of the first recovery stay done -- an
+ * image neither before nor after the transaction (a root naming a freed
+ * block).  Crashed at every fence of the first recovery.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * adv_tx_damage.c -- damaged transaction-log anchors after an unclean
+ * tx_damaged_logs.c -- damaged transaction-log anchors after an unclean
  * shutdown.  Recovery reads every lane's anchor; a damaged one must make
  * the open refuse the heap (PHEAP_ECORRUPT) or be ignored, never crash the
  * process, and never free a block that a program owns.

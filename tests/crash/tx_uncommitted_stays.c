@@ -1,15 +1,13 @@
 /*
- * adv_tx_idle.c -- a redo transaction whose COMMIT record reached media
- * before its new block's lines (an eviction before the commit's first
- * fence) did not commit: the recovery at the next open leaves it alone.
- * It must stay undone for good.  Recovery leaves such a log IDLE and
- * unretired, with the records still in it; when the program later writes
- * the same bytes into the same block (a retry of the same insertion
- * after the crash, say) and crashes again before the lane's log is
- * rewritten, the next recovery finds the contents matching and rolls the
- * old transaction forward over everything the program did since: its
- * REDO writes overwrite newer durable data, its FREE records free blocks
- * that have new owners.
+ * tx_uncommitted_stays.c -- a redo transaction whose COMMIT record reached
+ * media before its new block's lines (an eviction before the commit's
+ * first fence) did not commit: the recovery at the next open leaves it
+ * undone, and it must stay undone for good.  The program then writes the
+ * same bytes into the same block (a retry of the same insertion after the
+ * crash, say) and crashes again: were the log left unretired, the next
+ * recovery would find the contents matching and roll the old transaction
+ * forward over everything the program did since (its REDO writes over
+ * newer durable data, its FREE records over blocks with new owners).
  */
 #include <fcntl.h>
 #include <pthread.h>
