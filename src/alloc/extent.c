@@ -284,7 +284,7 @@ int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind
                           uint64_t dest_val)
 {
     lock_index(x);
-    ph_extnode *n;
+    ph_extnode *n = NULL;
     int rc = classify_locked(x, off, kind, &n);
     if (!rc) {
         ph_extent_log_append(x, c, n, PH_EXT_FREE);
@@ -342,7 +342,7 @@ out:
 int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
 {
     lock_index(x);
-    ph_extnode *n;
+    ph_extnode *n = NULL;
     int rc = classify_locked(x, off, PH_EXT_LARGE, &n);
     if (!rc)
         *bytes = n->npages * PH_PAGE_SIZE;
