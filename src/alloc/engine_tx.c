@@ -398,6 +398,11 @@ int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
      * pages may be punched). */
     for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++) {
         uint64_t st = ph_load_relaxed(&ph_engine_txlog(e, l)->xstate);
+        if ((st & 0xff) > PH_TX_FORWARD) {
+            o.rc = ph_err(PHEAP_ECORRUPT, "transaction log of lane %u: unknown state %llu", l,
+                          (unsigned long long)(st & 0xff));
+            break;
+        }
         if (!(seqs[l] = in_flight(e, l, st)))
             continue;
         read_log(&o, l, st, seqs[l]);

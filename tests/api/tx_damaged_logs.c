@@ -18,7 +18,7 @@
  * large block rooted as "big".  Returns the data region's offset. */
 static uint64_t make_unclean(const char *image, pheap_off *big)
 {
-    const char *base = ph_test_path("adv-damage.heap");
+    const char *base = ph_test_path("tx-damage.heap");
     pheap *h = ph_test_create(base, 8u << 20);
     if (!h)
         return 0;
@@ -141,4 +141,13 @@ TEST(random_bytes_in_an_active_log_are_ignored)
     if (r >= 128)
         ph_test_fail(__FILE__, __LINE__, "open crashed with signal %d", r - 128);
     CHECK(r == 0 || r == 1);
+}
+
+TEST(an_anchor_state_of_no_known_kind_is_refused)
+{
+    const char *image = ph_test_path("tx-damage-state.image");
+    pheap_off big;
+    REQUIRE(make_unclean(image, &big));
+    REQUIRE(poke(image, anchor_word(image, 5, 0), 7ull << 8 | 3) == 0); /* state 3 */
+    CHECK_EQ(open_in_child(image, big), 1);
 }
