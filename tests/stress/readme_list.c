@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "readme_common.h"
+
+#define SECTION "## Five minutes with pheap" /* the README section of the example */
 
 typedef struct node { /* as in the README */
     pheap_off next;
@@ -26,77 +29,15 @@ typedef struct node { /* as in the README */
 
 enum { ROUNDS = 120, CALIBRATE = 4 };
 
-static char *slurp_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
-/* The C block under "Five minutes with pheap", without its fences. */
-static char *readme_block(void)
-{
-    const char *path = getenv("PHEAP_README") ? getenv("PHEAP_README") : PHEAP_SOURCE_DIR "/README.md";
-    char *md = slurp_file(path);
-    if (!md)
-        return NULL;
-    char *sec = strstr(md, "## Five minutes with pheap");
-    char *start = sec ? strstr(sec, "\n```c\n") : NULL;
-    char *end = start ? strstr(start + 6, "\n```\n") : NULL;
-    char *block = NULL;
-    if (end) {
-        start += 6;
-        size_t n = (size_t)(end - start) + 1; /* keep the last line's newline */
-        block = malloc(n + 1);
-        memcpy(block, start, n);
-        block[n] = '\0';
-    }
-    free(md);
-    return block;
-}
-
 TEST(readme_block_is_examples_hello_list)
 {
-    char *block = readme_block(), *file = slurp_file(PHEAP_SOURCE_DIR "/examples/hello_list.c");
+    char *block = readme_block(SECTION);
+    char *file = slurp_file(PHEAP_SOURCE_DIR "/examples/hello_list.c");
     REQUIRE(block && file);
     if (strcmp(block, file) != 0)
         ph_test_fail(__FILE__, __LINE__, "README.md's example and examples/hello_list.c differ");
     free(block);
     free(file);
-}
-
-/* Compiles the README's block; returns the program's path or NULL. */
-static const char *build_example(void)
-{
-    static char prog[512];
-    char *block = readme_block();
-    if (!block)
-        return ph_test_fail(__FILE__, __LINE__, "no C block in README.md"), NULL;
-    const char *src = ph_test_path("readme_list.c");
-    FILE *f = fopen(src, "w");
-    if (!f || fputs(block, f) < 0 || fclose(f))
-        return ph_test_fail(__FILE__, __LINE__, "cannot write %s", src), NULL;
-    free(block);
-    snprintf(prog, sizeof(prog), "%s", ph_test_path("readme_list"));
-    const char *san = PHEAP_SANITIZE[0] == 'a'   ? "-fsanitize=address,undefined"
-                      : PHEAP_SANITIZE[0] == 't' ? "-fsanitize=thread"
-                                                 : "-O1";
-    ph_tool_result *r = ph_test_run_tool(PHEAP_CC, "-std=gnu11", san, "-I" PHEAP_SOURCE_DIR "/include",
-                                         src, PHEAP_STATIC_LIB, "-lpthread", "-o", prog, NULL);
-    CHECK_TOOL(r->code == 0, r);
-    return r->code == 0 ? prog : NULL;
 }
 
 /* The heap of a kill loop: in a fresh directory of TMPDIR (default /tmp,
@@ -127,13 +68,6 @@ static void disk_heap_remove(const char *path)
         *slash = '\0';
         rmdir(dir);
     }
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* Runs the example on `heap`, killing it after `delay` seconds (never if
@@ -302,7 +236,7 @@ static void kill_loop(kill_state *k, const char *prog, const char *name)
 
 TEST(kill_loop_on_a_fresh_heap)
 {
-    const char *prog = build_example();
+    const char *prog = build_readme_example(SECTION, "readme_list");
     REQUIRE(prog);
     kill_state k = {.heap = disk_heap("fresh.heap")};
     REQUIRE(k.heap);
@@ -322,7 +256,7 @@ static int by_value(const void *a, const void *b)
  * a slab. */
 TEST(kill_loop_on_a_heap_used_before)
 {
-    const char *prog = build_example();
+    const char *prog = build_readme_example(SECTION, "readme_list");
     REQUIRE(prog);
     kill_state k = {.heap = disk_heap("used.heap")};
     REQUIRE(k.heap);

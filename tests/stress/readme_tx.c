@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "readme_common.h"
+
+#define SECTION "## Changing several things at once" /* the README section of the example */
 
 typedef struct node { /* as in the README */
     pheap_off next;
@@ -30,82 +33,16 @@ typedef struct stack {
 
 enum { ROUNDS = 60, CALIBRATE = 3 };
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
-/* The first C block after the section's heading, without its fences. */
-static char *readme_block(void)
-{
-    char *md = slurp(PHEAP_SOURCE_DIR "/README.md");
-    char *sec = md ? strstr(md, "## Changing several things at once") : NULL;
-    char *start = sec ? strstr(sec, "\n```c\n") : NULL;
-    char *end = start ? strstr(start + 6, "\n```\n") : NULL;
-    char *block = NULL;
-    if (end) {
-        start += 6;
-        size_t n = (size_t)(end - start) + 1; /* with the last line's newline */
-        if ((block = malloc(n + 1)) != NULL) {
-            memcpy(block, start, n);
-            block[n] = '\0';
-        }
-    }
-    free(md);
-    return block;
-}
-
 TEST(readme_block_is_examples_hello_tx)
 {
-    char *block = readme_block(), *file = slurp(PHEAP_SOURCE_DIR "/examples/hello_tx.c");
+    char *block = readme_block(SECTION);
+    char *file = slurp_file(PHEAP_SOURCE_DIR "/examples/hello_tx.c");
     REQUIRE(block && file);
     if (strcmp(block, file) != 0)
         ph_test_fail(__FILE__, __LINE__, "README.md's transaction example and "
                      "examples/hello_tx.c differ");
     free(block);
     free(file);
-}
-
-static const char *build_example(void)
-{
-    static char prog[512];
-    char *block = readme_block();
-    if (!block)
-        return ph_test_fail(__FILE__, __LINE__, "no transaction example in README.md"), NULL;
-    const char *src = ph_test_path("readme_tx.c");
-    FILE *f = fopen(src, "w");
-    if (!f || fputs(block, f) < 0 || fclose(f))
-        return ph_test_fail(__FILE__, __LINE__, "cannot write %s", src), NULL;
-    free(block);
-    snprintf(prog, sizeof(prog), "%s", ph_test_path("readme_tx"));
-    const char *san = PHEAP_SANITIZE[0] == 'a'   ? "-fsanitize=address,undefined"
-                      : PHEAP_SANITIZE[0] == 't' ? "-fsanitize=thread"
-                                                 : "-O1";
-    ph_tool_result *r = ph_test_run_tool(PHEAP_CC, "-std=gnu11", san, "-I" PHEAP_SOURCE_DIR "/include",
-                                         src, PHEAP_STATIC_LIB, "-lpthread", "-o", prog, NULL);
-    CHECK_TOOL(r->code == 0, r);
-    return r->code == 0 ? prog : NULL;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* Runs the example on `heap`, killed after `delay` seconds (never if
@@ -134,7 +71,7 @@ static int run_example(const char *prog, const char *heap, double delay, uint64_
     waitpid(pid, &status, 0);
     if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && delay >= 0)
         return 1;
-    char *text = slurp(out), want[64];
+    char *text = slurp_file(out), want[64];
     snprintf(want, sizeof(want), "count %llu, nodes %llu\n", (unsigned long long)count + 1,
              (unsigned long long)count + 1);
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && text && !strcmp(text, want);
@@ -202,7 +139,7 @@ static int verify(const char *heap, unsigned round, int finished, uint64_t *coun
 
 TEST(kill_loop)
 {
-    const char *prog = build_example();
+    const char *prog = build_readme_example(SECTION, "readme_tx");
     REQUIRE(prog);
     /* Not on tmpfs (the test directory may be): there msync is a real
      * write-back and a push spends long enough in its fences for random
