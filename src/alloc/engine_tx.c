@@ -21,22 +21,24 @@
  * COMMIT record that counts and the added ranges and allocated blocks
  * holding the contents it names mean forward; a FORWARD state means
  * forward (an earlier recovery decided); anything else means back.
- *   1  Logs going back are rolled back at once -- every UNDO record's old
- *      bytes, for an ACTIVE log; an IDLE one has nothing to undo.  Logs
- *      going forward get the state FORWARD, all fenced once, before any is
- *      applied: a roll-forward changes what the contents CRC covers (a
- *      block it frees may be punched, or handed out and written), and a
- *      crash during it must not make the next recovery decide back.
- *   2  Roll-forwards: REDO, ALLOC and FREE in log order, idempotent.
- *   3  One fence; every log read gets IDLE with its seq; one fence (a log
+ *   1  Every log is read and decided, every overflow link checked, before
+ *      anything is written: damage (an unknown state, a record outside the
+ *      data region, a link to a block that is no segment of its lane)
+ *      refuses the open with the file as it was.
+ *   2  Logs going forward get the state FORWARD, all fenced once, before
+ *      any is applied: a roll-forward changes what the contents CRC covers
+ *      (a block it frees may be punched, or handed out and written), and a
+ *      crash during it must not make the next recovery decide back.  Logs
+ *      going back are rolled back -- every UNDO record's old bytes, for an
+ *      ACTIVE log; an IDLE one has nothing to undo.
+ *   3  Roll-forwards: REDO, ALLOC and FREE in log order, idempotent.
+ *   4  One fence; every log read gets IDLE with its seq; one fence (a log
  *      that no recovery retires could count again later: its COMMIT
  *      record and the contents it names can come back).
- *   4  Overflow segments are freed, each free fenced before the link to it
+ *   5  Overflow segments are freed, each free fenced before the link to it
  *      is cleared, so a crash leaves a link to a free extent (cleared next
  *      time) but never a live segment without a link.  A segment is a
- *      live large block carrying the magic and the lane in its header; a
- *      link to anything else but free space is damage (PHEAP_ECORRUPT),
- *      and recovery frees nothing of it.
+ *      live large block carrying the magic and the lane in its header.
  * A crash at any point is recovered by the next open the same way.
  */
 #include "alloc/engine_int.h"
@@ -289,9 +291,10 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
 }
 
 /* Rolls the kept records back (UNDO bytes) or forward (REDO, ALLOC, FREE). */
-static void apply(recover_ctx *o)
+static void apply(recover_ctx *o, size_t first, size_t end, int forward)
 {
-    for (size_t i = 0; i < o->n && !o->rc; i++) {
+    o->forward = forward;
+    for (size_t i = first; i < end && !o->rc; i++) {
         const ph_txrec_view *r = &o->recs[i];
         if (o->forward ? r->kind == PH_TXREC_REDO : r->kind == PH_TXREC_UNDO) {
             void *dst = ph_space_at(o->e->sp, r->off);
@@ -321,13 +324,13 @@ static uint64_t in_flight(ph_engine *e, unsigned l, uint64_t st)
     return seq;
 }
 
-/* Reads lane l's log of transaction `seq` into o and decides. */
+/* Reads lane l's log of transaction `seq` into o (its records appended to
+ * o->recs) and decides. */
 static void read_log(recover_ctx *o, unsigned l, uint64_t st, uint64_t seq)
 {
     ph_txlog_end end;
     o->lane = l;
     o->undo_crc = o->alloc_crc = 0;
-    o->n = 0;
     ph_txlog_walk(ph_engine_txlog(o->e, l), ph_txlog_records_of(o->e->txlogs, l), seq, segment,
                   o, keep, o, &end);
     o->committed = end.committed;
@@ -347,7 +350,7 @@ static void read_log(recover_ctx *o, unsigned l, uint64_t st, uint64_t seq)
  * free space is where an interrupted pass stopped (its extent was freed,
  * only the link is left to clear); a link to anything else that is no
  * segment of this lane is damage, and nothing is freed. */
-static int free_segments(recover_ctx *o, unsigned l)
+static int free_segments(recover_ctx *o, unsigned l, int check_only)
 {
     ph_engine *e = o->e;
     ph_txlog_anchor *a = ph_engine_txlog(e, l);
@@ -365,11 +368,14 @@ static int free_segments(recover_ctx *o, unsigned l)
         if (!last)
             return 0;
         uint64_t off = ph_load_relaxed(last);
-        if (ok)
-            ph_extent_free(e->ext, o->c, off, PH_EXT_LARGE, NULL, 0, 0); /* fenced */
-        else if (!in_data(e, off, 8) || ph_engine_chunk_slab(e, off) || ph_extent_live_at(e->ext, off))
+        if (!ok && (!in_data(e, off, 8) || ph_engine_chunk_slab(e, off) ||
+                    ph_extent_live_at(e->ext, off)))
             return ph_err(PHEAP_ECORRUPT, "transaction log of lane %u links to %llu, which is no "
                           "overflow segment of it", l, (unsigned long long)off);
+        if (check_only)
+            return 0;
+        if (ok)
+            ph_extent_free(e->ext, o->c, off, PH_EXT_LARGE, NULL, 0, 0); /* fenced */
         ph_persist_write(&e->sp->persist, o->c, last, 0);
         ph_persist_flush(&e->sp->persist, o->c, last, sizeof(*last));
     }
@@ -387,49 +393,59 @@ int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
 {
     recover_ctx o = {e, c, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
     uint64_t *seqs = calloc(PH_LANES_MAX, sizeof(*seqs)); /* in flight: seq; 0 none */
+    size_t *first = calloc(PH_LANES_MAX + 1, sizeof(*first)); /* its records in o.recs */
     uint8_t *fwd = calloc(PH_LANES_MAX, 1);
-    unsigned forward = 0, decided = 0;
-    if (!seqs || !fwd)
+    unsigned decided = 0, read = 0;
+    if (!seqs || !first || !fwd)
         o.rc = ph_err(PHEAP_ENOMEM, "out of memory for recovery");
-    /* 1: decide every log; roll back at once the ACTIVE ones that did not
-     * commit; record the decision to roll forward durably before anything
-     * is rolled forward, so that no later recovery decides otherwise (a
-     * roll-forward changes what the contents CRC covers: a freed block's
-     * pages may be punched). */
+    /* 1: read and decide every log, and check every overflow link, before
+     * anything is written: damage refuses the open with the heap as it
+     * was. */
     for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++) {
-        uint64_t st = ph_load_relaxed(&ph_engine_txlog(e, l)->xstate);
+        ph_txlog_anchor *a = ph_engine_txlog(e, l);
+        uint64_t st = ph_load_relaxed(&a->xstate);
+        first[l] = o.n;
         if ((st & 0xff) > PH_TX_FORWARD) {
             o.rc = ph_err(PHEAP_ECORRUPT, "transaction log of lane %u: unknown state %llu", l,
                           (unsigned long long)(st & 0xff));
             break;
         }
-        if (!(seqs[l] = in_flight(e, l, st)))
-            continue;
-        read_log(&o, l, st, seqs[l]);
-        if (o.forward) {
-            fwd[l] = 1;
-            forward++;
-            if ((st & 0xff) != PH_TX_FORWARD)
-                set_state(e, c, l, seqs[l] << 8 | PH_TX_FORWARD), decided++;
-        } else {
-            if ((st & 0xff) == PH_TX_ACTIVE) /* UNDO records count only in an ACTIVE log */
-                apply(&o);
+        if ((seqs[l] = in_flight(e, l, st)) != 0) {
+            read_log(&o, l, st, seqs[l]);
+            fwd[l] = (uint8_t)o.forward;
+            decided += o.forward && (st & 0xff) != PH_TX_FORWARD;
+            read++;
+        }
+        if (!o.rc && ph_load_relaxed(&a->xnext))
+            o.rc = free_segments(&o, l, 1);
+    }
+    first[PH_LANES_MAX] = o.n;
+    /* 2: the decisions to roll forward made durable before any is applied,
+     * so that no later recovery decides otherwise (a roll-forward changes
+     * what the contents CRC covers: a freed block's pages may be punched);
+     * the others rolled back -- UNDO records count only in an ACTIVE log. */
+    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc && read; l++) {
+        uint64_t st = ph_load_relaxed(&ph_engine_txlog(e, l)->xstate);
+        if (fwd[l] && (st & 0xff) != PH_TX_FORWARD)
+            set_state(e, c, l, seqs[l] << 8 | PH_TX_FORWARD);
+        if (seqs[l] && !fwd[l]) {
+            if ((st & 0xff) == PH_TX_ACTIVE)
+                apply(&o, first[l], first[l + 1], 0);
             e->tx_rolled_back++;
         }
     }
     if (!o.rc && decided)
-        ph_persist_fence(&e->sp->persist, c); /* the decisions, before: */
-    /* 2: roll forward. */
-    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc && forward; l++) {
-        if (!fwd[l])
-            continue;
-        read_log(&o, l, seqs[l] << 8 | PH_TX_FORWARD, seqs[l]);
-        apply(&o);
-        e->tx_rolled_forward++;
+        ph_persist_fence(&e->sp->persist, c);
+    /* 3: roll forward. */
+    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc && read; l++) {
+        if (fwd[l]) {
+            apply(&o, first[l], first[l + 1], 1);
+            e->tx_rolled_forward++;
+        }
     }
-    /* 3: retire every log read, once what it did is durable; 4: free the
+    /* 4: retire every log read, once what it did is durable; 5: free the
      * overflow segments once the logs that may need them are retired. */
-    if (!o.rc && e->tx_rolled_back + e->tx_rolled_forward) {
+    if (!o.rc && read) {
         ph_persist_fence(&e->sp->persist, c);
         for (unsigned l = 0; l < PH_LANES_MAX; l++)
             if (seqs[l])
@@ -438,9 +454,10 @@ int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
     }
     for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++)
         if (ph_load_relaxed(&ph_engine_txlog(e, l)->xnext))
-            o.rc = free_segments(&o, l);
+            o.rc = free_segments(&o, l, 0);
     free(o.recs);
     free(seqs);
+    free(first);
     free(fwd);
     return o.rc;
 }
