@@ -331,3 +331,58 @@ TEST(commit_record_before_the_contents_it_commits)
     CHECK(published >= 64);
     CHECK(rolled_back > 0);
 }
+
+/* ---- a recovery that rolls back, crashed at each of its fences --------------
+ * A process dies inside an undo transaction whose snapshots and in-place
+ * stores are durable.  Its recovery restores the old bytes, then retires
+ * the log; crashed just before each of its fences, with half of the
+ * 8-byte words that differ on media, over many seeds, the next recovery
+ * must still end with the old bytes: the log may be retired on media only
+ * once the old bytes are. */
+TEST(a_rollback_crashed_at_each_fence_of_its_recovery)
+{
+    const char *base = make_base();
+    REQUIRE(base);
+    char image[512], image2[512];
+    snprintf(image, sizeof(image), "%s", ph_test_path("tx-rollback.image"));
+    snprintf(image2, sizeof(image2), "%s", ph_test_path("tx-rollback2.image"));
+    pheap_options sim = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(base, &sim, &h));
+    state *s = state_of(h);
+    uint64_t *big = pheap_direct(h, s->big);
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE_OK(pheap_tx_add(h, big, BIG));
+    memset(big, 0x77, BIG);
+    pheap_persist(h, big, BIG); /* the new bytes on media: recovery must undo them */
+    unlink(image);
+    REQUIRE_OK(pheap_sim_crash(h, image, 0, 0.0));
+    REQUIRE_OK(pheap_open(image, &sim, &h)); /* how many fences its recovery takes */
+    uint64_t fences = pheap_sim_fence_count(h);
+    pheap_sim_crash(h, NULL, 0, 0.0);
+    REQUIRE(fences >= 2);
+    unsigned images = 0;
+    for (uint64_t f = 1; f <= fences && !ph_test_failed; f++) {
+        for (uint64_t seed = 1; seed <= 24 && !ph_test_failed; seed++) {
+            pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = f,
+                               .sim_crash_image = image2, .sim_evict_probability = 0.5,
+                               .sim_seed = seed * 131 + f, .sim_mode = PHEAP_SIM_WORDS};
+            unlink(image2);
+            REQUIRE_OK(pheap_open(image, &o, &h));
+            pheap_sim_crash(h, NULL, 0, 0.0);
+            REQUIRE_OK(pheap_open(image2, &sim, &h));
+            const unsigned char *b = pheap_direct(h, state_of(h)->big);
+            for (unsigned k = 0; k < BIG; k++)
+                if (b[k] != 0x5a) {
+                    ph_test_fail(__FILE__, __LINE__, "recovery crashed before its fence %llu "
+                                 "(seed %llu): byte %u is %#x, not the old 0x5a",
+                                 (unsigned long long)f, (unsigned long long)seed, k, b[k]);
+                    break;
+                }
+            CHECK(pheap_check(h, NULL) == 0);
+            pheap_sim_crash(h, NULL, 0, 0.0);
+            images++;
+        }
+    }
+    CHECK(images >= 2 * 24);
+}
