@@ -137,6 +137,7 @@ static void run_op(pheap *h, state *s, unsigned i)
         OK(pheap_tx_add(h, s->val, sizeof(s->val)));
         for (unsigned k = 0; k < NVALS; k++)
             s->val[k] = 0xdead;
+        pheap_persist(h, s->val, sizeof(s->val)); /* the abort must undo them on media too */
         OK(pheap_tx_add(h, &s->slot[4], sizeof(pheap_off)));
         s->slot[4] = fresh(h, 64, 0x500);
         OK(pheap_tx_free(h, s->slot[1]));
