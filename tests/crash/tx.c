@@ -23,7 +23,7 @@ typedef struct state {
     pheap_off big;         /* a BIG-byte block */
 } state;
 
-enum { NOPS = 11 };
+enum { NOPS = 12 };
 
 typedef struct run {
     uint32_t hash[NOPS + 1];   /* state hash before op 0, after op i - 1 */
@@ -189,6 +189,12 @@ static void run_op(pheap *h, state *s, unsigned i)
         set_slot(h, s, 7, many[33]);
         break;
     }
+    case 11: /* undo only: two fences, the ranges' new bytes written back first */
+        OK(pheap_tx_add(h, &s->val[10], 3 * sizeof(uint64_t)));
+        s->val[10] = 41;
+        s->val[11] = 42;
+        s->val[12] = 43;
+        break;
     }
     OK(pheap_tx_commit(h));
 }
