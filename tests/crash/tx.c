@@ -393,3 +393,66 @@ TEST(a_rollback_crashed_at_each_fence_of_its_recovery)
     }
     CHECK(images >= 2 * 24);
 }
+
+/* ---- a recovery that rolls forward a log with an overflow segment -------------
+ * Crashed after its commit's first fence, a transaction whose REDO bytes
+ * fill an overflow segment is rolled forward by recovery, which then
+ * retires the log and frees the segment.  Crashed before each fence of
+ * that recovery: the segment may be freed on media only once the log is
+ * retired there (a log still to roll forward whose records end early is
+ * damage the next open refuses). */
+TEST(a_roll_forward_with_a_segment_crashed_at_each_fence_of_its_recovery)
+{
+    const char *base = make_base();
+    REQUIRE(base);
+    char image[512], image2[512];
+    snprintf(image, sizeof(image), "%s", ph_test_path("tx-forward.image"));
+    snprintf(image2, sizeof(image2), "%s", ph_test_path("tx-forward2.image"));
+    static unsigned char buf[6000];
+    memset(buf, 0x66, sizeof(buf));
+    pheap_options sim = {.flags = PHEAP_SIMULATE};
+    pheap *h;
+    uint64_t at = 0;
+    for (int pass = 0; pass < 2; pass++) { /* a dry run counts the fences */
+        pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = at,
+                           .sim_crash_image = at ? image : NULL};
+        unlink(image);
+        REQUIRE_OK(pheap_open(base, &o, &h));
+        state *s = state_of(h);
+        REQUIRE_OK(pheap_tx_begin(h));
+        REQUIRE_OK(pheap_tx_write(h, pheap_direct(h, s->big), buf, sizeof(buf)));
+        uint64_t before = pheap_sim_fence_count(h);
+        REQUIRE_OK(pheap_tx_commit(h));
+        at = before + 2; /* just before the commit's second fence: committed, not applied */
+        pheap_sim_crash(h, NULL, 0, 0.0);
+    }
+    REQUIRE_OK(pheap_open(image, &sim, &h));
+    uint64_t fences = pheap_sim_fence_count(h);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.tx_rolled_forward, 1);
+    pheap_sim_crash(h, NULL, 0, 0.0);
+    unsigned images = 0;
+    for (uint64_t f = 1; f <= fences && !ph_test_failed; f++) {
+        for (uint64_t seed = 1; seed <= 24 && !ph_test_failed; seed++) {
+            pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = f,
+                               .sim_crash_image = image2, .sim_evict_probability = 0.5,
+                               .sim_seed = seed * 977 + f,
+                               .sim_mode = PHEAP_SIM_WORDS | (seed % 2 ? PHEAP_SIM_NT_LAG : 0)};
+            unlink(image2);
+            REQUIRE_OK(pheap_open(image, &o, &h));
+            pheap_sim_crash(h, NULL, 0, 0.0);
+            if (pheap_open(image2, &sim, &h) != 0) {
+                ph_test_fail(__FILE__, __LINE__, "recovery crashed before its fence %llu (seed "
+                             "%llu): the next open fails: %s", (unsigned long long)f,
+                             (unsigned long long)seed, pheap_errmsg());
+                break;
+            }
+            CHECK(memcmp(pheap_direct(h, state_of(h)->big), buf, sizeof(buf)) == 0);
+            CHECK(pheap_check(h, NULL) == 0);
+            pheap_sim_crash(h, NULL, 0, 0.0);
+            images++;
+        }
+    }
+    CHECK(images >= 3 * 24);
+}
