@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "pipe_records.h"
 
 enum { KILL_SLOTS = 512, KILL_MAX_THREADS = 8 };
 
@@ -162,13 +163,6 @@ typedef struct kill_totals {
     double recovery_max, recovery_sum; /* seconds in pheap_open after a kill */
 } kill_totals;
 
-static double kill_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* Applies one record to the model; returns -1 on a protocol error. */
 static int kill_apply(const krec *r, kill_totals *tot, int *ready)
 {
@@ -200,37 +194,24 @@ static int kill_apply(const krec *r, kill_totals *tot, int *ready)
     return 0;
 }
 
+typedef struct kill_read_ctx {
+    kill_totals *tot;
+    int *ready;
+} kill_read_ctx;
+
+static int kill_read_one(void *arg, const void *rec)
+{
+    kill_read_ctx *x = arg;
+    krec r;
+    memcpy(&r, rec, sizeof(r));
+    return kill_apply(&r, x->tot, x->ready);
+}
+
 /* Reads records until `deadline` (then returns 1) or end of file (0). */
 static int kill_read(int fd, double deadline, kill_totals *tot, int *ready)
 {
-    static unsigned char buf[sizeof(krec) * 256];
-    static size_t have;
-    for (;;) {
-        double left = deadline - kill_now();
-        if (deadline > 0 && left <= 0)
-            return 1;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int n = poll(&pfd, 1, deadline > 0 ? (int)(left * 1000) + 1 : -1);
-        if (n <= 0)
-            continue;
-        ssize_t got = read(fd, buf + have, sizeof(buf) - have);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (got <= 0) {
-            have = 0;
-            return 0;
-        }
-        have += (size_t)got;
-        size_t whole = have / sizeof(krec) * sizeof(krec);
-        for (size_t i = 0; i < whole; i += sizeof(krec)) {
-            krec r;
-            memcpy(&r, buf + i, sizeof(r));
-            if (kill_apply(&r, tot, ready))
-                return have = 0, -1;
-        }
-        memmove(buf, buf + whole, have - whole);
-        have -= whole;
-    }
+    kill_read_ctx x = {tot, ready};
+    return pipe_read_records(fd, deadline, sizeof(krec), kill_read_one, &x);
 }
 
 static int by_off(const void *a, const void *b)
@@ -362,7 +343,7 @@ static void kill_test(const char *name, kill_params p)
         close(fds[1]);
         fcntl(fds[0], F_SETFL, O_NONBLOCK);
         int ready = 0, status = 0;
-        int rc = kill_read(fds[0], kill_now() + sleep_ms / 1000.0, &tot, &ready);
+        int rc = kill_read(fds[0], pipe_now() + sleep_ms / 1000.0, &tot, &ready);
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         if (rc >= 0)
@@ -372,10 +353,10 @@ static void kill_test(const char *name, kill_params p)
         REQUIRE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
         tot.ready += ready;
 
-        double t0 = kill_now();
+        double t0 = pipe_now();
         o.flags = 0;
         REQUIRE_OK(pheap_open(kill_path, &o, &h));
-        double took = kill_now() - t0;
+        double took = pipe_now() - t0;
         tot.recovery_sum += took;
         tot.recovery_max = took > tot.recovery_max ? took : tot.recovery_max;
         struct pheap_stats st;

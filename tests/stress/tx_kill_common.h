@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "pipe_records.h"
 
 enum {
     NACC = 4096,        /* accounts: a 32 KiB block */
@@ -458,13 +459,6 @@ typedef struct txk_run {
     int ready;
 } txk_run;
 
-static double txk_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int txk_apply(const trec *r, txk_run *runs, unsigned nthreads, uint64_t *commits)
 {
     if (r->tid >= nthreads)
@@ -501,37 +495,25 @@ static int txk_apply(const trec *r, txk_run *runs, unsigned nthreads, uint64_t *
     return ph_test_fail(__FILE__, __LINE__, "bad record kind %u", r->kind), -1;
 }
 
+typedef struct txk_read_ctx {
+    txk_run *run;
+    unsigned nthreads;
+    uint64_t *commits;
+} txk_read_ctx;
+
+static int txk_read_one(void *arg, const void *rec)
+{
+    txk_read_ctx *x = arg;
+    trec r;
+    memcpy(&r, rec, sizeof(r));
+    return txk_apply(&r, x->run, x->nthreads, x->commits);
+}
+
 /* Reads records until `deadline` (then returns 1) or end of file (0). */
 static int txk_read(int fd, double deadline, txk_run *run, unsigned nthreads, uint64_t *commits)
 {
-    static unsigned char buf[sizeof(trec) * 256];
-    static size_t have;
-    for (;;) {
-        double left = deadline - txk_now();
-        if (deadline > 0 && left <= 0)
-            return 1;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int n = poll(&pfd, 1, deadline > 0 ? (int)(left * 1000) + 1 : -1);
-        if (n <= 0)
-            continue;
-        ssize_t got = read(fd, buf + have, sizeof(buf) - have);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (got <= 0) {
-            have = 0;
-            return 0;
-        }
-        have += (size_t)got;
-        size_t whole = have / sizeof(trec) * sizeof(trec);
-        for (size_t i = 0; i < whole; i += sizeof(trec)) {
-            trec r;
-            memcpy(&r, buf + i, sizeof(r));
-            if (txk_apply(&r, run, nthreads, commits))
-                return have = 0, -1;
-        }
-        memmove(buf, buf + whole, have - whole);
-        have -= whole;
-    }
+    txk_read_ctx x = {run, nthreads, commits};
+    return pipe_read_records(fd, deadline, sizeof(trec), txk_read_one, &x);
 }
 
 static void txk_test(const char *name, txk_params p)
@@ -591,7 +573,7 @@ static void txk_test(const char *name, txk_params p)
         fcntl(fds[0], F_SETFL, O_NONBLOCK);
         for (unsigned t = 0; t < nt; t++)
             run[t].ready = 0, run[t].pseq = 0;
-        int status = 0, rc = txk_read(fds[0], txk_now() + sleep_ms / 1000.0, run, nt, &commits);
+        int status = 0, rc = txk_read(fds[0], pipe_now() + sleep_ms / 1000.0, run, nt, &commits);
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         if (rc >= 0)
@@ -601,10 +583,10 @@ static void txk_test(const char *name, txk_params p)
         REQUIRE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
         ready += run[0].ready;
 
-        double t0 = txk_now();
+        double t0 = pipe_now();
         o.flags = 0;
         REQUIRE_OK(pheap_open(txk_path, &o, &h));
-        double took = txk_now() - t0;
+        double took = pipe_now() - t0;
         rec_sum += took;
         rec_max = took > rec_max ? took : rec_max;
         struct pheap_stats st;
