@@ -253,4 +253,8 @@ int bench_dlsym(void *lib, const char *sym, void *fn_ptr);
 /* Name of the best cache-line flush the CPU has: clwb, clflushopt, clflush. */
 const char *bench_cpu_flush(void);
 
+/* Parses an unsigned number for an option: 0, or -1 if it is not one; with
+ * `sized`, a K, M or G suffix (KiB units; "KiB", "KB" accepted too). */
+int bench_parse_u64(const char *s, uint64_t *out, int sized);
+
 #endif /* BENCH_H */

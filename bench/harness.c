@@ -6,6 +6,7 @@
 #include "bench.h"
 
 #include <cpuid.h>
+#include <errno.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -330,4 +331,28 @@ const char *bench_cpu_flush(void)
             return "clflushopt";
     }
     return "clflush";
+}
+
+/* A number, with a K/M/G suffix (and an optional "iB" or "B") when `sized`. */
+int bench_parse_u64(const char *s, uint64_t *out, int sized)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s)
+        return -1;
+    if (sized && *end) {
+        switch (*end++) {
+        case 'k': case 'K': v <<= 10; break;
+        case 'm': case 'M': v <<= 20; break;
+        case 'g': case 'G': v <<= 30; break;
+        default: return -1;
+        }
+        if (*end == 'i' || *end == 'B')
+            end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    }
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
 }

@@ -86,33 +86,12 @@ static void usage(FILE *f)
         "exit: 0 ok, 1 a run failed, 2 usage, 77 no selected variant available\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out, int sized)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s)
-        return -1;
-    if (sized && *end) {
-        switch (*end++) {
-        case 'k': case 'K': v <<= 10; break;
-        case 'm': case 'M': v <<= 20; break;
-        case 'g': case 'G': v <<= 30; break;
-        default: return -1;
-        }
-    }
-    if (*end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_threads(char *s, options *o)
 {
     o->nthreads = 0;
     for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
         uint64_t v;
-        if (parse_u64(tok, &v, 0) || v == 0 || v > 1024 || o->nthreads == MAX_THREAD_COUNTS)
+        if (bench_parse_u64(tok, &v, 0) || v == 0 || v > 1024 || o->nthreads == MAX_THREAD_COUNTS)
             return -1;
         o->threads[o->nthreads++] = (unsigned)v;
     }
@@ -167,34 +146,34 @@ static int parse_one(int c, const char *arg, options *o)
     switch (c) {
     case 'v': o->variants = (char *)arg; return 0;
     case 't': return parse_threads((char *)arg, o);
-    case 'r': if (parse_u64(arg, &v, 0) || !v || v > MAX_REPS) return -1; o->reps = (unsigned)v; return 0;
+    case 'r': if (bench_parse_u64(arg, &v, 0) || !v || v > MAX_REPS) return -1; o->reps = (unsigned)v; return 0;
     case 'd': o->heap_dir = arg; return 0;
-    case 's': return parse_u64(arg, &o->p.heap_size, 1) || o->p.heap_size < (8u << 20) ? -1 : 0;
+    case 's': return bench_parse_u64(arg, &o->p.heap_size, 1) || o->p.heap_size < (8u << 20) ? -1 : 0;
     case 'q': o->quick = 1; return 0;
     case 'j': o->json = arg; return 0;
-    case O_KEYS: return parse_u64(arg, &o->p.keys, 0) || !o->p.keys || o->p.keys > 0x7fffffff ? -1 : 0;
-    case O_OPS: return parse_u64(arg, &o->p.ops, 0) || !o->p.ops ? -1 : 0;
+    case O_KEYS: return bench_parse_u64(arg, &o->p.keys, 0) || !o->p.keys || o->p.keys > 0x7fffffff ? -1 : 0;
+    case O_OPS: return bench_parse_u64(arg, &o->p.ops, 0) || !o->p.ops ? -1 : 0;
     case O_VSIZE:
-        if (parse_u64(arg, &v, 0) || v < KV_VALUE_MIN || v > 4096)
+        if (bench_parse_u64(arg, &v, 0) || v < KV_VALUE_MIN || v > 4096)
             return -1;
         o->p.value_size = (size_t)v;
         return 0;
-    case O_READ: if (parse_u64(arg, &v, 0) || v > 100) return -1; o->p.read_pct = (unsigned)v; return 0;
+    case O_READ: if (bench_parse_u64(arg, &v, 0) || v > 100) return -1; o->p.read_pct = (unsigned)v; return 0;
     case O_THETA: {
         char *end;
         o->p.theta = strtod(arg, &end);
         return *end || end == arg || o->p.theta < 0 || o->p.theta >= 1 ? -1 : 0;
     }
-    case O_SEED: return parse_u64(arg, &o->p.seed, 0);
+    case O_SEED: return bench_parse_u64(arg, &o->p.seed, 0);
     case O_SMOKE: o->smoke = 1; return 0;
     case O_RECOVERY: o->recovery = 1; return 0;
     case O_TX:
-        if (parse_u64(arg, &v, 0) || !v || v > 1024)
+        if (bench_parse_u64(arg, &v, 0) || !v || v > 1024)
             return -1;
         o->transactions = (unsigned)v;
         return 0;
     case O_INPROC: o->in_process = 1; return 0;
-    case O_CHILD: if (parse_u64(arg, &v, 0) || v > 1024) return -1; o->child_fd = (int)v; return 0;
+    case O_CHILD: if (bench_parse_u64(arg, &v, 0) || v > 1024) return -1; o->child_fd = (int)v; return 0;
     default: return -1;
     }
 }

@@ -65,35 +65,12 @@ static void usage(FILE *f)
         "exit: 0 ok, 1 a run failed, 2 usage, 77 no selected allocator available\n");
 }
 
-static int parse_u64(const char *s, uint64_t *out, int sized)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s)
-        return -1;
-    if (sized && *end) {
-        switch (*end++) {
-        case 'k': case 'K': v <<= 10; break;
-        case 'm': case 'M': v <<= 20; break;
-        case 'g': case 'G': v <<= 30; break;
-        default: return -1;
-        }
-        if (*end == 'i' || *end == 'B')
-            end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    }
-    if (*end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_threads(char *s, options *o)
 {
     o->nthreads = 0;
     for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
         uint64_t v;
-        if (parse_u64(tok, &v, 0) || v == 0 || v > 1024 || o->nthreads == MAX_THREAD_COUNTS)
+        if (bench_parse_u64(tok, &v, 0) || v == 0 || v > 1024 || o->nthreads == MAX_THREAD_COUNTS)
             return -1;
         o->threads[o->nthreads++] = (unsigned)v;
     }
@@ -180,18 +157,18 @@ static int parse_args(int argc, char **argv, options *o)
         case 'a': o->allocs = optarg; break;
         case 'w': o->workloads = optarg; break;
         case 't': if (parse_threads(optarg, o)) goto bad; break;
-        case 'r': if (parse_u64(optarg, &v, 0) || !v || v > MAX_REPS) goto bad; o->reps = (unsigned)v; break;
+        case 'r': if (bench_parse_u64(optarg, &v, 0) || !v || v > MAX_REPS) goto bad; o->reps = (unsigned)v; break;
         case 'd': o->heap_dir = optarg; break;
-        case 's': if (parse_u64(optarg, &o->heap_size, 1) || o->heap_size < (8u << 20)) goto bad; break;
+        case 's': if (bench_parse_u64(optarg, &o->heap_size, 1) || o->heap_size < (8u << 20)) goto bad; break;
         case 'q': o->quick = 1; break;
         case O_SMOKE: o->smoke = 1; break;
         case 'j': o->json = optarg; break;
-        case O_OPS: if (parse_u64(optarg, &o->over.ops, 0) || !o->over.ops) goto bad; break;
+        case O_OPS: if (bench_parse_u64(optarg, &o->over.ops, 0) || !o->over.ops) goto bad; break;
         case O_SIZE: {
             char *colon = strchr(optarg, ':');
             if (colon)
                 *colon = 0;
-            if (parse_u64(optarg, &v, 1) || !v || (colon && parse_u64(colon + 1, &v2, 1)))
+            if (bench_parse_u64(optarg, &v, 1) || !v || (colon && bench_parse_u64(colon + 1, &v2, 1)))
                 goto bad;
             if (!colon)
                 v2 = v;
@@ -202,13 +179,13 @@ static int parse_args(int argc, char **argv, options *o)
             o->over_size = 1;
             break;
         }
-        case O_BATCH: if (parse_u64(optarg, &o->over.batch, 0) || !o->over.batch) goto bad; break;
-        case O_ROUNDS: if (parse_u64(optarg, &o->over.rounds, 0) || !o->over.rounds) goto bad; break;
-        case O_LIVE: if (parse_u64(optarg, &o->over.live_bytes, 1) || !o->over.live_bytes) goto bad; break;
-        case O_FREE: if (parse_u64(optarg, &v, 0) || v > 100) goto bad; o->over.free_pct = (unsigned)v; break;
-        case O_SEED: if (parse_u64(optarg, &o->over.seed, 0)) goto bad; break;
+        case O_BATCH: if (bench_parse_u64(optarg, &o->over.batch, 0) || !o->over.batch) goto bad; break;
+        case O_ROUNDS: if (bench_parse_u64(optarg, &o->over.rounds, 0) || !o->over.rounds) goto bad; break;
+        case O_LIVE: if (bench_parse_u64(optarg, &o->over.live_bytes, 1) || !o->over.live_bytes) goto bad; break;
+        case O_FREE: if (bench_parse_u64(optarg, &v, 0) || v > 100) goto bad; o->over.free_pct = (unsigned)v; break;
+        case O_SEED: if (bench_parse_u64(optarg, &o->over.seed, 0)) goto bad; break;
         case O_INPROC: o->in_process = 1; break;
-        case O_CHILD: if (parse_u64(optarg, &v, 0) || v > 1024) goto bad; o->child_fd = (int)v; break;
+        case O_CHILD: if (bench_parse_u64(optarg, &v, 0) || v > 1024) goto bad; o->child_fd = (int)v; break;
         case 'l': list_all(); exit(0);
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
