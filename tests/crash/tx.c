@@ -281,11 +281,9 @@ TEST(transactions_at_every_fence)
 
 static pheap_off commit_one(const char *base, const pheap_options *o, uint64_t *fence_before)
 {
-    pheap *h;
-    if (pheap_open(base, o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());
+    pheap *h = ph_test_open(base, o);
+    if (!h)
         return 0;
-    }
     state *s = state_of(h);
     pheap_off b = 0;
     if (pheap_tx_begin(h) == 0 && (b = pheap_tx_alloc(h, 1000)) != 0) {

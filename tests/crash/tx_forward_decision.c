@@ -56,11 +56,9 @@ static const char *make_base(void)
 /* The transaction; *before is the fence count just before its commit. */
 static void run_tx(const char *base, const pheap_options *o, uint64_t *before)
 {
-    pheap *h;
-    if (pheap_open(base, o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());
+    pheap *h = ph_test_open(base, o);
+    if (!h)
         return;
-    }
     state *s = state_of(h);
     uint64_t zero = 0;
     uint64_t *p0 = pheap_direct(h, s->p);

@@ -97,11 +97,9 @@ static void *work(void *arg)
 
 static uint64_t run(const char *base, const pheap_options *o, unsigned seed)
 {
-    pheap *h;
-    if (pheap_open(base, o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());
+    pheap *h = ph_test_open(base, o);
+    if (!h)
         return 0;
-    }
     part *parts = pheap_direct(h, pheap_root_get(h, "parts"));
     pthread_t t[THREADS];
     worker w[THREADS];

@@ -48,11 +48,9 @@ static const char *make_base(void)
 /* The transaction: a new block filled with `seed`, w := 2, f freed. */
 static pheap_off run_tx(const char *base, const pheap_options *o, uint64_t *fence_before)
 {
-    pheap *h;
-    if (pheap_open(base, o, &h) != 0) {
-        ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());
+    pheap *h = ph_test_open(base, o);
+    if (!h)
         return 0;
-    }
     state *s = state_of(h);
     pheap_off b = 0;
     uint64_t two = 2;

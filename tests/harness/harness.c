@@ -68,6 +68,16 @@ const char *ph_test_path(const char *name)
     return p;
 }
 
+pheap *ph_test_open_at(const char *path, const pheap_options *opts, const char *file, int line)
+{
+    pheap *h = NULL;
+    if (pheap_open(path, opts, &h) != 0) {
+        ph_test_fail(file, line, "open %s: %s", path, pheap_errmsg());
+        return NULL;
+    }
+    return h;
+}
+
 pheap *ph_test_create(const char *path, uint64_t size)
 {
     unlink(path);

@@ -71,6 +71,11 @@ const char *ph_test_path(const char *name);
 /* Directory holding ph_test_path files. */
 const char *ph_test_dir(void);
 
+/* Opens the heap at `path` with `opts`; NULL, with the test failed (at
+ * file:line), when it cannot. */
+pheap *ph_test_open_at(const char *path, const pheap_options *opts, const char *file, int line);
+#define ph_test_open(path, opts) ph_test_open_at(path, opts, __FILE__, __LINE__)
+
 /* Creates a heap of `size` bytes at `path` (removing an old file first). */
 pheap *ph_test_create(const char *path, uint64_t size);
 
