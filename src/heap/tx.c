@@ -193,11 +193,9 @@ void ph_tx_thread_exit(pheap *h, ph_thread *t, int rollback_open)
     t->tx = NULL;
 }
 
-/* Checks that [addr, addr + len) lies in the data region and in one live
- * block or one block of the transaction; *off its offset, *fresh 1 for
- * the latter. */
-static int check_range(pheap *h, ph_tx *tx, const void *addr, size_t len, uint64_t *off,
-                       int *fresh, const char *call)
+/* 0 and *off when [addr, addr + len) is a non-empty range of the data
+ * region; else PHEAP_EINVAL or PHEAP_ERANGE, message naming `call`. */
+static int data_range(pheap *h, const void *addr, size_t len, uint64_t *off, const char *call)
 {
     uintptr_t a = (uintptr_t)addr, b = (uintptr_t)h->sp.base;
     uint64_t size = ph_space_size(&h->sp);
@@ -207,6 +205,18 @@ static int check_range(pheap *h, ph_tx *tx, const void *addr, size_t len, uint64
         return ph_err(PHEAP_ERANGE, "%s: [%p, +%zu) is not inside the heap's data region", call,
                       addr, len);
     *off = a - b;
+    return 0;
+}
+
+/* Checks that [addr, addr + len) lies in the data region and in one live
+ * block or one block of the transaction; *off its offset, *fresh 1 for
+ * the latter. */
+static int check_range(pheap *h, ph_tx *tx, const void *addr, size_t len, uint64_t *off,
+                       int *fresh, const char *call)
+{
+    int rc = data_range(h, addr, len, off, call);
+    if (rc)
+        return rc;
     int mine = ph_tx_ranges_block(tx, *off, len);
     if (mine < 0)
         return ph_err(PHEAP_ENOTLIVE, "%s: [%llu, +%zu) is in a block this transaction frees",
@@ -215,7 +225,7 @@ static int check_range(pheap *h, ph_tx *tx, const void *addr, size_t len, uint64
     if (*fresh)
         return 0;
     uint64_t start, bytes;
-    int rc = ph_engine_block_at(h->engine, *off, &start, &bytes, call);
+    rc = ph_engine_block_at(h->engine, *off, &start, &bytes, call);
     if (rc)
         return rc;
     if (*off + len > start + bytes)
@@ -511,14 +521,12 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
     ph_tx *tx = current(h, &t, "pheap_tx_read");
     if (!tx)
         return pheap_errno();
-    uintptr_t a = (uintptr_t)src, b = (uintptr_t)h->sp.base;
-    uint64_t size = ph_space_size(&h->sp);
-    if (!buf || len == 0)
-        return ph_err(PHEAP_EINVAL, "pheap_tx_read: %s", buf ? "length 0" : "buf is NULL");
-    if (a < b + h->sp.data_off || a - b >= size || len > size - (a - b))
-        return ph_err(PHEAP_ERANGE, "pheap_tx_read: [%p, +%zu) is not inside the heap's data "
-                      "region", src, len);
-    uint64_t off = a - b;
+    uint64_t off;
+    if (!buf)
+        return ph_err(PHEAP_EINVAL, "pheap_tx_read: buf is NULL");
+    int rc = data_range(h, src, len, &off, "pheap_tx_read");
+    if (rc)
+        return rc;
     memmove(buf, src, len);
     for (size_t i = 0; i < tx->redos.n; i++) {
         const redo *r = &tx->redos.v[i];
