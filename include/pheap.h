@@ -95,6 +95,8 @@ enum {
     PHEAP_ENOTX = -27,      /* the call needs a transaction and the thread has none */
     PHEAP_EABORTED = -28,   /* the thread's transaction was aborted: only commit or
                                abort may follow, to close its levels */
+    PHEAP_ERECOVER = -29,   /* a GC-mode heap after an unclean shutdown: call
+                               pheap_recover before allocating or freeing */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -188,7 +190,10 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
                                    use takes space); PHEAP_EINVAL when max_size
                                    cannot hold size after them */
     unsigned flush;             /* enum pheap_flush_kind; 0 = AUTO (see above) */
-    unsigned reserved0;         /* must be 0 */
+    unsigned consistency;       /* PHEAP_CONSISTENCY_LOG (0) or _GC when creating; when
+                                   opening, 0 accepts the heap's mode and _GC asks for
+                                   a GC heap (PHEAP_EINVAL for a LOG one): the mode is
+                                   fixed at creation (see "Consistency modes") */
     /* More of the crash simulator (with PHEAP_SIMULATE; see its section): */
     uint64_t sim_crash_store;   /* or just after this durable store (1-based), same image */
     unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG */
@@ -539,7 +544,7 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
 
 /* Starts a transaction, or an inner level of the thread's transaction.
  * Errors: PHEAP_EINVAL (NULL), PHEAP_ERDONLY, PHEAP_EFORKED, PHEAP_ENOTSUP
- * (heap format before transactions), PHEAP_EABORTED (see above),
+ * (heap format before transactions, or a GC-mode heap), PHEAP_EABORTED,
  * PHEAP_ENOMEM (no lane free: more than 1024 threads in transactions). */
 int pheap_tx_begin(pheap *h);
 
@@ -599,6 +604,144 @@ pheap_off pheap_tx_alloc(pheap *h, size_t size);
  * PHEAP_EINTERIOR, PHEAP_ENOTALLOC, PHEAP_ENOMEM (the transaction is
  * aborted). */
 int pheap_tx_free(pheap *h, pheap_off off);
+
+/* ===================================================================== */
+/*  Consistency modes, recovery by tracing, garbage collection           */
+/* ===================================================================== */
+/*
+ * A heap's consistency mode is chosen at creation (pheap_options.consistency)
+ * and never changes:
+ *
+ * PHEAP_CONSISTENCY_LOG (the default) makes every pheap_alloc and pheap_free
+ * durable on return (one fence each) and recovers at pheap_open by itself.
+ *
+ * PHEAP_CONSISTENCY_GC flushes nothing when it allocates or frees a small
+ * block: the calls touch only the calling thread's cache.  What is written
+ * durably is only what recovery needs to know the heap's shape: a slab's
+ * size class when the slab is made, a large block's extent when it is
+ * allocated or freed (one fence each), and the roots.  After a clean close
+ * everything is on media and the next open is as fast as in LOG mode.
+ * After a crash, pheap_open succeeds but the heap does not know which
+ * blocks are allocated: every call that allocates or frees (and
+ * pheap_usable_size, pheap_root_set) fails with PHEAP_ERECOVER until the
+ * program calls pheap_recover, which finds every block reachable from the
+ * roots, keeps exactly those (and what they reach), and frees the rest.
+ * The program must therefore keep every block it wants to survive a crash
+ * reachable from a root through offsets stored in the heap, and make those
+ * offsets (and the data it needs) durable itself, with pheap_persist:
+ * that is the price of the unflushed fast path, and Ralloc's and Makalu's
+ * model.  pheap_alloc_to and pheap_free_from store the offset (and its
+ * clearing) without flushing it.  Transactions need a LOG heap
+ * (pheap_tx_begin: PHEAP_ENOTSUP).
+ *
+ * What GC mode checks: a free of an offset that is not the start of a
+ * block, or of a block that is free in its slab, is refused as in LOG
+ * mode; a double free of a block still held by the freeing thread's cache
+ * (between the two frees no other free of that size class overflowed the
+ * cache) is not seen at the call: it is caught and ignored when the cache
+ * returns its blocks to their slabs (pheap_stats.gc_double_frees), so it
+ * can hand the block out twice meanwhile, as malloc would.
+ *
+ * Tracing.  Conservative by default: every aligned 8-byte word of a
+ * reachable block whose value is the offset of the start of a block makes
+ * that block reachable (an integer that happens to equal one keeps a block
+ * alive: a superset, never a loss).  Offsets to the inside of a block and
+ * pointers stored as addresses are not followed.  Precise: a filter,
+ * registered per root with pheap_root_set_filter, reports the offsets a
+ * block holds with pheap_trace, and names the filter of each child (for
+ * links stored as tagged words or indices, which the conservative tracer
+ * cannot see).  Filters are process memory: register them after each open,
+ * before pheap_recover.
+ */
+
+/* pheap_options.consistency */
+#define PHEAP_CONSISTENCY_LOG 0u
+#define PHEAP_CONSISTENCY_GC  1u
+
+typedef struct pheap_tracer pheap_tracer;
+
+/* A filter: called once for each reachable block of the type it was
+ * registered for, with the block's offset, address and usable size; it
+ * calls pheap_trace for each offset the block holds.  It may run on any of
+ * the tracing threads, in parallel with other calls of itself: it must
+ * only read the block (and its own constant data). */
+typedef void (*pheap_filter_fn)(pheap_tracer *tr, pheap_off off, const void *block,
+                                size_t usable);
+
+/* From a filter: `child` is reachable, and its own offsets are found by
+ * `filter` (NULL: conservatively).  0 (nothing) is ignored; an offset that
+ * is not the start of a block is ignored and counted
+ * (pheap_gc_report.bad_refs). */
+void pheap_trace(pheap_tracer *tr, pheap_off child, pheap_filter_fn filter);
+
+/* The heap being traced, for a filter that needs pheap_direct. */
+pheap *pheap_tracer_heap(pheap_tracer *tr);
+
+/* Registers `fn` as the filter of the block root `name` holds (NULL
+ * removes it: conservative again).  Kept in this handle only.  The root
+ * need not be set yet.  Errors: PHEAP_EINVAL (NULL heap), PHEAP_ENAME,
+ * PHEAP_ENOSPC (PHEAP_ROOTS_MAX filters). */
+int pheap_root_set_filter(pheap *h, const char *name, pheap_filter_fn fn);
+
+/* What one recovery or collection found and did. */
+typedef struct pheap_gc_report {
+    uint64_t marked_blocks;   /* reachable blocks */
+    uint64_t marked_bytes;    /* their usable bytes */
+    uint64_t freed_blocks;    /* blocks freed (a dry run: that would be freed); for
+                                 a recovery, the large blocks no root reaches and
+                                 the small ones allocated at the last clean close
+                                 that no root reaches (those allocated since are
+                                 not known as such: they are free all the same) */
+    uint64_t freed_bytes;
+    uint64_t bad_refs;        /* offsets a filter or a root reported that start no
+                                 block (ignored) */
+    uint64_t elapsed_ns;      /* wall time of the call */
+    unsigned threads;         /* marking threads used */
+    unsigned dry_run;         /* 1 if nothing was freed */
+} pheap_gc_report;
+
+/* Progress of a long recovery or collection: `done` of `total` units of
+ * `phase` ("mark": blocks marked, total unknown (0); "sweep": chunks of
+ * the heap swept, total known).  Called from the calling thread, at most
+ * about 20 times a second; must not call into the heap. */
+typedef void (*pheap_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
+
+typedef struct pheap_gc_options {
+    unsigned flags;           /* PHEAP_GC_DRY_RUN */
+    unsigned threads;         /* marking threads (0: one per online CPU, at most 64) */
+    pheap_progress_fn progress; /* NULL: none */
+    void *progress_arg;
+} pheap_gc_options;
+
+#define PHEAP_GC_DRY_RUN 0x1u /* pheap_gc: report what would be freed, free nothing */
+
+/* GC mode, after an unclean shutdown: traces the blocks reachable from the
+ * roots (through the registered filters) and rebuilds every slab bitmap
+ * and the large-block index from them: every block not reached is free
+ * afterwards.  Writes no byte of any block.  Then allocation works again.
+ * Crash guarantee: recovery is idempotent; a crash during it leaves the
+ * heap needing recovery again, and the next pheap_recover gives the same
+ * result.  Call it before other threads use the heap.  Returns 0 at once
+ * (nothing to do) on a heap that needs no recovery, LOG heaps included.
+ * Errors: PHEAP_EINVAL (NULL heap), PHEAP_ERDONLY (a read-only handle
+ * cannot recover; it can read), PHEAP_ENOMEM (marking memory: nothing
+ * changed), PHEAP_EFORKED. */
+int pheap_recover(pheap *h);
+/* pheap_recover with options (NULL: defaults) and a report (may be NULL). */
+int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out);
+
+/* Offline leak collection, either mode: frees every allocated block that
+ * no root reaches (a block allocated by a program that crashed before
+ * linking it, a list cut off by a bug).  Each free is an ordinary durable
+ * free: a crash during the collection leaves some of the garbage freed
+ * and the rest allocated, never a reachable block freed.  No other thread
+ * may use the heap during the call (it would lose blocks it has not
+ * linked yet); in GC mode the thread caches are emptied first.
+ * Errors: as pheap_recover, and PHEAP_ERECOVER (a GC heap needing
+ * recovery: pheap_recover does the collection), PHEAP_EBUSY (a thread's
+ * transaction is open). */
+int pheap_gc(pheap *h);
+int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out);
 
 /* ===================================================================== */
 /*  Statistics and checks                                                */
@@ -663,6 +806,17 @@ struct pheap_stats {
                                  leaves nothing to undo and is not counted) */
     uint64_t tx_rolled_forward; /* ... and rolled forward: committed, not yet
                                  fully applied when the process stopped */
+    unsigned consistency;     /* PHEAP_CONSISTENCY_LOG or _GC */
+    unsigned needs_recovery;  /* 1: a GC heap after an unclean shutdown, until
+                                 pheap_recover (allocation refused: PHEAP_ERECOVER) */
+    uint64_t gc_runs;         /* recoveries and collections through this handle */
+    uint64_t gc_marked_blocks;/* the last one's reachable blocks, */
+    uint64_t gc_freed_blocks; /*   blocks it freed */
+    uint64_t gc_freed_bytes;  /*   and their bytes */
+    uint64_t gc_elapsed_ns;   /*   and its duration */
+    uint64_t gc_time;         /*   and when it ended (seconds since the epoch; 0: none) */
+    uint64_t gc_double_frees; /* GC mode: double frees found when thread caches
+                                 returned blocks to their slabs (ignored) */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

@@ -119,9 +119,15 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->open_count = ph_load(&h->sp.state->xopen_count);
     out->unclean_count = ph_load(&h->sp.state->xunclean_count);
     out->roots = pheap_root_count(h);
-    ph_thread_sum_counters(h, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);
+    uint64_t cached_bytes;
+    ph_thread_sum_counters(h, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks,
+                           &cached_bytes);
     ph_engine_stats st;
     ph_engine_stats_get(h->engine, &st);
+    if (h->gc) { /* bitmaps count cached blocks as allocated (see ph_engine_set_gc) */
+        st.live_blocks -= PH_MIN(st.live_blocks, out->cached_blocks);
+        st.live_bytes -= PH_MIN(st.live_bytes, cached_bytes);
+    }
     out->live_blocks = st.live_blocks;
     out->live_bytes = st.live_bytes;
     out->slabs = st.slabs;
@@ -137,6 +143,10 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->tx_fences = tx[2];
     out->tx_rolled_back = h->engine->tx_rolled_back;
     out->tx_rolled_forward = h->engine->tx_rolled_forward;
+    out->consistency = h->gc ? PHEAP_CONSISTENCY_GC : PHEAP_CONSISTENCY_LOG;
+    out->needs_recovery = h->needs_recovery;
+    out->gc_double_frees = ph_load_relaxed(&h->engine->xgc_double_frees);
+    ph_gc_stats(h, out);
     uint64_t held = st.slab_bytes + st.large_bytes;
     out->fragmentation = held ? 1.0 - (double)st.live_bytes / (double)held : 0.0;
     return 0;

@@ -67,6 +67,20 @@ static unsigned slab_batch(uint32_t made)
     return made < 2 ? 1 : made < 8 ? 2 : made < 32 ? 4 : PH_SLAB_BATCH;
 }
 
+/* Gives the chunk of empty slab s back to free space (arena lock held; s
+ * off its partial list and out of the chunk map).  In GC mode its
+ * descriptor may still record blocks allocated at the last clean close:
+ * it is zeroed durably first, so that no chunk outside a slab has
+ * allocated blocks in its descriptor (see pheap_check). */
+static int slab_release(ph_engine *e, ph_pctx *c, ph_slab *s)
+{
+    if (e->gc) {
+        ph_slab_zero_desc(e->sp, c, s);
+        ph_persist_fence(&e->sp->persist, c);
+    }
+    return ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0);
+}
+
 /* Releases the empty slabs of arena a (lock held); returns how many. */
 static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
 {
@@ -78,7 +92,7 @@ static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
                 continue;
             partial_remove(a, s);
             ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
-            if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0) == 0)
+            if (slab_release(e, c, s) == 0)
                 n++;
         }
     }
@@ -107,6 +121,8 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
             rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
             break;
         }
+        if (e->gc) /* its descriptor may differ from the copy: zero it all */
+            e->slabs[ch]->bits_known = 0;
         ph_slab_format(e->sp, c, e->slabs[ch], cls);
         n++;
     }
@@ -137,7 +153,7 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
         return;
     partial_remove(a, s);
     ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
-    if (ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0) != 0) {
+    if (slab_release(e, c, s) != 0) {
         /* Cannot happen while the index is consistent; keep the slab. */
         ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
         partial_push(a, s);
@@ -156,6 +172,10 @@ static void give_back(ph_engine *e, ph_pctx *c, const uint64_t *v, uint32_t n)
                 pthread_mutex_unlock(&locked->lock);
             pthread_mutex_lock(&a->lock);
             locked = a;
+        }
+        if (e->gc && !ph_slab_gc_return(s, v[i])) {
+            __atomic_fetch_add(&e->xgc_double_frees, 1, __ATOMIC_RELAXED);
+            continue; /* a double free the cache held twice: once is enough */
         }
         ph_slab_give(s, v[i]);
         if (!s->in_partial)
@@ -197,7 +217,10 @@ static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_t
         ph_slab *s = a->partial[cls];
         if (!s && (!create || slab_create(e, c, ai, cls, &s) != 0))
             break;
-        ph_store_relaxed(&b->n, b->n + ph_slab_take(s, b->v + b->n, want - b->n));
+        uint32_t got = ph_slab_take(s, b->v + b->n, want - b->n);
+        for (uint32_t k = 0; e->gc && k < got; k++)
+            ph_slab_gc_hold(s, b->v[b->n + k]);
+        ph_store_relaxed(&b->n, b->n + got);
         if (s->navail == 0)
             partial_remove(a, s);
     }
@@ -284,6 +307,11 @@ static void tcache_drain(ph_engine *e, ph_tcache *t, ph_pctx *c)
     }
 }
 
+void ph_engine_drain_cache(ph_engine *e, ph_tcache *t, ph_pctx *c)
+{
+    tcache_drain(e, t, c);
+}
+
 void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     tcache_drain(e, t, c);
@@ -335,6 +363,30 @@ int ph_engine_live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
 
 /* ---- allocation and free ------------------------------------------------------ */
 
+void ph_engine_release_empty_slabs(ph_engine *e, ph_pctx *c)
+{
+    for (unsigned i = 0; i < e->narenas; i++) {
+        pthread_mutex_lock(&e->arenas[i].lock);
+        release_empty(e, c, &e->arenas[i]);
+        pthread_mutex_unlock(&e->arenas[i].lock);
+    }
+}
+
+void ph_engine_rebuild_partials(ph_engine *e)
+{
+    for (unsigned a = 0; a < e->narenas; a++)
+        memset(e->arenas[a].partial, 0, sizeof(e->arenas[a].partial));
+    for (uint64_t ch = 0; ch < ph_engine_backed_chunks(e); ch++) {
+        ph_slab *s = e->chunks[ch];
+        if (!s)
+            continue;
+        s->in_partial = 0;
+        s->next = s->prev = NULL;
+        if (s->navail)
+            partial_push(&e->arenas[s->arena], s);
+    }
+}
+
 /* When the heap is full: returns the calling thread's cached blocks to
  * their slabs, then every arena's empty slabs to free space; returns
  * whether any slab was released. */
@@ -364,7 +416,8 @@ static int init_block(ph_engine *e, ph_pctx *c, const ph_block_init *ini, uint64
     int r = ini->fn ? ini->fn(ini->arg, p, usable) : 0;
     if (r)
         return ph_err(PHEAP_ECANCELED, "the initialiser returned %d: allocation canceled", r);
-    ph_persist_flush(&e->sp->persist, c, p, usable);
+    if (!e->gc) /* GC mode makes nothing durable for the program */
+        ph_persist_flush(&e->sp->persist, c, p, usable);
     return 0;
 }
 
@@ -419,6 +472,8 @@ uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
         ph_engine_cache_block(e, t, c, cls, off);
         return 0;
     }
+    if (ph_unlikely(e->gc))
+        return off; /* the block's bit was set when it entered the cache */
     ph_slab *s = ph_engine_chunk_slab(e, off);
     int exact;
     ph_slab_mark(e->sp, c, s, ph_slab_index(s, off, &exact));
@@ -434,7 +489,13 @@ int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
     uint32_t i = ph_slab_index(s, off, &exact);
     if (!exact)
         return bad_small(s, off, i);
-    int rc = ph_slab_unmark(e->sp, c, s, i);
+    int rc;
+    if (ph_unlikely(e->gc)) { /* A clear: free in its slab (see ph_engine_set_gc) */
+        unsigned bits = ph_slab_bits(s, i);
+        rc = bits & 1 ? 0 : bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
+    } else {
+        rc = ph_slab_unmark(e->sp, c, s, i);
+    }
     if (rc)
         return ph_engine_clear_error(rc, off);
     ph_engine_cache_block(e, t, c, s->xcls, off);
@@ -469,6 +530,12 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
 {
     ph_space *sp = e->sp;
     uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off;
+    if (e->gc) { /* nothing logged: a block no one links is garbage to recovery */
+        if (!(off = ph_engine_alloc(e, t, c, size, init)))
+            return pheap_errno();
+        ph_store(dest, off);
+        return 0;
+    }
     int rc = ph_engine_lane(e, t, c);
     if (rc)
         return rc;
@@ -524,6 +591,16 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         return 0;
     if (off < sp->data_off || off >= ph_space_size(sp))
         return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
+    if (e->gc) { /* checked, unlinked, freed: a crash between is recovery's business */
+        uint64_t large;
+        ph_slab *s = ph_engine_chunk_slab(e, off);
+        uint32_t i;
+        int rc = s ? ph_engine_live_small(s, off, &i) : ph_extent_lookup(e->ext, off, &large);
+        if (rc)
+            return rc;
+        ph_store(src, 0);
+        return ph_engine_free(e, t, c, off);
+    }
     int rc = ph_engine_lane(e, t, c);
     if (rc)
         return rc;
@@ -674,10 +751,6 @@ static void *alloc_map(uint64_t bytes)
     return ph_os_alloc_pages(PH_ALIGN_UP(bytes, PH_PAGE_SIZE));
 }
 
-static uint64_t backed_chunks(const ph_engine *e)
-{
-    return (ph_space_size(e->sp) - e->sp->data_off) / PH_CHUNK_SIZE;
-}
 
 int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
 {
@@ -717,7 +790,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
         if (!o.rc && e->txlogs)
             o.rc = ph_engine_tx_recover(e, c);
     }
-    for (uint64_t ch = 0; !o.rc && ch < backed_chunks(e); ch++) {
+    for (uint64_t ch = 0; !o.rc && ch < ph_engine_backed_chunks(e); ch++) {
         ph_slab *s = e->chunks[ch];
         if (!s)
             continue;
@@ -737,7 +810,7 @@ void ph_engine_close(ph_engine *e)
 {
     if (!e)
         return;
-    for (uint64_t ch = 0; e->slabs && ch < backed_chunks(e); ch++)
+    for (uint64_t ch = 0; e->slabs && ch < ph_engine_backed_chunks(e); ch++)
         free(e->slabs[ch]);
     ph_extents_close(e->ext);
     ph_os_free_pages(e->chunks, PH_ALIGN_UP(e->nchunks * sizeof(*e->chunks), PH_PAGE_SIZE));

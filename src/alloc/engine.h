@@ -41,6 +41,10 @@ typedef struct ph_engine {
                                       (PH_FEAT_INCOMPAT_TX); else NULL */
     unsigned tx_rolled_back;       /* interrupted transactions recovery rolled back */
     unsigned tx_rolled_forward;    /* ... and forward */
+    int gc;                        /* GC consistency mode (engine_gc.c): no bitmap is
+                                      written on the fast path; bits[] of a slab
+                                      count blocks in thread caches as allocated */
+    uint64_t xgc_double_frees;     /* GC mode: found when caches gave blocks back */
 } ph_engine;
 
 /* Builds the engine from the durable metadata.  When `recover`, committed
@@ -73,6 +77,53 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes);
  * (a freed block, space never allocated).  No lock for a small block: one
  * bitmap read. */
 int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call);
+
+/* ---- GC mode and tracing (engine_gc.c) ----
+ * In GC mode a slab's bits[] copy is kept at batch boundaries under its
+ * arena's lock: A|E set when a block goes into a thread cache, A cleared
+ * when it comes back; the descriptor's bitmap is written only at a clean
+ * close (ph_engine_gc_writeback) and after a recovery.  So A means
+ * "allocated or cached" while the heap runs, and exactly "allocated" once
+ * every cache is drained. */
+
+/* Selects GC mode for an engine just opened. */
+void ph_engine_set_gc(ph_engine *e);
+
+/* Clean close of a GC heap, thread caches drained: every slab descriptor
+ * bitmap gets its copy, durable on return (one fence). */
+void ph_engine_gc_writeback(ph_engine *e, ph_pctx *c);
+
+/* Returns a thread's cached blocks to their slabs (pheap_gc in GC mode
+ * empties every cache first). */
+void ph_engine_drain_cache(ph_engine *e, ph_tcache *t, ph_pctx *c);
+
+/* Mark bits of one trace: one per possible small block of every backed
+ * chunk and one per page (large blocks), set atomically by any number of
+ * marking threads. */
+typedef struct ph_gc_marks ph_gc_marks;
+#define PH_GC_ALL_BLOCKS 0x1u /* recovery: every block of a slab is a candidate (the
+                                  bitmaps are unknown); else only allocated ones */
+int ph_gc_marks_new(ph_engine *e, unsigned flags, ph_gc_marks **out);
+void ph_gc_marks_free(ph_gc_marks *m);
+/* If `v` is the offset of a candidate block: 1 and its usable *bytes when
+ * this call marked it, 0 when it was marked already; -1 when `v` starts no
+ * candidate block.  Lock-free; the engine must not change meanwhile. */
+int ph_gc_mark(ph_gc_marks *m, uint64_t v, uint64_t *bytes);
+/* 1 when `v` lies in the data region now backed (a cheap first test). */
+int ph_gc_in_range(const ph_gc_marks *m, uint64_t v);
+
+typedef struct ph_gc_sweep {
+    uint64_t marked_blocks, marked_bytes, freed_blocks, freed_bytes;
+} ph_gc_sweep;
+typedef void (*ph_gc_progress)(void *arg, uint64_t done, uint64_t total);
+/* Frees every candidate block left unmarked (with `dry`, only counts):
+ * after a recovery (PH_GC_ALL_BLOCKS) the bitmaps become the marks, empty
+ * slabs and unmarked large blocks are released; after a collection each
+ * unmarked allocated block is freed as pheap_free would (LOG: durably).
+ * No thread may use the engine meanwhile; thread caches must be empty in
+ * GC mode.  0 or PHEAP_ENOMEM. */
+int ph_engine_gc_sweep(ph_engine *e, ph_tcache *t, ph_pctx *c, ph_gc_marks *m, int dry,
+                       ph_gc_sweep *out, ph_gc_progress progress, void *arg);
 
 /* ---- transactions (engine_tx.c) ---- */
 

@@ -14,6 +14,12 @@ static inline ph_slab *ph_engine_chunk_slab(const ph_engine *e, uint64_t off)
     return ph_load(&e->chunks[(off - e->sp->data_off) / PH_CHUNK_SIZE]);
 }
 
+/* Chunks of the data region backed by the file now. */
+static inline uint64_t ph_engine_backed_chunks(const ph_engine *e)
+{
+    return (ph_space_size(e->sp) - e->sp->data_off) / PH_CHUNK_SIZE;
+}
+
 static inline uint64_t ph_engine_chunk_of(const ph_engine *e, uint64_t off)
 {
     return (off - e->sp->data_off) / PH_CHUNK_SIZE;
@@ -30,6 +36,12 @@ int ph_engine_reserve_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
 int ph_engine_live_small(const ph_slab *s, uint64_t off, uint32_t *idx);
 /* The message of a free of a block whose A bit is clear. */
 int ph_engine_clear_error(int rc, uint64_t off);
+
+/* Every arena's partial lists made again from the slabs' available sets
+ * (after a recovery rewrote them); no other thread may run. */
+void ph_engine_rebuild_partials(ph_engine *e);
+/* Releases every empty slab of every arena. */
+void ph_engine_release_empty_slabs(ph_engine *e, ph_pctx *c);
 
 /* Recovery of interrupted transactions, at open after the lanes' (engine_tx.c). */
 int ph_engine_tx_recover(ph_engine *e, ph_pctx *c);

@@ -350,6 +350,18 @@ int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
     return rc;
 }
 
+int ph_extent_large_start(const ph_extents *x, uint64_t off, uint64_t *bytes)
+{
+    if (off % PH_PAGE_SIZE || off < x->sp->data_off)
+        return 0;
+    uint64_t page = (off - x->sp->data_off) / PH_PAGE_SIZE;
+    const ph_extnode *n = page < x->pages ? x->head[page] : NULL;
+    if (!n || n->kind != PH_EXT_LARGE)
+        return 0;
+    *bytes = n->npages * PH_PAGE_SIZE;
+    return 1;
+}
+
 int ph_extent_live_at(ph_extents *x, uint64_t off)
 {
     if (off < x->sp->data_off || off >= ph_space_size(x->sp))

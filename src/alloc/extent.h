@@ -132,6 +132,11 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes);
  * a live large block, else the error ph_extent_free would return. */
 int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes);
 
+/* 1 and *bytes when data offset `off` starts a live large block; 0
+ * otherwise.  Takes no lock: only while nothing changes the index (a
+ * trace). */
+int ph_extent_large_start(const ph_extents *x, uint64_t off, uint64_t *bytes);
+
 /* 1 when data offset `off` lies inside a live large block (its first
  * byte included), 0 otherwise: free space, a slab, a reservation. */
 int ph_extent_live_at(ph_extents *x, uint64_t off);

@@ -70,6 +70,26 @@ void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
     s->navail = s->nblocks;
 }
 
+void ph_slab_store_desc(ph_space *sp, ph_pctx *c, ph_slab *s)
+{
+    for (uint32_t l = 0; l < PH_SLAB_LINES; l++) {
+        const uint32_t w0 = l * (PH_LINE_SIZE / 8);
+        int differs = 0;
+        for (uint32_t k = 0; k < PH_LINE_SIZE / 8; k++)
+            differs |= ph_load(&s->desc->xbits[w0 + k]) != s->bits[w0 + k];
+        if (differs)
+            ph_persist_store_nt_words(&sp->persist, c, &s->desc->xbits[w0], &s->bits[w0],
+                                      PH_LINE_SIZE / 8);
+    }
+}
+
+void ph_slab_zero_desc(ph_space *sp, ph_pctx *c, ph_slab *s)
+{
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
+        ph_store(&s->bits[w], 0);
+    ph_slab_store_desc(sp, c, s);
+}
+
 void ph_slab_load(ph_slab *s)
 {
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)

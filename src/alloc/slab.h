@@ -135,6 +135,36 @@ static inline unsigned ph_slab_bits(const ph_slab *s, uint32_t i)
     return (unsigned)(ph_load(&s->bits[w]) >> sh) & 3u;
 }
 
+/* GC mode, arena lock held: block `off` goes into a thread cache (A|E set
+ * in the copy only). */
+static inline void ph_slab_gc_hold(ph_slab *s, uint64_t off)
+{
+    uint32_t w, sh, i = (uint32_t)((off - s->off) / s->block_size);
+    ph_slab_bitpos(i, &w, &sh);
+    ph_store(&s->bits[w], s->bits[w] | 3ull << sh);
+}
+
+/* GC mode, arena lock held: block `off` comes back from a thread cache (A
+ * cleared in the copy).  0 when A was clear already: a double free that
+ * reached a cache twice. */
+static inline int ph_slab_gc_return(ph_slab *s, uint64_t off)
+{
+    uint32_t w, sh, i = (uint32_t)((off - s->off) / s->block_size);
+    ph_slab_bitpos(i, &w, &sh);
+    if (!((s->bits[w] >> sh) & 1))
+        return 0;
+    ph_store(&s->bits[w], s->bits[w] & ~(1ull << sh));
+    return 1;
+}
+
+/* Zeroes the descriptor's bitmap and the copy (non-temporal stores,
+ * durable at the caller's next fence). */
+void ph_slab_zero_desc(ph_space *sp, ph_pctx *c, ph_slab *s);
+
+/* Writes the copy to the descriptor's bitmap, the lines that differ
+ * (non-temporal stores, durable at the caller's next fence). */
+void ph_slab_store_desc(ph_space *sp, ph_pctx *c, ph_slab *s);
+
 /* Volatile part for chunk `off` (calloc'ed); the descriptor is not read. */
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off);
 

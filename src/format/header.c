@@ -202,10 +202,8 @@ int ph_header_validate(const void *page, uint64_t len, uint64_t file_size, int r
     if (hdr->page_size != PH_PAGE_SIZE || hdr->line_size != PH_LINE_SIZE ||
         hdr->chunk_size != PH_CHUNK_SIZE)
         return bad_layout(path, "page, line or chunk size", hdr->page_size);
-    if (hdr->consistency != PH_CONSISTENCY_LOG)
-        return hdr->consistency == PH_CONSISTENCY_GC
-                   ? ph_err(PHEAP_ENOTSUP, "%s: consistency mode GC is not supported by this build", path)
-                   : bad_layout(path, "consistency mode", hdr->consistency);
+    if (hdr->consistency != PH_CONSISTENCY_LOG && hdr->consistency != PH_CONSISTENCY_GC)
+        return bad_layout(path, "consistency mode", hdr->consistency);
     if (hdr->max_size % PH_CHUNK_SIZE ||
         hdr->max_size < data_offset(hdr->max_size, hdr->feat_incompat) + PH_CHUNK_SIZE)
         return bad_layout(path, "maximum size", hdr->max_size);

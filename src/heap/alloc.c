@@ -13,6 +13,9 @@ static int writable(pheap *h, const char *call)
         return ph_heap_forked(call);
     if (ph_unlikely(h->readonly))
         return ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call);
+    if (ph_unlikely(h->needs_recovery))
+        return ph_err(PHEAP_ERECOVER, "%s: the heap (GC mode) was not closed cleanly: call "
+                      "pheap_recover first", call);
     return 0;
 }
 
@@ -157,6 +160,11 @@ ph_export size_t pheap_usable_size(pheap *h, pheap_off off)
     }
     if (ph_heap_inherited(h)) {
         ph_heap_forked("pheap_usable_size");
+        return 0;
+    }
+    if (h->needs_recovery) {
+        ph_err(PHEAP_ERECOVER, "pheap_usable_size: the heap (GC mode) was not closed cleanly: "
+               "call pheap_recover first");
         return 0;
     }
     if (offset_in_heap(h, off))

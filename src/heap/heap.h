@@ -55,6 +55,10 @@ struct pheap {
     ph_thread *threads;           /* live thread records */
     ph_pctx retired;              /* counters of records already folded */
     uint64_t retired_tx[3];       /* their commits, aborts, transactional fences */
+    unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
+    unsigned needs_recovery;      /* GC heap found open: writers refused until
+                                     pheap_recover (read anywhere) */
+    struct ph_gc_state *gcs;      /* filters and the last trace's figures (gc.c) */
 };
 
 /* ---- thread records (thread.c) ---- */
@@ -98,10 +102,11 @@ int ph_heap_forked(const char *call);
 void ph_thread_register_heap(pheap *h);
 void ph_thread_unregister_heap(pheap *h, int keep_caches);
 
-/* Sums the persistence counters and cached blocks of every thread of `h`.
- * Other threads' caches are read racily: the count is a snapshot. */
+/* Sums the persistence counters and cached blocks (and their bytes) of
+ * every thread of `h`.  Other threads' caches are read racily: the count
+ * is a snapshot. */
 void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
-                            uint64_t *cached);
+                            uint64_t *cached, uint64_t *cached_bytes);
 
 /* Sums the transaction counters of every thread: commits, aborts, fences. */
 void ph_thread_sum_tx(pheap *h, uint64_t out[3]);
@@ -129,7 +134,15 @@ void ph_tx_thread_exit(pheap *h, ph_thread *t, int rollback);
  * thread's open transaction allocated (and did not free); else nonzero. */
 int ph_tx_usable(pheap *h, uint64_t off, uint64_t *bytes);
 
+/* ---- tracing (gc.c) ---- */
+/* Frees the handle's filters. */
+void ph_gc_state_free(pheap *h);
+/* The figures of pheap_stats kept by gc.c. */
+void ph_gc_stats(pheap *h, struct pheap_stats *out);
+
 /* ---- roots (root.c) ---- */
+/* 0, or PHEAP_ENAME with the message of a bad root name. */
+int ph_root_name_check(const char *name);
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);
 
 #endif /* PH_HEAP_H */

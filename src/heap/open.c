@@ -75,7 +75,7 @@ static int create_file(const char *path, const ph_config *cfg, int replace)
     int rc = plan_sizes(cfg, &max_size, &size);
     ph_header hdr;
     if (!rc)
-        rc = ph_header_init(&hdr, max_size, PH_CONSISTENCY_LOG);
+        rc = ph_header_init(&hdr, max_size, cfg->consistency);
     if (rc)
         return rc;
     char *page = calloc(1, PH_PAGE_SIZE);
@@ -277,6 +277,7 @@ static void release(pheap *h)
     pthread_mutex_destroy(&h->sp.grow_lock);
     pthread_mutex_destroy(&h->root_lock);
     pthread_mutex_destroy(&h->threads_lock);
+    ph_gc_state_free(h);
     free(h->path);
     free(h);
 }
@@ -298,8 +299,17 @@ static int start_session(pheap *h)
     int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), recover, &h->engine);
     if (rc == PHEAP_ECORRUPT) /* what recovery cannot trust */
         return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
-    if (rc || h->readonly)
+    if (rc)
         return rc;
+    if (h->hdr.consistency == PH_CONSISTENCY_GC) {
+        /* Unclean: the bitmaps are those of the last clean close, not the
+         * truth, until pheap_recover traces the roots. */
+        h->gc = 1;
+        h->needs_recovery = h->was_unclean;
+        ph_engine_set_gc(h->engine);
+    }
+    if (h->readonly)
+        return 0;
     ph_persist *p = &h->sp.persist;
     ph_pctx *c = ph_heap_pctx(h);
     if (h->was_unclean)
@@ -349,6 +359,9 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     }
     if (!rc)
         rc = read_header(h);
+    if (!rc && cfg.consistency == PHEAP_CONSISTENCY_GC && h->hdr.consistency != PH_CONSISTENCY_GC)
+        rc = ph_err(PHEAP_EINVAL, "%s: options.consistency asks for GC mode, but the heap was "
+                    "created in LOG mode (the mode is fixed at creation)", path);
     if (!rc)
         rc = map_heap(h, opts, &cfg);
     if (!rc) {
@@ -383,9 +396,14 @@ ph_export int pheap_close(pheap *h)
     h->id = 0;
     if (!h->readonly) {
         /* Everything this library wrote was persisted by the operation that
-         * wrote it; the clean mark is the last durable store. */
+         * wrote it (LOG mode) or is written back now (GC mode); the clean
+         * mark is the last durable store.  A GC heap that still needs
+         * recovery stays marked open: its bitmaps are not the truth. */
         ph_pctx c = {0}; /* the thread records are gone: a context of its own */
-        ph_persist_store64(&h->sp.persist, &c, &h->sp.state->xclean, PH_STATE_CLEAN);
+        if (h->gc && !h->needs_recovery)
+            ph_engine_gc_writeback(h->engine, &c);
+        if (!h->needs_recovery)
+            ph_persist_store64(&h->sp.persist, &c, &h->sp.state->xclean, PH_STATE_CLEAN);
         ph_persist_ctx_release(&c);
         if (h->sp.sim) {
             rc = ph_sim_write_durable(h->sp.sim, h->sp.fd);

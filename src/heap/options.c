@@ -60,8 +60,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.flush: unknown kind %u", opts->flush);
     if (opts->mode & ~07777u)
         return ph_err(PHEAP_EINVAL, "options.mode: %#o is not a permission mask", opts->mode);
-    if (opts->reserved0)
-        return ph_err(PHEAP_EINVAL, "options.reserved0 must be 0");
+    if (opts->consistency > PHEAP_CONSISTENCY_GC)
+        return ph_err(PHEAP_EINVAL, "options.consistency: unknown mode %u", opts->consistency);
     if (opts->reserved1)
         return ph_err(PHEAP_EINVAL, "options.reserved1 must be 0");
     if ((opts->sim_crash_fence || opts->sim_crash_store || opts->sim_crash_image ||
@@ -90,6 +90,7 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.max_size %llu is below options.size %llu",
                       (unsigned long long)opts->max_size, (unsigned long long)opts->size);
     cfg->flush = opts->flush;
+    cfg->consistency = opts->consistency;
     if (cfg->flush != PHEAP_FLUSH_AUTO)
         cfg->flush_source = PHEAP_FLUSH_FROM_OPTION;
     for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++) {

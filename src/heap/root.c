@@ -17,9 +17,16 @@
 #include "heap/heap.h"
 #include "util/error.h"
 
+static int bad_name(const char *name);
+
 static int name_ok(const char *name)
 {
     return name && *name && strnlen(name, PH_ROOT_NAME_MAX + 1) <= PH_ROOT_NAME_MAX;
+}
+
+int ph_root_name_check(const char *name)
+{
+    return name_ok(name) ? 0 : bad_name(name);
 }
 
 static int bad_name(const char *name)
@@ -68,6 +75,9 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         return bad_name(name);
     if (h->readonly)
         return ph_err(PHEAP_ERDONLY, "pheap_root_set: heap opened read-only");
+    if (h->needs_recovery)
+        return ph_err(PHEAP_ERECOVER, "pheap_root_set: the heap (GC mode) was not closed cleanly: "
+                      "call pheap_recover first");
     if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
         return ph_err(PHEAP_ERANGE, "pheap_root_set: offset %llu is outside the data region [%llu, %llu)",
                       (unsigned long long)off, (unsigned long long)h->sp.data_off,

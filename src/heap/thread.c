@@ -218,22 +218,27 @@ void ph_thread_unregister_heap(pheap *h, int keep_caches)
 }
 
 void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
-                            uint64_t *cached)
+                            uint64_t *cached, uint64_t *cached_bytes)
 {
     pthread_mutex_lock(&h->threads_lock);
     uint64_t f = h->retired.xflushes, n = h->retired.xfences, r = h->retired.xreflushes, k = 0;
+    uint64_t kb = 0;
     for (ph_thread *t = h->threads; t; t = t->next) {
         f += ph_load_relaxed(&t->pctx.xflushes);
         n += ph_load_relaxed(&t->pctx.xfences);
         r += ph_load_relaxed(&t->pctx.xreflushes);
-        for (unsigned c = 0; c < PH_CLASSES; c++)
-            k += ph_load_relaxed(&t->tc.bins[c].n);
+        for (unsigned c = 0; c < PH_CLASSES; c++) {
+            uint32_t b = ph_load_relaxed(&t->tc.bins[c].n);
+            k += b;
+            kb += (uint64_t)b * ph_class_size[c];
+        }
     }
     pthread_mutex_unlock(&h->threads_lock);
     *flushes = f;
     *fences = n;
     *reflushes = r;
     *cached = k;
+    *cached_bytes = kb;
 }
 
 void ph_thread_sum_tx(pheap *h, uint64_t out[3])

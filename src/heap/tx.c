@@ -250,6 +250,9 @@ ph_export int pheap_tx_begin(pheap *h)
         tx->depth++;
         return 0;
     }
+    if (h->gc)
+        return ph_err(PHEAP_ENOTSUP, "pheap_tx_begin: %s is a GC-mode heap; transactions need "
+                      "a LOG-mode heap", h->path);
     if (!h->engine->txlogs)
         return ph_err(PHEAP_ENOTSUP, "pheap_tx_begin: %s has format %u.%u, made before "
                       "transactions (1.3)", h->path, h->hdr.major, h->hdr.minor);

@@ -102,6 +102,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_ENOTLIVE: return "not in a live block (free or never allocated)";
     case PHEAP_ENOTX: return "no transaction in progress";
     case PHEAP_EABORTED: return "transaction aborted";
+    case PHEAP_ERECOVER: return "recovery needed (GC mode): call pheap_recover";
     default: return "unknown error";
     }
 }

@@ -1,0 +1,368 @@
+/*
+ * gc.c -- the GC consistency mode and tracing: the mode at creation and at
+ * open, clean close and reopen, calls refused until pheap_recover after a
+ * crash, recovery of exactly the reachable blocks (conservative and with
+ * filters), pheap_gc on LOG and GC heaps with and without a dry run, and
+ * the checks GC mode keeps on frees.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+typedef struct node {
+    pheap_off next;
+    uint64_t value;
+    pheap_off extra; /* a second block hanging off the node, or 0 */
+    uint64_t pad;
+} node;
+
+static pheap *create_gc(const char *path, unsigned flags)
+{
+    unlink(path);
+    pheap_options o = {.size = 8u << 20, .flags = PHEAP_CREATE | flags,
+                       .consistency = PHEAP_CONSISTENCY_GC};
+    return ph_test_open(path, &o);
+}
+
+static uint64_t live(pheap *h)
+{
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    return st.live_blocks;
+}
+
+static void check_ok(pheap *h)
+{
+    pheap_check_report r;
+    if (pheap_check(h, &r) != 0)
+        ph_test_fail(__FILE__, __LINE__, "pheap_check: %s", r.first_error);
+}
+
+/* A list of n nodes (root "list"), each persisted, with every third node
+ * holding a large block; `garbage` unlinked blocks besides.  Returns the
+ * number of reachable blocks. */
+static uint64_t build(pheap *h, unsigned n, unsigned garbage, uint64_t tag)
+{
+    pheap_off head = 0;
+    uint64_t blocks = 0;
+    for (unsigned i = 0; i < n; i++) {
+        pheap_off o = pheap_alloc(h, sizeof(node));
+        if (!o) {
+            ph_test_fail(__FILE__, __LINE__, "alloc: %s", pheap_errmsg());
+            return 0;
+        }
+        node *p = pheap_direct(h, o);
+        p->next = head ? head | tag : 0;
+        p->value = i;
+        p->extra = i % 3 == 0 ? pheap_alloc(h, 20000 + i) : 0;
+        blocks += 1 + (p->extra != 0);
+        pheap_persist(h, p, sizeof(*p));
+        head = o;
+    }
+    for (unsigned i = 0; i < garbage; i++)
+        if (!pheap_alloc(h, 16 + (i % 5) * 100))
+            ph_test_fail(__FILE__, __LINE__, "alloc garbage: %s", pheap_errmsg());
+    if (pheap_root_set(h, "list", head) != 0)
+        ph_test_fail(__FILE__, __LINE__, "root_set: %s", pheap_errmsg());
+    return blocks;
+}
+
+/* Walks the list (links tagged with `tag`); returns its length, checking values. */
+static unsigned walk(pheap *h, uint64_t tag)
+{
+    unsigned n = 0;
+    for (pheap_off o = pheap_root_get(h, "list"); o; n++) {
+        node *p = pheap_direct(h, o);
+        if (!p || n > 100000)
+            return ~0u;
+        o = p->next & ~tag;
+    }
+    return n;
+}
+
+/* Crashes h (simulated) into `image`: only what was persisted survives. */
+static void crash(pheap *h, const char *image)
+{
+    unlink(image);
+    if (pheap_sim_crash(h, image, 1, 0.0) != 0)
+        ph_test_fail(__FILE__, __LINE__, "sim_crash: %s", pheap_errmsg());
+}
+
+TEST(mode_recorded_and_fixed)
+{
+    const char *path = ph_test_path("gc-mode.heap");
+    pheap *h = create_gc(path, 0);
+    REQUIRE(h);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.consistency, PHEAP_CONSISTENCY_GC);
+    CHECK_EQ(st.needs_recovery, 0);
+    pheap_off a = pheap_alloc(h, 64), b = pheap_alloc(h, 100000);
+    REQUIRE(a && b);
+    CHECK_EQ(st.fences, 0 + st.fences); /* figures only */
+    pheap_close(h);
+    /* the mode is the heap's: opening with 0 keeps it, asking GC of a LOG heap fails */
+    pheap_options o = {0};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_stats(h, &st);
+    CHECK_EQ(st.consistency, PHEAP_CONSISTENCY_GC);
+    CHECK_EQ(st.was_unclean, 0);
+    CHECK_EQ(st.live_blocks, 2);
+    CHECK_EQ(pheap_usable_size(h, a), 64);
+    pheap_close(h);
+    const char *log = ph_test_path("gc-log.heap");
+    h = ph_test_create(log, 4u << 20);
+    REQUIRE(h);
+    pheap_close(h);
+    o.consistency = PHEAP_CONSISTENCY_GC;
+    CHECK_EQ(pheap_open(log, &o, &h), PHEAP_EINVAL);
+    o.consistency = 2;
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+}
+
+TEST(fast_path_makes_nothing_durable)
+{
+    pheap *h = create_gc(ph_test_path("gc-fast.heap"), 0);
+    REQUIRE(h);
+    pheap_off warm = pheap_alloc(h, 64); /* the slab: made durably once */
+    REQUIRE(warm);
+    struct pheap_stats a, b;
+    pheap_stats(h, &a);
+    pheap_off v[2000];
+    for (unsigned i = 0; i < 2000; i++)
+        REQUIRE((v[i] = pheap_alloc(h, 64)) != 0);
+    for (unsigned i = 0; i < 2000; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    pheap_stats(h, &b);
+    /* about 2000 * 64 bytes: a few slabs more, each two fences; no fence per call */
+    CHECK(b.fences - a.fences <= 12);
+    CHECK_EQ(b.live_blocks, 1);
+    check_ok(h);
+    pheap_close(h);
+}
+
+TEST(refused_until_recovered)
+{
+    const char *path = ph_test_path("gc-crash.heap"), *image = ph_test_path("gc-crash.image");
+    pheap *h = create_gc(path, PHEAP_SIMULATE);
+    REQUIRE(h);
+    uint64_t reach = build(h, 50, 30, 0);
+    crash(h, image);
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.was_unclean, 1);
+    CHECK_EQ(st.needs_recovery, 1);
+    pheap_off list = pheap_root_get(h, "list");
+    CHECK(list != 0); /* reading works */
+    CHECK_EQ(walk(h, 0), 50);
+    CHECK_EQ(pheap_alloc(h, 64), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_ERECOVER);
+    CHECK_EQ(pheap_free(h, list), PHEAP_ERECOVER);
+    CHECK_EQ(pheap_root_set(h, "x", list), PHEAP_ERECOVER);
+    CHECK_EQ(pheap_usable_size(h, list), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_ERECOVER);
+    pheap_off d = 0;
+    CHECK_EQ(pheap_alloc_to(h, 64, &d), PHEAP_ERECOVER);
+    CHECK_EQ(pheap_tx_begin(h), PHEAP_ERECOVER);
+    CHECK_EQ(pheap_gc(h), PHEAP_ERECOVER);
+    CHECK(strstr(pheap_strerror(PHEAP_ERECOVER), "recover") != NULL);
+    pheap_gc_options go = {.flags = PHEAP_GC_DRY_RUN};
+    CHECK_EQ(pheap_recover_ex(h, &go, NULL), PHEAP_EINVAL);
+    pheap_gc_report rep;
+    REQUIRE_OK(pheap_recover_ex(h, NULL, &rep));
+    CHECK_EQ(rep.marked_blocks, reach);
+    CHECK_EQ(rep.bad_refs, 0);
+    CHECK(rep.threads >= 1);
+    pheap_stats(h, &st);
+    CHECK_EQ(st.needs_recovery, 0);
+    CHECK_EQ(st.live_blocks, reach);
+    CHECK_EQ(st.gc_runs, 1);
+    CHECK_EQ(st.gc_marked_blocks, reach);
+    CHECK(st.gc_time > 0);
+    CHECK_EQ(walk(h, 0), 50);
+    check_ok(h);
+    REQUIRE_OK(pheap_recover(h)); /* nothing left to do */
+    /* the heap works again, and hands out none of the reachable blocks */
+    for (unsigned i = 0; i < 400; i++) {
+        pheap_off x = pheap_alloc(h, 16 + (i % 5) * 100);
+        REQUIRE(x);
+        memset(pheap_direct(h, x), 0xee, pheap_usable_size(h, x));
+    }
+    CHECK_EQ(walk(h, 0), 50);
+    for (pheap_off x = pheap_root_get(h, "list"); x; x = ((node *)pheap_direct(h, x))->next)
+        CHECK(((node *)pheap_direct(h, x))->pad == 0);
+    check_ok(h);
+    REQUIRE_OK(pheap_close(h));
+    /* a clean close after recovery: the next open trusts the bitmaps */
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    pheap_stats(h, &st);
+    CHECK_EQ(st.needs_recovery, 0);
+    CHECK_EQ(st.live_blocks, reach + 400);
+    check_ok(h);
+    pheap_close(h);
+}
+
+TEST(close_without_recovery_stays_unclean)
+{
+    const char *path = ph_test_path("gc-norec.heap"), *image = ph_test_path("gc-norec.image");
+    pheap *h = create_gc(path, PHEAP_SIMULATE);
+    REQUIRE(h);
+    uint64_t reach = build(h, 10, 5, 0);
+    crash(h, image);
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.needs_recovery, 1);
+    REQUIRE_OK(pheap_recover(h));
+    CHECK_EQ(live(h), reach);
+    pheap_close(h);
+    /* read-only: reads work, recovery is refused */
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    pheap_sim_crash(h, NULL, 0, 0.0);
+}
+
+/* Links tagged with bit 0: invisible to the conservative tracer. */
+static void list_filter(pheap_tracer *tr, pheap_off off, const void *block, size_t usable)
+{
+    (void)off;
+    (void)usable;
+    const node *n = block;
+    pheap_trace(tr, n->next & ~1ull, list_filter);
+    pheap_trace(tr, n->extra, NULL);
+}
+
+TEST(tagged_links_need_a_filter)
+{
+    const char *path = ph_test_path("gc-tag.heap"), *image = ph_test_path("gc-tag.image");
+    const char *image2 = ph_test_path("gc-tag2.image");
+    pheap *h = create_gc(path, PHEAP_SIMULATE);
+    REQUIRE(h);
+    uint64_t reach = build(h, 40, 10, 1);
+    crash(h, image);
+    REQUIRE_OK(ph_test_copy_file(image, image2));
+    /* without a filter: only the head node and its extra block survive */
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    pheap_gc_report rep;
+    REQUIRE_OK(pheap_recover_ex(h, NULL, &rep));
+    node *head = pheap_direct(h, pheap_root_get(h, "list"));
+    CHECK_EQ(rep.marked_blocks, 1 + (head->extra != 0));
+    CHECK_EQ(pheap_usable_size(h, head->next & ~1ull), 0); /* the second node: free now */
+    CHECK_EQ(live(h), rep.marked_blocks);
+    CHECK(rep.freed_blocks >= 13); /* the large blocks of nodes not reached, at least */
+    check_ok(h);
+    pheap_sim_crash(h, NULL, 0, 0.0);
+    /* with it: all of them */
+    REQUIRE_OK(pheap_open(image2, &o, &h));
+    REQUIRE_OK(pheap_root_set_filter(h, "list", list_filter));
+    pheap_gc_options go = {.threads = 2};
+    REQUIRE_OK(pheap_recover_ex(h, &go, &rep));
+    CHECK_EQ(rep.marked_blocks, reach);
+    CHECK_EQ(live(h), reach);
+    CHECK_EQ(walk(h, 1), 40);
+    check_ok(h);
+    CHECK_EQ(pheap_root_set_filter(h, "", list_filter), PHEAP_ENAME);
+    CHECK_EQ(pheap_root_set_filter(NULL, "list", list_filter), PHEAP_EINVAL);
+    REQUIRE_OK(pheap_root_set_filter(h, "list", NULL));
+    pheap_close(h);
+}
+
+static void bad_filter(pheap_tracer *tr, pheap_off off, const void *block, size_t usable)
+{
+    (void)block;
+    (void)usable;
+    pheap_trace(tr, off + 8, NULL);   /* inside a block */
+    pheap_trace(tr, 12345, NULL);     /* in the metadata */
+    pheap_trace(tr, ~0ull, NULL);     /* nowhere */
+    CHECK(pheap_tracer_heap(tr) != NULL);
+}
+
+TEST(filter_reports_of_no_block_are_counted)
+{
+    const char *path = ph_test_path("gc-bad.heap"), *image = ph_test_path("gc-bad.image");
+    pheap *h = create_gc(path, PHEAP_SIMULATE);
+    REQUIRE(h);
+    build(h, 3, 0, 0);
+    crash(h, image);
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(image, &o, &h));
+    REQUIRE_OK(pheap_root_set_filter(h, "list", bad_filter));
+    pheap_gc_report rep;
+    REQUIRE_OK(pheap_recover_ex(h, NULL, &rep));
+    CHECK_EQ(rep.marked_blocks, 1);
+    CHECK_EQ(rep.bad_refs, 3);
+    check_ok(h);
+    pheap_sim_crash(h, NULL, 0, 0.0);
+}
+
+static void collect(pheap *h, uint64_t reach, uint64_t garbage)
+{
+    uint64_t before = live(h);
+    CHECK_EQ(before, reach + garbage);
+    pheap_gc_options dry = {.flags = PHEAP_GC_DRY_RUN};
+    pheap_gc_report rep;
+    REQUIRE_OK(pheap_gc_ex(h, &dry, &rep));
+    CHECK_EQ(rep.dry_run, 1);
+    CHECK_EQ(rep.marked_blocks, reach);
+    CHECK_EQ(rep.freed_blocks, garbage);
+    CHECK_EQ(live(h), before);
+    REQUIRE_OK(pheap_gc_ex(h, NULL, &rep));
+    CHECK_EQ(rep.freed_blocks, garbage);
+    CHECK_EQ(live(h), reach);
+    CHECK_EQ(walk(h, 0), 60);
+    check_ok(h);
+    REQUIRE_OK(pheap_gc(h)); /* nothing more */
+    CHECK_EQ(live(h), reach);
+}
+
+TEST(collection_in_both_modes)
+{
+    pheap *h = ph_test_create(ph_test_path("gc-leak-log.heap"), 8u << 20);
+    REQUIRE(h);
+    uint64_t reach = build(h, 60, 70, 0);
+    collect(h, reach, 70);
+    REQUIRE_OK(pheap_tx_begin(h));
+    CHECK_EQ(pheap_gc(h), PHEAP_EBUSY);
+    pheap_tx_abort(h);
+    pheap_close(h);
+    h = create_gc(ph_test_path("gc-leak-gc.heap"), 0);
+    REQUIRE(h);
+    reach = build(h, 60, 70, 0);
+    collect(h, reach, 70);
+    pheap_close(h);
+}
+
+TEST(frees_gc_mode_still_checks)
+{
+    pheap *h = create_gc(ph_test_path("gc-free.heap"), 0);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc(h, 64), big = pheap_alloc(h, 50000);
+    REQUIRE(a && big);
+    CHECK_EQ(pheap_free(h, a + 8), PHEAP_EINTERIOR);
+    CHECK_EQ(pheap_free(h, big + 4096), PHEAP_EINTERIOR);
+    /* a block its slab still has available was never handed out */
+    pheap_off far = a + 64 * 500; /* same slab: a is among its first blocks */
+    CHECK_EQ(pheap_free(h, far), PHEAP_ENOTALLOC);
+    REQUIRE_OK(pheap_free(h, big));
+    CHECK_EQ(pheap_free(h, big), PHEAP_EDOUBLEFREE);
+    /* a double free the thread cache still holds is caught when it returns */
+    pheap_off v[600];
+    for (unsigned i = 0; i < 600; i++)
+        REQUIRE((v[i] = pheap_alloc(h, 64)) != 0);
+    REQUIRE_OK(pheap_free(h, a));
+    CHECK_EQ(pheap_free(h, a), 0);
+    for (unsigned i = 0; i < 600; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.gc_double_frees, 1);
+    CHECK_EQ(st.live_blocks, 0);
+    check_ok(h);
+    pheap_close(h);
+}
