@@ -188,19 +188,19 @@ static void give_back(ph_engine *e, ph_pctx *c, const uint64_t *v, uint32_t n)
 
 /* ---- thread caches ------------------------------------------------------------ */
 
-static int tcache_init(ph_tcache *t)
+static int tcache_init(ph_engine *e, ph_tcache *t)
 {
     uint32_t total = 0;
     for (unsigned k = 0; k < PH_CLASSES; k++)
-        total += ph_tcache_cap(k);
+        total += ph_tcache_cap(k, e->gc);
     t->store = malloc(total * sizeof(uint64_t));
     if (!t->store)
         return ph_err(PHEAP_ENOMEM, "out of memory for a thread cache");
     uint64_t *p = t->store;
     for (unsigned k = 0; k < PH_CLASSES; k++) {
-        t->bins[k].cap = ph_tcache_cap(k); /* n stays 0: pheap_stats may read it */
+        t->bins[k].cap = ph_tcache_cap(k, e->gc); /* n stays 0: pheap_stats may read it */
         t->bins[k].v = p;
-        p += ph_tcache_cap(k);
+        p += ph_tcache_cap(k, e->gc);
     }
     return 0;
 }
@@ -257,7 +257,7 @@ static unsigned pick_arena(ph_engine *e)
  * set). */
 ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls)
 {
-    if (!t->store && tcache_init(t) != 0)
+    if (!t->store && tcache_init(e, t) != 0)
         return 0;
     ph_tbin *b = &t->bins[cls];
     uint32_t want = b->cap / 2 ? b->cap / 2 : 1;
@@ -285,7 +285,7 @@ void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls,
     if (ph_likely(ph_tcache_push(t, cls, off)))
         return;
     if (!t->store) {
-        if (tcache_init(t) == 0 && ph_tcache_push(t, cls, off))
+        if (tcache_init(e, t) == 0 && ph_tcache_push(t, cls, off))
             return;
         give_back(e, c, &off, 1);
         return;

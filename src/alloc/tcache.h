@@ -53,11 +53,13 @@ static inline int ph_tcache_push(ph_tcache *t, unsigned cls, uint64_t off)
     return 1;
 }
 
-/* Capacity of a class's stack: more for small blocks, at least 4. */
-static inline uint32_t ph_tcache_cap(unsigned cls)
+/* Capacity of a class's stack: more for small blocks, at least 4.  A GC
+ * heap's caches are deeper: their blocks cost nothing to hold, and every
+ * refill or overflow takes the arena's lock. */
+static inline uint32_t ph_tcache_cap(unsigned cls, int gc)
 {
-    uint32_t c = 8192u / ph_class_size[cls];
-    return c < 4 ? 4 : c > 64 ? 64 : c;
+    uint32_t c = (gc ? 65536u : 8192u) / ph_class_size[cls], max = gc ? 1024u : 64u;
+    return c < 4 ? 4 : c > max ? max : c;
 }
 
 #endif

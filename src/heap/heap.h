@@ -67,7 +67,7 @@ typedef struct ph_tls_last {
     uint64_t id;
     ph_thread *thread;
 } ph_tls_last;
-extern __thread ph_tls_last ph_tls;
+extern __thread ph_tls_last ph_tls __attribute__((tls_model("initial-exec")));
 
 ph_thread *ph_thread_get_slow(pheap *h);
 

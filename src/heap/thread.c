@@ -13,7 +13,7 @@
 #include "heap/heap.h"
 #include "util/error.h"
 
-__thread ph_tls_last ph_tls;
+__thread ph_tls_last ph_tls __attribute__((tls_model("initial-exec")));
 
 typedef struct tls_entry {
     pheap *heap;
