@@ -4,7 +4,11 @@
  * private snapshot (PHEAP_SNAPSHOT), so the file is never written, a heap
  * the user may only read is checked, and a heap that was not closed
  * cleanly is checked as recovery would leave it, with what recovery would
- * do.  --repair opens it read-write: recovery runs, then the check.
+ * do.  --repair opens it read-write: recovery runs, then the check.  A
+ * GC-mode heap left by a crash needs pheap_recover, which the open does
+ * not run: --repair runs it (tracing conservatively, as `pheap recover`);
+ * read-only, the check sees the bitmaps of the last clean close, and says
+ * so.
  * Exit 0 when consistent, 1 when a problem was found or the heap cannot
  * be opened or checked, 2 on bad usage.
  */
@@ -20,7 +24,8 @@ static const char usage[] =
     "  recovery would do (logged operations and transactions it rolls back or\n"
     "  forward) and checks the heap as recovery would leave it.\n"
     "  --repair  open it read-write instead: recovery runs (and is written), then\n"
-    "            the check\n"
+    "            the check; a GC heap left by a crash is recovered by tracing its\n"
+    "            roots conservatively, as pheap recover does\n"
     "  --json    one JSON object instead of text (an error object on failure)\n"
     "  Exit 0 when consistent, 1 when a problem was found or the heap does not open.\n";
 
@@ -35,13 +40,23 @@ static const char *tx_words(char *buf, const struct pheap_stats *st, const char 
     return buf;
 }
 
-/* What recovery did or would do, in words. */
-static void print_recovery(const struct pheap_stats *st, int repair)
+/* What recovery did or would do, in words; `gc` is the report of the
+ * recovery of a GC heap that --repair ran. */
+static void print_recovery(const struct pheap_stats *st, int repair, const pheap_gc_report *gc)
 {
     unsigned long long n = (unsigned long long)st->recovered_ops;
     char tx[128];
     if (!st->was_unclean)
         printf("recovery:      not needed (closed cleanly)\n");
+    else if (st->needs_recovery && repair)
+        printf("recovery:      ran (GC mode, not closed cleanly): the roots traced conservatively, "
+               "%llu reachable block%s kept, %llu freed\n", (unsigned long long)gc->marked_blocks,
+               gc->marked_blocks == 1 ? "" : "s", (unsigned long long)gc->freed_blocks);
+    else if (st->needs_recovery)
+        printf("recovery:      needed (GC mode, not closed cleanly): pheap recover (or --repair) "
+               "traces the roots; until then the slab bitmaps are those of the last clean close, "
+               "and blocks allocated since look free to the check (a root naming one is reported "
+               "as dangling)\n");
     else if (repair)
         printf("recovery:      ran (the heap was not closed cleanly): %llu logged operation%s "
                "rolled forward, %s\n", n, n == 1 ? "" : "s", tx_words(tx, st, "rolled"));
@@ -52,7 +67,7 @@ static void print_recovery(const struct pheap_stats *st, int repair)
 }
 
 static void print_report(const char *path, const struct pheap_stats *st, const pheap_check_report *r,
-                         int repair, int json)
+                         int repair, const pheap_gc_report *gc, int json)
 {
     if (json) {
         printf("{\"path\": ");
@@ -60,6 +75,9 @@ static void print_report(const char *path, const struct pheap_stats *st, const p
         printf(", \"mode\": \"%s\", \"consistent\": %s, \"errors\": %u, \"first_error\": ",
                repair ? "repair" : "read-only", r->errors ? "false" : "true", r->errors);
         cli_json_string(r->first_error);
+        printf(", \"consistency\": \"%s\", \"needs_recovery\": %s",
+               cli_consistency_name(st->consistency),
+               st->needs_recovery && !repair ? "true" : "false");
         printf(", \"recovery_needed\": %s, \"recovered\": %s, \"rolled_forward\": %llu, "
                "\"tx_rolled_back\": %llu, \"tx_rolled_forward\": %llu, "
                "\"roots\": %u, \"live_blocks\": %llu, \"live_bytes\": %llu, \"slabs\": %llu, "
@@ -75,7 +93,7 @@ static void print_report(const char *path, const struct pheap_stats *st, const p
     printf("heap:          %s\n", path);
     printf("mode:          %s\n", repair ? "repair (opened read-write)"
                                           : "read-only (the file is not written)");
-    print_recovery(st, repair);
+    print_recovery(st, repair, gc);
     if (r->errors)
         printf("result:        INCONSISTENT: %u problem(s); first: %s\n", r->errors, r->first_error);
     else
@@ -116,6 +134,13 @@ int cmd_check(int argc, char **argv)
                  "closed (pheap info and pheap stats show a snapshot)", path);
         return cli_error(PHEAP_EBUSY, msg, json);
     }
+    pheap_gc_report gc;
+    memset(&gc, 0, sizeof(gc));
+    if (st.needs_recovery && repair && (rc = pheap_recover_ex(h, NULL, &gc)) != 0) {
+        rc = cli_fail_json(path, rc, json);
+        pheap_close(h);
+        return rc;
+    }
     pheap_check_report r;
     memset(&r, 0, sizeof(r));
     rc = pheap_check(h, &r);
@@ -124,7 +149,7 @@ int cmd_check(int argc, char **argv)
         pheap_close(h);
         return rc;
     }
-    print_report(path, &st, &r, repair, json);
+    print_report(path, &st, &r, repair, &gc, json);
     rc = pheap_close(h);
     if (rc)
         return cli_fail(path, rc);

@@ -13,6 +13,8 @@ int cmd_create(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
+int cmd_recover(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 
 /* 1 when an argument is --help or -h: the subcommand then prints its usage
  * on stdout and exits 0 (cli_help). */
@@ -31,6 +33,13 @@ int cli_fail_json(const char *what, int rc, int json);
 
 /* Reports failure `rc` with message `msg` as cli_fail_json does. */
 int cli_error(int rc, const char *msg, int json);
+
+/* Reports bad usage: `msg` on stderr, and with `json` an error object
+ * (PHEAP_EINVAL) on stdout.  Returns 2. */
+int cli_usage_error(const char *msg, int json);
+
+/* "log" or "gc": the name of a consistency mode. */
+const char *cli_consistency_name(unsigned consistency);
 
 /* The name of an error code ("PHEAP_ENOENT"); "PHEAP_E?" if unknown. */
 const char *cli_error_name(int rc);

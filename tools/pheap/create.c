@@ -12,6 +12,7 @@
 
 static const char usage[] =
     "usage: pheap create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]\n"
+    "                    [--consistency log|gc]\n"
     "  Creates a heap file at PATH; fails if PATH exists.\n"
     "  --size SIZE       bytes of data region (what blocks can use) to start with;\n"
     "                    the file is larger by its metadata\n"
@@ -19,6 +20,13 @@ static const char usage[] =
     "                    for the heap's life (default: just enough for --size);\n"
     "                    the metadata laid out for it stays sparse until used\n"
     "  --mode OCTAL      permission bits of the new file (default 0600)\n"
+    "  --consistency log|gc\n"
+    "                    fixed for the heap's life (default log).  log: every\n"
+    "                    allocation and free is durable on return, recovery runs\n"
+    "                    at open.  gc: small allocations and frees flush nothing;\n"
+    "                    after a crash, `pheap recover` (or pheap_recover) keeps\n"
+    "                    the blocks reachable from the roots and frees the rest;\n"
+    "                    no transactions\n"
     "  SIZE takes a K, M, G or T suffix (binary multiples).\n";
 
 /* "64.0 MiB": a size for people, in buf[32]. */
@@ -58,6 +66,16 @@ int cmd_create(int argc, char **argv)
                 fprintf(stderr, "pheap: bad mode '%s' (octal, e.g. 0640)\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--consistency") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "log") || !strcmp(m, "LOG")) {
+                o.consistency = PHEAP_CONSISTENCY_LOG;
+            } else if (!strcmp(m, "gc") || !strcmp(m, "GC")) {
+                o.consistency = PHEAP_CONSISTENCY_GC;
+            } else {
+                fprintf(stderr, "pheap: bad consistency mode '%s' (log or gc)\n", m);
+                return 2;
+            }
         } else if (argv[i][0] != '-' && !path) {
             path = argv[i];
         } else {
@@ -84,9 +102,13 @@ int cmd_create(int argc, char **argv)
     printf("created %s\n"
            "  data region:  %llu bytes (%s) at offset %llu\n"
            "  file:         %llu bytes (%s), %s of it allocated on disk\n"
-           "  growth limit: %llu bytes (%s), metadata included\n",
+           "  growth limit: %llu bytes (%s), metadata included\n"
+           "  consistency:  %s\n",
            path, (unsigned long long)st.data_size, human(st.data_size, data),
            (unsigned long long)st.data_offset, (unsigned long long)st.size, human(st.size, file),
-           human(on_disk, disk), (unsigned long long)st.max_size, human(st.max_size, max));
+           human(on_disk, disk), (unsigned long long)st.max_size, human(st.max_size, max),
+           st.consistency == PHEAP_CONSISTENCY_GC
+               ? "gc (after a crash, run `pheap recover` before allocating)"
+               : "log (every allocation and free durable on return)");
     return 0;
 }

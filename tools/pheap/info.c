@@ -1,6 +1,6 @@
 /*
- * info.c -- `pheap info PATH [--json]`: version, sizes, uuid, clean or
- * dirty, and roots of a heap, opened as a private snapshot
+ * info.c -- `pheap info PATH [--json]`: version, sizes, uuid, consistency
+ * mode, clean or dirty, and roots of a heap, opened as a private snapshot
  * (PHEAP_SNAPSHOT): nothing is written, and a heap that another process
  * holds read-write is shown as it is at that moment, said so.
  */
@@ -16,7 +16,7 @@ int cmd_info(int argc, char **argv)
     pheap *h;
     static const char usage[] =
         "usage: pheap info PATH [--json]\n"
-        "  Format, uuid, sizes, state and roots of the heap.  Read-only: the file is\n"
+        "  Format, uuid, sizes, consistency mode, state and roots of the heap.  Read-only: the file is\n"
         "  never written.  A heap another process holds open read-write is shown as a\n"
         "  snapshot taken while it may change.\n"
         "  --json   one JSON object instead of text (an error object on failure)\n";
@@ -38,22 +38,30 @@ int cmd_info(int argc, char **argv)
                "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
                "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
                "\"flush\": \"%s\", \"flush_source\": \"%s\", \"power_safe\": %s, \"dax\": %s, "
-               "\"held_elsewhere\": %s, \"roots\": [",
+               "\"held_elsewhere\": %s, \"consistency\": \"%s\", \"needs_recovery\": %s, "
+               "\"roots\": [",
                st.format_major, st.format_minor, pheap_version(), uuid, (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_offset,
                (unsigned long long)st.data_size, state, (unsigned long long)st.open_count,
                (unsigned long long)st.unclean_count, pheap_flush_name(st.flush),
                pheap_flush_source_name(st.flush_source), st.power_safe ? "true" : "false",
-               st.dax ? "true" : "false", st.held_elsewhere ? "true" : "false");
+               st.dax ? "true" : "false", st.held_elsewhere ? "true" : "false",
+               cli_consistency_name(st.consistency), st.needs_recovery ? "true" : "false");
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
+               "consistency: %s\n"
                "state:       %s (opened %llu time%s, %llu unclean)\nflush:       %s%s (%s)\n"
                "durability:  %s\nroots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
+               st.consistency == PHEAP_CONSISTENCY_GC
+                   ? "gc (small allocations and frees flush nothing; recovery traces the roots)"
+                   : "log (every allocation and free durable on return)",
                st.held_elsewhere ? "open elsewhere: a snapshot, read while its owner may change it; no recovery ran"
+               : st.needs_recovery ? "dirty: not closed cleanly; needs recovery (GC mode): allocation is "
+                                     "refused until `pheap recover` or pheap_recover traces the roots"
                : st.was_unclean  ? "dirty: not closed cleanly, recovery runs at the next read-write open"
                                  : "clean",
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",

@@ -13,10 +13,12 @@ static const struct {
     int (*fn)(int, char **);
     const char *usage;
 } commands[] = {
-    {"create", cmd_create, "create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]"},
+    {"create", cmd_create, "create PATH --size SIZE [--max-size SIZE] [--mode OCTAL] [--consistency log|gc]"},
     {"info", cmd_info, "info PATH [--json]"},
     {"check", cmd_check, "check PATH [--repair] [--json]  (read-only; --repair runs recovery)"},
     {"stats", cmd_stats, "stats PATH [--json]     (read-only)"},
+    {"recover", cmd_recover, "recover PATH [--threads N] [--json]  (a GC heap after a crash)"},
+    {"gc", cmd_gc, "gc PATH [--dry-run] [--threads N] [--json]  (frees blocks no root reaches)"},
     {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -64,6 +66,11 @@ int cli_help(const char *usage)
     return 0;
 }
 
+const char *cli_consistency_name(unsigned consistency)
+{
+    return consistency == PHEAP_CONSISTENCY_GC ? "gc" : consistency == PHEAP_CONSISTENCY_LOG ? "log" : "?";
+}
+
 const char *cli_error_name(int rc)
 {
     static const char *const names[] = {
@@ -73,6 +80,7 @@ const char *cli_error_name(int rc)
         "PHEAP_ERDONLY", "PHEAP_ENOSPC", "PHEAP_ENAME", "PHEAP_ENOTSUP", "PHEAP_ECORRUPT",
         "PHEAP_ERANGE", "PHEAP_EDOUBLEFREE", "PHEAP_EINTERIOR", "PHEAP_ENOTALLOC", "PHEAP_EFORKED",
         "PHEAP_ECANCELED", "PHEAP_ENOTLIVE", "PHEAP_ENOTX", "PHEAP_EABORTED",
+        "PHEAP_ERECOVER",
     };
     return rc <= 0 && -rc < (int)(sizeof(names) / sizeof(names[0])) ? names[-rc] : "PHEAP_E?";
 }
@@ -83,6 +91,14 @@ static void json_error(int rc, const char *msg)
     printf("{\"error\": \"%s\", \"code\": %d, \"message\": ", cli_error_name(rc), rc);
     cli_json_string(msg);
     printf("}\n");
+}
+
+int cli_usage_error(const char *msg, int json)
+{
+    fprintf(stderr, "%s\n", msg);
+    if (json)
+        json_error(PHEAP_EINVAL, msg);
+    return 2;
 }
 
 int cli_fail_json(const char *what, int rc, int json)

@@ -1,7 +1,8 @@
 /*
  * stats.c -- `pheap stats PATH [--json]`: how a heap's space is used, per
  * size class (classes holding slabs), in large extents and free, with the
- * fragmentation, and the transactions a crash left in flight.  Opened as a private snapshot (PHEAP_SNAPSHOT): nothing is
+ * fragmentation, the consistency mode, and the transactions a crash left
+ * in flight.  Opened as a private snapshot (PHEAP_SNAPSHOT): nothing is
  * written; a heap left by a crash is shown as recovery will leave it, and
  * one another process holds read-write as it is at that moment, said so.
  */
@@ -65,7 +66,9 @@ static void print_transactions(const struct pheap_stats *st)
 {
     unsigned long long back = (unsigned long long)st->tx_rolled_back,
                        fwd = (unsigned long long)st->tx_rolled_forward;
-    if (st->held_elsewhere)
+    if (st->consistency == PHEAP_CONSISTENCY_GC)
+        printf("transactions:   none (a GC heap has no transactions)\n");
+    else if (st->held_elsewhere)
         printf("transactions:   not known (no recovery ran on this snapshot)\n");
     else if (!st->was_unclean)
         printf("transactions:   none in flight (closed cleanly)\n");
@@ -89,7 +92,8 @@ int cmd_stats(int argc, char **argv)
         "usage: pheap stats PATH [--json]\n"
         "  How the heap's space is used: per size class, in large extents and free,\n"
         "  with the fragmentation; after a crash, how many transactions recovery rolls\n"
-        "  back and forward.  Read-only: the file is never written.  A heap another\n"
+        "  back and forward; the consistency mode, and for a GC heap left by a crash\n"
+        "  that it needs `pheap recover`.  Read-only: the file is never written.  A heap another\n"
         "  process holds open read-write is shown as a snapshot taken while it may\n"
         "  change.\n"
         "  --json   one JSON object instead of text (an error object on failure)\n";
@@ -110,10 +114,12 @@ int cmd_stats(int argc, char **argv)
     if (json) {
         printf("{\"path\": ");
         cli_json_string(path);
-        printf(", \"state\": \"%s\", \"held_elsewhere\": %s, \"size\": %llu, \"max_size\": %llu, \"data_size\": %llu, "
+        printf(", \"state\": \"%s\", \"held_elsewhere\": %s, \"consistency\": \"%s\", "
+               "\"needs_recovery\": %s, \"size\": %llu, \"max_size\": %llu, \"data_size\": %llu, "
                "\"live_blocks\": %llu, \"live_bytes\": %llu, \"classes\": [",
                st.held_elsewhere ? "open elsewhere" : st.was_unclean ? "dirty" : "clean",
-               st.held_elsewhere ? "true" : "false", (unsigned long long)st.size,
+               st.held_elsewhere ? "true" : "false", cli_consistency_name(st.consistency),
+               st.needs_recovery ? "true" : "false", (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_size,
                (unsigned long long)st.live_blocks, (unsigned long long)st.live_bytes);
         print_classes(h, 1);
@@ -131,18 +137,35 @@ int cmd_stats(int argc, char **argv)
          * are 0 (the tool runs no transaction), the recovery's are what the
          * open found left in flight by a crash. */
         printf(", \"tx_commits\": %llu, \"tx_aborts\": %llu, \"tx_fences\": %llu, "
-               "\"tx_rolled_back\": %llu, \"tx_rolled_forward\": %llu}\n",
+               "\"tx_rolled_back\": %llu, \"tx_rolled_forward\": %llu",
                (unsigned long long)st.tx_commits, (unsigned long long)st.tx_aborts,
                (unsigned long long)st.tx_fences, (unsigned long long)st.tx_rolled_back,
                (unsigned long long)st.tx_rolled_forward);
+        /* The collection counters of pheap_stats, of this handle too: 0
+         * (the tool traces nothing here; pheap recover and pheap gc report
+         * their own runs). */
+        printf(", \"gc_runs\": %llu, \"gc_marked_blocks\": %llu, \"gc_freed_blocks\": %llu, "
+               "\"gc_freed_bytes\": %llu, \"gc_elapsed_ns\": %llu, \"gc_time\": %llu, "
+               "\"gc_double_frees\": %llu}\n",
+               (unsigned long long)st.gc_runs, (unsigned long long)st.gc_marked_blocks,
+               (unsigned long long)st.gc_freed_blocks, (unsigned long long)st.gc_freed_bytes,
+               (unsigned long long)st.gc_elapsed_ns, (unsigned long long)st.gc_time,
+               (unsigned long long)st.gc_double_frees);
         pheap_close(h);
         return 0;
     }
     printf("heap:           %s%s\n", path,
            st.held_elsewhere ? " (" CLI_HELD_NOTE ")"
+           : st.needs_recovery
+               ? " (GC mode, not closed cleanly: needs `pheap recover`, which keeps the blocks the "
+                 "roots reach and frees the rest; until then small blocks are counted as at the "
+                 "last clean close)"
            : st.was_unclean  ? " (not closed cleanly: figures as recovery will leave them; the "
                                "file is unchanged, recovery runs at the next read-write open)"
                              : "");
+    printf("consistency:    %s\n", st.consistency == PHEAP_CONSISTENCY_GC
+                                        ? "gc (small allocations and frees flush nothing)"
+                                        : "log (every allocation and free durable on return)");
     print_transactions(&st);
     printf("size:           %s of at most %s\n", bytes(b1, st.size), bytes(b2, st.max_size));
     printf("data region:    %s\n", bytes(b1, st.data_size));
