@@ -5,6 +5,9 @@
  * The flush kind comes from PHEAP_FLUSH (run.sh sets it; defaulted here to
  * the best cache-line flush of the CPU) so pheap writes back lines on tmpfs
  * exactly as it would on DAX.
+ * Two allocators share this code and differ only in the consistency mode
+ * of the heaps they create: "pheap" (LOG) and "pheap-gc" (GC, which also
+ * has root_set and recover: pheap_root_set, pheap_recover_ex).
  */
 #include "bench.h"
 
@@ -32,18 +35,64 @@ static int opened(int rc, const char *what, const char *path)
     return 0;
 }
 
-static int pheap_bench_init(const bench_heap_conf *conf)
+static int create(const bench_heap_conf *conf, unsigned consistency)
 {
     pheap_options o = { 0 };
     o.size = conf->size; /* the data region; the file adds pheap's metadata */
     o.flags = PHEAP_CREATE | PHEAP_EXCL;
+    o.consistency = consistency;
     return opened(pheap_open(conf->path, &o, &heap), "create", conf->path);
+}
+
+/* A GC heap that was not closed cleanly opens needing recovery: recover()
+ * does it, so that the workload can time it apart. */
+static int reopen(const bench_heap_conf *conf, unsigned consistency)
+{
+    pheap_options o = { 0 };
+    o.consistency = consistency;
+    return opened(pheap_open(conf->path, &o, &heap), "reopen", conf->path);
+}
+
+static int pheap_bench_init(const bench_heap_conf *conf)
+{
+    return create(conf, PHEAP_CONSISTENCY_LOG);
 }
 
 static int pheap_bench_reopen(const bench_heap_conf *conf)
 {
-    pheap_options o = { 0 };
-    return opened(pheap_open(conf->path, &o, &heap), "reopen", conf->path);
+    return reopen(conf, PHEAP_CONSISTENCY_LOG);
+}
+
+static int pheap_gc_bench_init(const bench_heap_conf *conf)
+{
+    return create(conf, PHEAP_CONSISTENCY_GC);
+}
+
+static int pheap_gc_bench_reopen(const bench_heap_conf *conf)
+{
+    return reopen(conf, PHEAP_CONSISTENCY_GC);
+}
+
+static int pheap_bench_root_set(bench_handle h)
+{
+    int rc = pheap_root_set(heap, "bench", h);
+    if (rc != 0)
+        bench_fail("pheap_root_set: %s: %s", pheap_strerror(rc), pheap_errmsg());
+    return rc ? -1 : 0;
+}
+
+static int pheap_bench_recover(unsigned threads, uint64_t *marked)
+{
+    pheap_gc_options o = { .threads = threads };
+    pheap_gc_report r;
+    int rc = pheap_recover_ex(heap, &o, &r);
+    if (rc != 0) {
+        bench_fail("pheap_recover: %s: %s", pheap_strerror(rc), pheap_errmsg());
+        return -1;
+    }
+    if (marked)
+        *marked = r.marked_blocks;
+    return 0;
 }
 
 static bench_handle pheap_bench_alloc(size_t size)
@@ -104,17 +153,30 @@ static int pheap_bench_heap_bytes(uint64_t *out)
     return 0;
 }
 
+#define PHEAP_CALLS                          \
+    .persistent = 1,                         \
+    .load = pheap_bench_load,                \
+    .alloc = pheap_bench_alloc,              \
+    .free = pheap_bench_free,                \
+    .addr = pheap_bench_addr,                \
+    .close = pheap_bench_close,              \
+    .counters = pheap_bench_counters,        \
+    .heap_bytes = pheap_bench_heap_bytes
+
 const bench_allocator bench_pheap = {
     .name = "pheap",
-    .what = "pheap pheap_alloc/pheap_free (persistent)",
-    .persistent = 1,
-    .load = pheap_bench_load,
+    .what = "pheap pheap_alloc/pheap_free (persistent, LOG consistency)",
+    PHEAP_CALLS,
     .init = pheap_bench_init,
-    .alloc = pheap_bench_alloc,
-    .free = pheap_bench_free,
-    .addr = pheap_bench_addr,
-    .close = pheap_bench_close,
-    .counters = pheap_bench_counters,
-    .heap_bytes = pheap_bench_heap_bytes,
     .reopen = pheap_bench_reopen,
+};
+
+const bench_allocator bench_pheap_gc = {
+    .name = "pheap-gc",
+    .what = "pheap pheap_alloc/pheap_free (persistent, GC consistency: recovery by tracing)",
+    PHEAP_CALLS,
+    .init = pheap_gc_bench_init,
+    .reopen = pheap_gc_bench_reopen,
+    .root_set = pheap_bench_root_set,
+    .recover = pheap_bench_recover,
 };

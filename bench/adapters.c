@@ -8,10 +8,11 @@
 
 extern const bench_allocator bench_pmemobj, bench_mimalloc, bench_jemalloc, bench_glibc;
 
-extern const bench_allocator bench_pheap;
+extern const bench_allocator bench_pheap, bench_pheap_gc;
 
 const bench_allocator *const bench_allocators[] = {
-    &bench_pheap, &bench_pmemobj, &bench_mimalloc, &bench_jemalloc, &bench_glibc, NULL,
+    &bench_pheap, &bench_pheap_gc, &bench_pmemobj, &bench_mimalloc, &bench_jemalloc,
+    &bench_glibc, NULL,
 };
 
 const bench_allocator *bench_allocator_find(const char *name)

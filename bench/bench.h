@@ -62,6 +62,14 @@ typedef struct bench_allocator {
     /* Opens the existing heap at conf->path, recovering it if it was not
      * closed cleanly.  Optional: allocators without it skip "recovery". */
     int (*reopen)(const bench_heap_conf *conf);
+    /* Allocators that recover by tracing (pheap's GC mode), both optional.
+     * root_set names block h as the root a recovery traces from.  recover,
+     * after reopen of a heap that was not closed cleanly (reopen leaves it
+     * to be called), keeps the blocks reachable from the root, frees the
+     * rest, with `threads` marking threads (0: the allocator's default);
+     * *marked: reachable blocks it found. */
+    int (*root_set)(bench_handle h);
+    int (*recover)(unsigned threads, uint64_t *marked);
 } bench_allocator;
 
 /* Every adapter the binary knows, in report order; the list ends with NULL. */
@@ -76,8 +84,9 @@ const bench_allocator *bench_allocator_find(const char *name);
  * in its `uses` mask and ignores the others. */
 typedef struct bench_params {
     uint64_t ops;           /* total alloc + free calls to aim for (all
-                               threads together); recovery: live blocks */
-    unsigned threads;       /* worker threads */
+                               threads together); recovery: live blocks,
+                               recovery-gc: reachable blocks */
+    unsigned threads;       /* worker threads; recovery-gc: marking threads */
     size_t   size_min;      /* smallest request, bytes */
     size_t   size_max;      /* largest request, bytes (== size_min: fixed) */
     uint64_t batch;         /* blocks per batch, per thread (larson: slots) */
@@ -101,6 +110,7 @@ enum {                      /* bench_workload.flags */
     BENCH_W_PAIRS = 1u << 1,     /* needs an even number >= 2 of threads */
     BENCH_W_REOPEN = 1u << 2,    /* needs allocator->reopen */
     BENCH_W_USAGE = 1u << 3,     /* measures memory use */
+    BENCH_W_TRACE = 1u << 4,     /* needs allocator->root_set and ->recover */
 };
 
 #define BENCH_MAX_METRICS 24
@@ -150,6 +160,7 @@ int wl_fixed(const bench_run *run, bench_metrics *out);
 int wl_random(const bench_run *run, bench_metrics *out);
 int wl_frag(const bench_run *run, bench_metrics *out);
 int wl_recovery(const bench_run *run, bench_metrics *out);
+int wl_recovery_gc(const bench_run *run, bench_metrics *out);
 
 /* ===================================================================== */
 /*  Harness services (harness.c)                                         */

@@ -45,14 +45,16 @@ static void usage(FILE *f)
         "usage: pheap_bench [options]\n"
         "  -a, --alloc LIST       allocators, comma-separated (default: all; see --list)\n"
         "  -w, --workload LIST    workloads, comma-separated (default: all)\n"
-        "  -t, --threads LIST     thread counts (default: 1,2,4; --smoke: 1,2)\n"
+        "  -t, --threads LIST     thread counts (default: 1,2,4; --smoke: 1,2); recovery-gc:\n"
+        "                         marking threads\n"
         "  -r, --reps N           repetitions per point (default: 5; --quick: 3; --smoke: 1)\n"
         "  -d, --heap-dir DIR     where persistent heaps live (default: /dev/shm)\n"
         "  -s, --heap-size SIZE   heap size, suffix K/M/G allowed (default: 1G)\n"
         "  -q, --quick            smaller parameters (run.sh --quick)\n"
         "      --smoke            tiny parameters, one allocator, exit 1 on any error\n"
         "  -j, --json FILE        append one JSON object per result line to FILE\n"
-        "      --ops N            override: total alloc+free calls (recovery: live blocks)\n"
+        "      --ops N            override: total alloc+free calls (recovery: live blocks,\n"
+        "                         recovery-gc: reachable blocks)\n"
         "      --size MIN[:MAX]   override: request size range, bytes\n"
         "      --batch N          override: blocks per batch / larson slots per thread\n"
         "      --rounds N         override: larson generations, fixed passes, frag phases\n"
@@ -338,6 +340,10 @@ static int run_allocator(const options *o, const bench_allocator *a, FILE *json)
             continue;
         if ((w->flags & BENCH_W_REOPEN) && !a->reopen) {
             printf("== %s: skipped for %s (no reopen: transient allocator)\n", w->name, a->name);
+            continue;
+        }
+        if ((w->flags & BENCH_W_TRACE) && !(a->root_set && a->recover)) {
+            printf("== %s: skipped for %s (does not recover by tracing)\n", w->name, a->name);
             continue;
         }
         bench_params base = params_for(w, o);

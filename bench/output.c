@@ -118,6 +118,12 @@ void out_text(const bench_result *r)
                "  after clean close: open %.3f ms, first alloc %.3f ms",
                median_of(r, "live_blocks"), v / 1e6, median_of(r, "crash_first_alloc_ns") / 1e6,
                median_of(r, "clean_open_ns") / 1e6, median_of(r, "clean_first_alloc_ns") / 1e6);
+    if ((v = median_of(r, "recover_ns")) >= 0)
+        printf("reachable %.0f garbage %.0f  after crash: open %.3f ms, recover %.3f ms"
+               " (%.2f M blocks/s, %.2f M/s per core);  after clean close: open %.3f ms",
+               median_of(r, "reachable_blocks"), median_of(r, "garbage_blocks"),
+               median_of(r, "gc_open_ns") / 1e6, v / 1e6, median_of(r, "blocks_per_s") / 1e6,
+               median_of(r, "blocks_per_s_core") / 1e6, median_of(r, "clean_open_ns") / 1e6);
     printf("\n");
     fflush(stdout);
 }

@@ -19,9 +19,9 @@ import shutil
 import subprocess
 import sys
 
-ORDER = ["pheap", "pmemobj", "mimalloc", "jemalloc", "glibc"]
+ORDER = ["pheap", "pheap-gc", "pmemobj", "mimalloc", "jemalloc", "glibc"]
 PEERS = ["pmemobj", "mimalloc"]          # ratio columns are against these
-COLORS = {"pheap": "#d62728", "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",
+COLORS = {"pheap": "#d62728", "pheap-gc": "#e377c2", "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",
           "jemalloc": "#ff7f0e", "glibc": "#7f7f7f"}   # the same in every chart
 LAT_KEYS = ["p50", "p99", "p999", "max"]
 LAT_LABELS = ["p50", "p99", "p99.9", "max"]
@@ -225,6 +225,27 @@ def recovery_section(results, allocs):
             "after a clean close, and the first allocation after the reopen (medians).\n\n"
             + table(["allocator", "live blocks", "open after crash", "first alloc",
                      "open after close", "first alloc"], rows))
+
+
+def recovery_gc_section(results, allocs):
+    rows = []
+    for r in results:
+        if "error" in r or metric(r, "recover_ns") is None:
+            continue
+        ms = lambda k: fixed(metric(r, k) / 1e6, 3)
+        rows.append([r["alloc"], r["threads"], f"{metric(r, 'reachable_blocks'):.0f}",
+                     f"{metric(r, 'garbage_blocks'):.0f}", ms("gc_open_ns"), ms("recover_ns"),
+                     fixed(metric(r, "blocks_per_s") / 1e6),
+                     fixed(metric(r, "blocks_per_s_core") / 1e6), ms("clean_open_ns")])
+    if not rows:
+        return ""
+    rows.sort(key=lambda x: (allocs.index(x[0]), x[1]))
+    return ("\n## Recovery by tracing\n\n`recovery-gc`: after SIGKILL, the open and the trace "
+            "from the root (threads: marking threads) in ms, reachable blocks traced per second "
+            "(in millions, in all and per core), and the open of the same heap after a clean "
+            "close (medians).\n\n"
+            + table(["allocator", "threads", "reachable", "garbage", "open after crash",
+                     "recover", "M blocks/s", "per core", "open after close"], rows))
 
 
 def failure_section(results):
@@ -512,6 +533,7 @@ def main():
     body = [f"# pheap benchmarks: {title}\n\n", meta_section(run["meta"]), "\n",
             throughput_section(results, allocs, idx), latency_section(results, allocs),
             memory_section(results, allocs), recovery_section(results, allocs),
+            recovery_gc_section(results, allocs),
             kv_section(run.get("kv", [])),
             backends_section(run.get("backends", []), run["meta"].get("fs_dir", "?")),
             failure_section(results)]

@@ -9,7 +9,7 @@
 #
 # usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]
 #   --quick        smaller parameters and a 512 MiB heap, under two minutes
-#   --alloc LIST   allocators to run (default pheap,pmemobj,mimalloc,jemalloc,glibc)
+#   --alloc LIST   allocators to run (default pheap,pheap-gc,pmemobj,mimalloc,jemalloc,glibc)
 #   --fs-dir DIR   where the back-end table runs (default BUILD_DIR-bench/heaps,
 #                  on the file system of the build tree; --fs-dir none skips it)
 #   other options go to pheap_bench (--heap-dir, --heap-size, --threads, --reps, ...)
@@ -27,7 +27,7 @@ usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap
 BUILD=${1%/}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=""
-ALLOCS="pheap,pmemobj,mimalloc,jemalloc,glibc"
+ALLOCS="pheap,pheap-gc,pmemobj,mimalloc,jemalloc,glibc"
 FS_DIR=""
 PASS=""
 while [ $# -gt 0 ]; do

@@ -70,6 +70,10 @@ const bench_workload bench_workloads[] = {
       wl_recovery, BENCH_P_OPS | BENCH_P_SIZE, BENCH_W_SINGLE | BENCH_W_REOPEN,
       P(100000, 64, 64, 0, 0, 0, 0), P(20000, 64, 64, 0, 0, 0, 0),
       P(100, 64, 64, 0, 0, 0, 0) },
+    { "recovery-gc", "open + trace after SIGKILL of a heap with ops reachable blocks (list, tree, garbage), threads marking; then a clean open (Ralloc)",
+      wl_recovery_gc, BENCH_P_OPS | BENCH_P_SIZE, BENCH_W_REOPEN | BENCH_W_TRACE,
+      P(1000000, 64, 64, 0, 0, 0, 0), P(200000, 64, 64, 0, 0, 0, 0),
+      P(2000, 64, 64, 0, 0, 0, 0) },
     { NULL, NULL, NULL, 0, 0, { 0 }, { 0 }, { 0 } },
 };
 
