@@ -90,6 +90,18 @@ ph_export void pheap_persist(pheap *h, const void *addr, size_t len)
     pheap_drain(h);
 }
 
+void ph_heap_engine_stats(pheap *h, ph_engine_stats *st, uint64_t *flushes, uint64_t *fences,
+                          uint64_t *reflushes, uint64_t *cached)
+{
+    uint64_t cached_bytes;
+    ph_thread_sum_counters(h, flushes, fences, reflushes, cached, &cached_bytes);
+    ph_engine_stats_get(h->engine, st);
+    if (h->gc) { /* bitmaps count cached blocks as allocated (see ph_engine_set_gc) */
+        st->live_blocks -= PH_MIN(st->live_blocks, *cached);
+        st->live_bytes -= PH_MIN(st->live_bytes, cached_bytes);
+    }
+}
+
 ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
 {
     if (!h || !out)
@@ -119,15 +131,8 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->open_count = ph_load(&h->sp.state->xopen_count);
     out->unclean_count = ph_load(&h->sp.state->xunclean_count);
     out->roots = pheap_root_count(h);
-    uint64_t cached_bytes;
-    ph_thread_sum_counters(h, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks,
-                           &cached_bytes);
     ph_engine_stats st;
-    ph_engine_stats_get(h->engine, &st);
-    if (h->gc) { /* bitmaps count cached blocks as allocated (see ph_engine_set_gc) */
-        st.live_blocks -= PH_MIN(st.live_blocks, out->cached_blocks);
-        st.live_bytes -= PH_MIN(st.live_bytes, cached_bytes);
-    }
+    ph_heap_engine_stats(h, &st, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);
     out->live_blocks = st.live_blocks;
     out->live_bytes = st.live_bytes;
     out->slabs = st.slabs;

@@ -758,6 +758,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     if (!e)
         return ph_err(PHEAP_ENOMEM, "out of memory");
     e->sp = sp;
+    e->data_off = sp->data_off;
     e->nchunks = (sp->max_size - sp->data_off) / PH_CHUNK_SIZE;
     e->chunks = alloc_map(e->nchunks * sizeof(*e->chunks));
     e->slabs = alloc_map(e->nchunks * sizeof(*e->slabs));

@@ -26,6 +26,7 @@ typedef struct ph_arena {
 
 typedef struct ph_engine {
     ph_space *sp;
+    uint64_t data_off;             /* sp->data_off, one load nearer */
     ph_extents *ext;
     uint64_t nchunks;              /* chunks at max_size */
     ph_slab **chunks;              /* [nchunks]: the slab a chunk is now, or NULL */
@@ -85,6 +86,28 @@ int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call);
  * close (ph_engine_gc_writeback) and after a recovery.  So A means
  * "allocated or cached" while the heap runs, and exactly "allocated" once
  * every cache is drained. */
+
+/* GC mode's small allocation and free, inlined into the public calls: a
+ * pop or a push on the thread cache.  0 when the engine's own call must
+ * run instead (cache empty or full, a large block, an offset that is no
+ * block start, a block available in its slab: that call tells which). */
+static inline uint64_t ph_engine_gc_alloc_fast(ph_tcache *t, size_t size)
+{
+    return size <= PH_SMALL_MAX ? ph_tcache_pop(t, ph_sizeclass(size)) : 0;
+}
+
+static inline int ph_engine_gc_free_fast(const ph_engine *e, ph_tcache *t, uint64_t off)
+{
+    const ph_slab *s = ph_load(&e->chunks[(off - e->data_off) / PH_CHUNK_SIZE]);
+    int exact;
+    uint32_t i;
+    if (ph_unlikely(!s))
+        return 0;
+    i = ph_slab_index(s, off, &exact);
+    if (ph_unlikely(!exact || ph_slab_available(s, i)))
+        return 0;
+    return ph_tcache_push_top(t, ph_load_relaxed(&s->xcls), off);
+}
 
 /* Selects GC mode for an engine just opened. */
 void ph_engine_set_gc(ph_engine *e);

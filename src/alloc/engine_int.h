@@ -11,7 +11,7 @@
 /* The slab chunk `off` lies in is now, or NULL (free space, an extent). */
 static inline ph_slab *ph_engine_chunk_slab(const ph_engine *e, uint64_t off)
 {
-    return ph_load(&e->chunks[(off - e->sp->data_off) / PH_CHUNK_SIZE]);
+    return ph_load(&e->chunks[(off - e->data_off) / PH_CHUNK_SIZE]);
 }
 
 /* Chunks of the data region backed by the file now. */

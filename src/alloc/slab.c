@@ -113,11 +113,15 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)
 {
     uint32_t got = 0;
     for (uint32_t w = 0; got < n && w < (s->nblocks + 63) / 64; w++) {
-        while (got < n && s->avail[w]) {
-            uint32_t b = (uint32_t)__builtin_ctzll(s->avail[w]);
-            s->avail[w] &= s->avail[w] - 1;
+        uint64_t v = s->avail[w];
+        if (!v)
+            continue;
+        while (got < n && v) {
+            uint32_t b = (uint32_t)__builtin_ctzll(v);
+            v &= v - 1;
             out[got++] = s->off + (uint64_t)(w * 64 + b) * s->block_size;
         }
+        ph_store_relaxed(&s->avail[w], v); /* read without the lock: ph_slab_available */
     }
     s->navail -= got;
     return got;
@@ -126,7 +130,7 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)
 void ph_slab_give(ph_slab *s, uint64_t off)
 {
     uint32_t i = (uint32_t)((off - s->off) / s->block_size);
-    s->avail[i / 64] |= 1ull << (i % 64);
+    ph_store_relaxed(&s->avail[i / 64], s->avail[i / 64] | 1ull << (i % 64));
     s->navail++;
 }
 

@@ -39,7 +39,8 @@ typedef struct ph_slab {
     int in_partial;            /* on the arena's partial list */
     int bits_known;            /* bits[] equals the descriptor's bitmap */
     struct ph_slab *next, *prev;
-    uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block */
+    uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block (written
+                                   under the lock, read anywhere: ph_slab_available) */
     /* under the word's lock (read anywhere with ph_load): */
     uint64_t bits[PH_SLAB_WORDS];  /* copy of desc->xbits */
     uint8_t wlock[PH_SLAB_WORDS];  /* word locks */
@@ -164,6 +165,13 @@ void ph_slab_zero_desc(ph_space *sp, ph_pctx *c, ph_slab *s);
 /* Writes the copy to the descriptor's bitmap, the lines that differ
  * (non-temporal stores, durable at the caller's next fence). */
 void ph_slab_store_desc(ph_space *sp, ph_pctx *c, ph_slab *s);
+
+/* 1 when block i is available in its slab (free and in no cache); a
+ * racy read, exact for a block the caller holds or has just freed. */
+static inline int ph_slab_available(const ph_slab *s, uint32_t i)
+{
+    return (int)((ph_load_relaxed(&s->avail[i / 64]) >> (i % 64)) & 1);
+}
 
 /* Volatile part for chunk `off` (calloc'ed); the descriptor is not read. */
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off);

@@ -53,6 +53,17 @@ static inline int ph_tcache_push(ph_tcache *t, unsigned cls, uint64_t off)
     return 1;
 }
 
+/* A freed block on top of the stack (GC mode: no bitmap word to reflush). */
+static inline int ph_tcache_push_top(ph_tcache *t, unsigned cls, uint64_t off)
+{
+    ph_tbin *b = &t->bins[cls];
+    if (ph_unlikely(b->n == b->cap))
+        return 0;
+    b->v[b->n] = off;
+    ph_store_relaxed(&b->n, b->n + 1);
+    return 1;
+}
+
 /* Capacity of a class's stack: more for small blocks, at least 4.  A GC
  * heap's caches are deeper: their blocks cost nothing to hold, and every
  * refill or overflow takes the arena's lock. */

@@ -61,6 +61,11 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
         ph_err(PHEAP_EINVAL, "pheap_alloc: size 0");
         return 0;
     }
+    if (h->gc) {
+        uint64_t off = ph_engine_gc_alloc_fast(&t->tc, size);
+        if (ph_likely(off))
+            return off;
+    }
     return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, NULL);
 }
 
@@ -110,7 +115,11 @@ ph_export int pheap_free(pheap *h, pheap_off off)
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = offset_in_heap(h, off);
-    return rc ? rc : ph_engine_free(h->engine, &t->tc, &t->pctx, off);
+    if (ph_unlikely(rc))
+        return rc;
+    if (h->gc && ph_likely(ph_engine_gc_free_fast(h->engine, &t->tc, off)))
+        return 0;
+    return ph_engine_free(h->engine, &t->tc, &t->pctx, off);
 }
 
 ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)

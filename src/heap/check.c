@@ -46,7 +46,8 @@ ph_export int pheap_check(pheap *h, pheap_check_report *out)
         snprintf(r.first_error, sizeof(r.first_error), "%s", err);
     r.errors += engine_errors;
     ph_engine_stats es;
-    ph_engine_stats_get(h->engine, &es);
+    uint64_t unused[4];
+    ph_heap_engine_stats(h, &es, &unused[0], &unused[1], &unused[2], &unused[3]);
     r.live_blocks = es.live_blocks;
     r.live_bytes = es.live_bytes;
     r.slabs = es.slabs;

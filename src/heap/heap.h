@@ -108,6 +108,12 @@ void ph_thread_unregister_heap(pheap *h, int keep_caches);
 void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
                             uint64_t *cached, uint64_t *cached_bytes);
 
+/* The engine's usage figures as pheap_stats reports them (GC mode: blocks
+ * in thread caches are not live), with the sums of
+ * ph_thread_sum_counters (api.c). */
+void ph_heap_engine_stats(pheap *h, ph_engine_stats *st, uint64_t *flushes, uint64_t *fences,
+                          uint64_t *reflushes, uint64_t *cached);
+
 /* Sums the transaction counters of every thread: commits, aborts, fences. */
 void ph_thread_sum_tx(pheap *h, uint64_t out[3]);
 

@@ -191,7 +191,8 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
             why = "name is empty or not terminated";
         else if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
             why = "offset outside the data region";
-        else if (off && (rc = ph_engine_usable(h->engine, off, &bytes)) != 0) {
+        else if (off && !h->needs_recovery && /* GC heap: bitmaps of the last clean close */
+                 (rc = ph_engine_usable(h->engine, off, &bytes)) != 0) {
             /* Dangling: the program freed the block it named and kept the
              * root, or the root never named a block's start. */
             snprintf(dangling, sizeof(dangling), "root '%.*s' = %llu dangles: %s",

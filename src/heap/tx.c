@@ -524,7 +524,7 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
     ph_tx *tx = current(h, &t, "pheap_tx_read");
     if (!tx)
         return pheap_errno();
-    uint64_t off;
+    uint64_t off = 0;
     if (!buf)
         return ph_err(PHEAP_EINVAL, "pheap_tx_read: buf is NULL");
     int rc = data_range(h, src, len, &off, "pheap_tx_read");
