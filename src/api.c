@@ -95,6 +95,8 @@ void ph_heap_engine_stats(pheap *h, ph_engine_stats *st, uint64_t *flushes, uint
 {
     uint64_t cached_bytes;
     ph_thread_sum_counters(h, flushes, fences, reflushes, cached, &cached_bytes);
+    *cached += ph_load_relaxed(&h->engine->xxfer_blocks); /* batches between caches */
+    cached_bytes += ph_load_relaxed(&h->engine->xxfer_bytes);
     ph_engine_stats_get(h->engine, st);
     if (h->gc) { /* bitmaps count cached blocks as allocated (see ph_engine_set_gc) */
         st->live_blocks -= PH_MIN(st->live_blocks, *cached);

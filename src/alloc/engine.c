@@ -186,6 +186,76 @@ static void give_back(ph_engine *e, ph_pctx *c, const uint64_t *v, uint32_t n)
         pthread_mutex_unlock(&locked->lock);
 }
 
+#define PH_XFER_MAX 64u /* batches kept per class; more go back to the slabs */
+
+/* GC mode: moves the `n` oldest blocks of bin b into a transfer batch;
+ * 0 when there are enough batches of the class already (or no memory). */
+static int batch_put(ph_engine *e, unsigned cls, ph_tbin *b, uint32_t n)
+{
+    if (ph_load_relaxed(&e->xfer_n[cls]) >= PH_XFER_MAX)
+        return 0;
+    ph_batch *q = malloc(sizeof(*q) + n * sizeof(uint64_t));
+    if (!q)
+        return 0;
+    q->n = n;
+    memcpy(q->v, b->v, n * sizeof(uint64_t));
+    pthread_mutex_lock(&e->xfer_lock);
+    q->next = e->xfer[cls];
+    e->xfer[cls] = q;
+    ph_store_relaxed(&e->xfer_n[cls], e->xfer_n[cls] + 1);
+    pthread_mutex_unlock(&e->xfer_lock);
+    __atomic_fetch_add(&e->xxfer_blocks, n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->xxfer_bytes, (uint64_t)n * ph_class_size[cls], __ATOMIC_RELAXED);
+    memmove(b->v, b->v + n, (b->n - n) * sizeof(*b->v));
+    ph_store_relaxed(&b->n, b->n - n);
+    return 1;
+}
+
+/* GC mode: fills bin b from a transfer batch of its class, if there is
+ * one that fits; returns whether one came. */
+static int batch_take(ph_engine *e, unsigned cls, ph_tbin *b)
+{
+    if (!ph_load_relaxed(&e->xfer_n[cls]))
+        return 0;
+    pthread_mutex_lock(&e->xfer_lock);
+    ph_batch *q = e->xfer[cls];
+    if (q && q->n <= b->cap - b->n) {
+        e->xfer[cls] = q->next;
+        ph_store_relaxed(&e->xfer_n[cls], e->xfer_n[cls] - 1);
+    } else {
+        q = NULL;
+    }
+    pthread_mutex_unlock(&e->xfer_lock);
+    if (!q)
+        return 0;
+    memcpy(b->v + b->n, q->v, q->n * sizeof(uint64_t));
+    ph_store_relaxed(&b->n, b->n + q->n);
+    __atomic_fetch_sub(&e->xxfer_blocks, q->n, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&e->xxfer_bytes, (uint64_t)q->n * ph_class_size[cls], __ATOMIC_RELAXED);
+    free(q);
+    return 1;
+}
+
+void ph_engine_drain_batches(ph_engine *e, ph_pctx *c)
+{
+    for (unsigned cls = 0; cls < PH_CLASSES; cls++) {
+        pthread_mutex_lock(&e->xfer_lock);
+        ph_batch *q = e->xfer[cls];
+        e->xfer[cls] = NULL;
+        ph_store_relaxed(&e->xfer_n[cls], 0);
+        pthread_mutex_unlock(&e->xfer_lock);
+        while (q) {
+            ph_batch *next = q->next;
+            give_back(e, c, q->v, q->n);
+            __atomic_fetch_sub(&e->xxfer_blocks, q->n, __ATOMIC_RELAXED);
+            __atomic_fetch_sub(&e->xxfer_bytes, (uint64_t)q->n * ph_class_size[cls],
+                               __ATOMIC_RELAXED);
+            free(q);
+            q = next;
+        }
+    }
+}
+
 /* ---- thread caches ------------------------------------------------------------ */
 
 static int tcache_init(ph_engine *e, ph_tcache *t)
@@ -265,6 +335,8 @@ ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, un
      * scheduler would make slabs in every arena it visits. */
     if (t->arena < 0)
         t->arena = (int)pick_arena(e);
+    if (e->gc && batch_take(e, cls, b))
+        return ph_tcache_pop(t, cls);
     unsigned ai = (unsigned)t->arena;
     if (!take_blocks(e, c, ai, cls, b, want, 1)) {
         int err = pheap_errno();
@@ -279,7 +351,7 @@ ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, un
 }
 
 /* Caches a freed block; when the class's cache is full, the older half
- * goes back to the slabs first. */
+ * goes to a transfer batch (GC mode) or back to the slabs first. */
 void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, uint64_t off)
 {
     if (ph_likely(ph_tcache_push(t, cls, off)))
@@ -292,6 +364,10 @@ void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls,
     }
     ph_tbin *b = &t->bins[cls];
     uint32_t half = b->n / 2;
+    if (e->gc && batch_put(e, cls, b, half)) {
+        ph_tcache_push(t, cls, off);
+        return;
+    }
     give_back(e, c, b->v, half);
     memmove(b->v, b->v + half, (b->n - half) * sizeof(*b->v));
     ph_store_relaxed(&b->n, b->n - half);
@@ -394,6 +470,7 @@ static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     unsigned n = 0;
     tcache_drain(e, t, c);
+    ph_engine_drain_batches(e, c);
     for (unsigned i = 0; i < e->narenas; i++) {
         pthread_mutex_lock(&e->arenas[i].lock);
         n += release_empty(e, c, &e->arenas[i]);
@@ -765,6 +842,7 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     e->narenas = sp->sim ? PH_SIM_ARENAS : PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
     pthread_mutex_init(&e->lane_lock, NULL);
+    pthread_mutex_init(&e->xfer_lock, NULL);
     e->lanes = (ph_lanes){ph_space_at(sp, sp->lane_region), &sp->persist,
                           !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS)};
     if (sp->features & PH_FEAT_INCOMPAT_TX)
@@ -820,5 +898,11 @@ void ph_engine_close(ph_engine *e)
         pthread_mutex_destroy(&e->arenas[a].lock);
     free(e->arenas);
     pthread_mutex_destroy(&e->lane_lock);
+    for (unsigned cls = 0; cls < PH_CLASSES; cls++) /* memory only: the heap is closed */
+        for (ph_batch *q = e->xfer[cls], *next; q; q = next) {
+            next = q->next;
+            free(q);
+        }
+    pthread_mutex_destroy(&e->xfer_lock);
     free(e);
 }

@@ -24,6 +24,15 @@ typedef struct ph_arena {
     uint32_t xthreads;             /* threads whose home this is (atomic) */
 } __attribute__((aligned(64))) ph_arena;
 
+/* A batch of free blocks of one class moving between thread caches as a
+ * unit (GC mode): a producer's overflow becomes a consumer's refill
+ * without passing each block through its slab. */
+typedef struct ph_batch {
+    struct ph_batch *next;
+    uint32_t n;
+    uint64_t v[];
+} ph_batch;
+
 typedef struct ph_engine {
     ph_space *sp;
     uint64_t data_off;             /* sp->data_off, one load nearer */
@@ -46,6 +55,11 @@ typedef struct ph_engine {
                                       written on the fast path; bits[] of a slab
                                       count blocks in thread caches as allocated */
     uint64_t xgc_double_frees;     /* GC mode: found when caches gave blocks back */
+    pthread_mutex_t xfer_lock;     /* guards xfer and xfer_n */
+    ph_batch *xfer[PH_CLASSES];    /* GC mode: batches of cached blocks between threads */
+    uint32_t xfer_n[PH_CLASSES];   /* batches per class */
+    uint64_t xxfer_blocks;         /* blocks in them, and their bytes (relaxed) */
+    uint64_t xxfer_bytes;
 } ph_engine;
 
 /* Builds the engine from the durable metadata.  When `recover`, committed
@@ -119,6 +133,8 @@ void ph_engine_gc_writeback(ph_engine *e, ph_pctx *c);
 /* Returns a thread's cached blocks to their slabs (pheap_gc in GC mode
  * empties every cache first). */
 void ph_engine_drain_cache(ph_engine *e, ph_tcache *t, ph_pctx *c);
+/* Returns the blocks of every transfer batch to their slabs (close, pheap_gc). */
+void ph_engine_drain_batches(ph_engine *e, ph_pctx *c);
 
 /* Mark bits of one trace: one per possible small block of every backed
  * chunk and one per page (large blocks), set atomically by any number of

@@ -480,6 +480,7 @@ static void drain_all_caches(pheap *h, ph_thread *self)
     for (ph_thread *t = h->threads; t; t = t->next)
         ph_engine_drain_cache(h->engine, &t->tc, &self->pctx);
     pthread_mutex_unlock(&h->threads_lock);
+    ph_engine_drain_batches(h->engine, &self->pctx);
 }
 
 ph_export int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out)

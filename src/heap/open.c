@@ -400,8 +400,10 @@ ph_export int pheap_close(pheap *h)
          * mark is the last durable store.  A GC heap that still needs
          * recovery stays marked open: its bitmaps are not the truth. */
         ph_pctx c = {0}; /* the thread records are gone: a context of its own */
-        if (h->gc && !h->needs_recovery)
+        if (h->gc && !h->needs_recovery) {
+            ph_engine_drain_batches(h->engine, &c);
             ph_engine_gc_writeback(h->engine, &c);
+        }
         if (!h->needs_recovery)
             ph_persist_store64(&h->sp.persist, &c, &h->sp.state->xclean, PH_STATE_CLEAN);
         ph_persist_ctx_release(&c);
