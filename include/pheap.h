@@ -636,11 +636,12 @@ int pheap_tx_free(pheap *h, pheap_off off);
  *
  * What GC mode checks: a free of an offset that is not the start of a
  * block, or of a block that is free in its slab, is refused as in LOG
- * mode; a double free of a block still held by the freeing thread's cache
- * (between the two frees no other free of that size class overflowed the
- * cache) is not seen at the call: it is caught and ignored when the cache
- * returns its blocks to their slabs (pheap_stats.gc_double_frees), so it
- * can hand the block out twice meanwhile, as malloc would.
+ * mode; a double free of a block still held by a thread cache (a full
+ * cache hands half of its blocks to other threads' caches as a batch) is
+ * not seen at the call: it is caught and ignored when the block goes back
+ * to its slab -- at a thread's exit, pheap_gc, a clean close, or when the
+ * caches overflow -- and counted (pheap_stats.gc_double_frees); meanwhile
+ * the block can be handed out twice, as malloc would.
  *
  * Tracing.  Conservative by default: every aligned 8-byte word of a
  * reachable block whose value is the offset of the start of a block makes
