@@ -651,8 +651,11 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * registered per root with pheap_root_set_filter, reports the offsets a
  * block holds with pheap_trace, and names the filter of each child (for
  * links stored as tagged words or indices, which the conservative tracer
- * cannot see).  Filters are process memory: register them after each open,
- * before pheap_recover.
+ * cannot see).  Each block is visited once, by whichever path reaches it
+ * first, with that path's filter (or conservatively): a block that several
+ * paths reach must be traced the same way on each, or its tagged links may
+ * be missed when a conservative path wins.  Filters are process memory:
+ * register them after each open, before pheap_recover.
  */
 
 /* pheap_options.consistency */
