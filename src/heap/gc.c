@@ -269,9 +269,11 @@ static int refill(pheap_tracer *tr)
             tr->cap = cap;
         }
     }
-    mk->npool -= take;
-    memcpy(tr->stack + tr->n, mk->pool + mk->npool, take * sizeof(work));
-    tr->n += take;
+    if (take) {
+        mk->npool -= take;
+        memcpy(tr->stack + tr->n, mk->pool + mk->npool, take * sizeof(work));
+        tr->n += take;
+    }
     if (tr->oom && !mk->done) { /* cannot go on: end marking for everyone */
         mk->oom = mk->done = 1;
         pthread_cond_broadcast(&mk->cond);
