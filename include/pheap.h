@@ -630,8 +630,13 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * reachable from a root through offsets stored in the heap, and make those
  * offsets (and the data it needs) durable itself, with pheap_persist:
  * that is the price of the unflushed fast path, and Ralloc's and Makalu's
- * model.  pheap_alloc_to and pheap_free_from store the offset (and its
- * clearing) without flushing it.  Transactions need a LOG heap
+ * model.  pheap_alloc_to stores the offset without flushing it;
+ * pheap_free_from clears it without flushing it for a small block, and
+ * durably for a large one (whose free is durable: a word still naming it
+ * after a crash would name free space).  For the same reason, unlink a
+ * large block durably before pheap_free.  A block held by a thread cache
+ * still counts as live for pheap_usable_size, pheap_root_set and the
+ * destination checks of pheap_alloc_to until the cache gives it back.  Transactions need a LOG heap
  * (pheap_tx_begin: PHEAP_ENOTSUP).
  *
  * What GC mode checks: a free of an offset that is not the start of a
@@ -651,11 +656,11 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * registered per root with pheap_root_set_filter, reports the offsets a
  * block holds with pheap_trace, and names the filter of each child (for
  * links stored as tagged words or indices, which the conservative tracer
- * cannot see).  Each block is visited once, by whichever path reaches it
- * first, with that path's filter (or conservatively): a block that several
- * paths reach must be traced the same way on each, or its tagged links may
- * be missed when a conservative path wins.  Filters are process memory:
- * register them after each open, before pheap_recover.
+ * cannot see).  A block that several paths reach is visited by the first
+ * filter that reaches it (the others' filters are not called for it; give
+ * a block the same filter on every path); a conservative path that gets
+ * there before any filter scans it too (more kept, never less).  Filters are process memory: register them after
+ * each open, before pheap_recover.
  */
 
 /* pheap_options.consistency */

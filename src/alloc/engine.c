@@ -669,10 +669,11 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     if (off < sp->data_off || off >= ph_space_size(sp))
         return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
     if (e->gc) { /* checked, unlinked, freed: a crash between is recovery's business */
-        uint64_t large;
         ph_slab *s = ph_engine_chunk_slab(e, off);
         uint32_t i;
-        int rc = s ? ph_engine_live_small(s, off, &i) : ph_extent_lookup(e->ext, off, &large);
+        if (!s) /* the extent's free is durable: so must the cleared word be, with it */
+            return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 0);
+        int rc = ph_engine_live_small(s, off, &i);
         if (rc)
             return rc;
         ph_store(src, 0);

@@ -145,9 +145,11 @@ typedef struct ph_gc_marks ph_gc_marks;
 int ph_gc_marks_new(ph_engine *e, unsigned flags, ph_gc_marks **out);
 void ph_gc_marks_free(ph_gc_marks *m);
 /* If `v` is the offset of a candidate block: 1 and its usable *bytes when
- * this call marked it, 0 when it was marked already; -1 when `v` starts no
- * candidate block.  Lock-free; the engine must not change meanwhile. */
-int ph_gc_mark(ph_gc_marks *m, uint64_t v, uint64_t *bytes);
+ * the caller must visit it (this call marked it; with `filtered`, also the
+ * first filtered visit of a block marked conservatively before), 0 when
+ * not; -1 when `v` starts no candidate block.  Lock-free; the engine must
+ * not change meanwhile. */
+int ph_gc_mark(ph_gc_marks *m, uint64_t v, int filtered, uint64_t *bytes);
 /* 1 when `v` lies in the data region now backed (a cheap first test). */
 int ph_gc_in_range(const ph_gc_marks *m, uint64_t v);
 

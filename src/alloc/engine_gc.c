@@ -35,9 +35,9 @@ struct ph_gc_marks {
     unsigned flags;
     uint64_t lo, hi;       /* the backed data region [lo, hi) */
     uint64_t nchunks, npages;
-    uint64_t *slab;        /* [nchunks * PH_GC_WORDS] */
-    uint64_t *large;       /* [npages / 64 + 1]: bit of a large block's first page */
-    size_t slab_bytes, large_bytes;
+    uint64_t *slab;        /* [2][nchunks * PH_GC_WORDS]: marked; visited by a filter */
+    uint64_t *large;       /* [2][npages / 64 + 1]: the same for large blocks (first page) */
+    size_t slab_words, large_words, slab_bytes, large_bytes;
 };
 
 void ph_engine_set_gc(ph_engine *e)
@@ -70,8 +70,10 @@ int ph_gc_marks_new(ph_engine *e, unsigned flags, ph_gc_marks **out)
     m->nchunks = ph_engine_backed_chunks(e);
     m->npages = (m->hi - m->lo) / PH_PAGE_SIZE;
     /* Fresh anonymous pages: zero, and only those touched take memory. */
-    m->slab_bytes = PH_ALIGN_UP(m->nchunks * PH_GC_WORDS * 8 + 8, PH_PAGE_SIZE);
-    m->large_bytes = PH_ALIGN_UP((m->npages / 64 + 1) * 8, PH_PAGE_SIZE);
+    m->slab_words = m->nchunks * PH_GC_WORDS + 1;
+    m->large_words = m->npages / 64 + 1;
+    m->slab_bytes = PH_ALIGN_UP(2 * m->slab_words * 8, PH_PAGE_SIZE);
+    m->large_bytes = PH_ALIGN_UP(2 * m->large_words * 8, PH_PAGE_SIZE);
     m->slab = ph_os_alloc_pages(m->slab_bytes);
     m->large = ph_os_alloc_pages(m->large_bytes);
     if (!m->slab || !m->large) {
@@ -107,7 +109,19 @@ static int set_mark(uint64_t *word, uint64_t bit)
     return !(__atomic_fetch_or(word, bit, __ATOMIC_RELAXED) & bit);
 }
 
-int ph_gc_mark(ph_gc_marks *m, uint64_t v, uint64_t *bytes)
+/* A filtered visit sets both bits: a block first reached conservatively
+ * is visited again by the first filter that reaches it (its filter may see
+ * links the conservative scan cannot); one reached by a filter first is
+ * not scanned conservatively. */
+static int mark_at(uint64_t *marks, size_t words, size_t w, uint64_t bit, int filtered)
+{
+    int fresh = set_mark(&marks[w], bit);
+    if (!filtered)
+        return fresh;
+    return set_mark(&marks[words + w], bit) || fresh;
+}
+
+int ph_gc_mark(ph_gc_marks *m, uint64_t v, int filtered, uint64_t *bytes)
 {
     if (!ph_gc_in_range(m, v))
         return -1;
@@ -119,12 +133,13 @@ int ph_gc_mark(ph_gc_marks *m, uint64_t v, uint64_t *bytes)
         if (!exact || (!(m->flags & PH_GC_ALL_BLOCKS) && !(ph_slab_bits(s, i) & 1)))
             return -1;
         *bytes = s->block_size;
-        return set_mark(&m->slab[ch * PH_GC_WORDS + i / 64], 1ull << (i % 64));
+        return mark_at(m->slab, m->slab_words, ch * PH_GC_WORDS + i / 64, 1ull << (i % 64),
+                       filtered);
     }
     if (!ph_extent_large_start(m->e->ext, v, bytes))
         return -1;
     uint64_t page = rel / PH_PAGE_SIZE;
-    return set_mark(&m->large[page / 64], 1ull << (page % 64));
+    return mark_at(m->large, m->large_words, page / 64, 1ull << (page % 64), filtered);
 }
 
 static int marked_small(const ph_gc_marks *m, uint64_t ch, uint32_t i)

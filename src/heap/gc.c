@@ -172,7 +172,7 @@ ph_export void pheap_trace(pheap_tracer *tr, pheap_off child, pheap_filter_fn fi
     uint64_t bytes;
     if (!tr || !child)
         return;
-    int r = ph_gc_mark(tr->mk->m, child, &bytes);
+    int r = ph_gc_mark(tr->mk->m, child, filter != NULL, &bytes);
     if (r < 0)
         tr->bad++;
     else if (r > 0)
@@ -193,7 +193,7 @@ static void scan(pheap_tracer *tr, const work *w)
         uint64_t v = ph_load_relaxed(&p[i]), bytes;
         if (ph_likely(!ph_gc_in_range(m, v)))
             continue;
-        if (ph_gc_mark(tr->mk->m, v, &bytes) > 0)
+        if (ph_gc_mark(tr->mk->m, v, 0, &bytes) > 0)
             push(tr, v, bytes, NULL);
     }
 }
