@@ -24,7 +24,8 @@
 #include "util/error.h"
 
 #define PH_GC_THREADS_MAX 64u
-#define SHARE_DEPTH 64u  /* a stack this deep gives half to an empty pool */
+#define SHARE_DEPTH 8u   /* a stack this deep gives half to an empty pool (a binary
+                            tree's depth-first stack stays shallow) */
 #define TAKE_MAX 256u    /* entries taken from the pool at once */
 #define PROGRESS_NS (50u * 1000u * 1000u)
 
@@ -165,6 +166,7 @@ static void push(pheap_tracer *tr, uint64_t off, uint64_t bytes, pheap_filter_fn
         tr->cap = cap;
     }
     tr->stack[tr->n++] = (work){off, bytes, fn};
+    __builtin_prefetch(pheap_direct(tr->mk->h, off)); /* read when popped */
 }
 
 ph_export void pheap_trace(pheap_tracer *tr, pheap_off child, pheap_filter_fn filter)
