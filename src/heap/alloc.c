@@ -5,7 +5,7 @@
 #include "heap/heap.h"
 #include "util/error.h"
 
-static int writable(pheap *h, const char *call)
+static inline __attribute__((always_inline)) int writable(pheap *h, const char *call)
 {
     if (ph_unlikely(!h))
         return ph_err(PHEAP_EINVAL, "%s: heap is NULL", call);
@@ -20,15 +20,22 @@ static int writable(pheap *h, const char *call)
 }
 
 /* The calling thread's record, for a call that writes: NULL with the
- * error set when the handle is NULL or read-only, or memory ran out. */
-ph_thread *ph_heap_writer(pheap *h, const char *call)
+ * error set when the handle is NULL or read-only, or memory ran out.
+ * Inlined into the allocation calls: their whole cost in GC mode is a few
+ * loads and a pop or a push. */
+static inline __attribute__((always_inline)) ph_thread *writer(pheap *h, const char *call)
 {
-    if (writable(h, call))
+    if (ph_unlikely(writable(h, call)))
         return NULL;
     ph_thread *t = ph_thread_get(h);
     if (ph_unlikely(!t))
         ph_err(PHEAP_ENOMEM, "%s: out of memory for a thread record", call);
     return t;
+}
+
+ph_thread *ph_heap_writer(pheap *h, const char *call)
+{
+    return writer(h, call);
 }
 
 /* 0 if the 8-byte word the caller passed by address is an aligned word of
@@ -54,7 +61,7 @@ static int offset_in_heap(pheap *h, pheap_off off)
 
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
-    ph_thread *t = ph_heap_writer(h, "pheap_alloc");
+    ph_thread *t = writer(h, "pheap_alloc");
     if (ph_unlikely(!t))
         return 0;
     if (ph_unlikely(size == 0)) {
@@ -111,7 +118,7 @@ ph_export int pheap_free(pheap *h, pheap_off off)
 {
     if (off == 0)
         return writable(h, "pheap_free");
-    ph_thread *t = ph_heap_writer(h, "pheap_free");
+    ph_thread *t = writer(h, "pheap_free");
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = offset_in_heap(h, off);
