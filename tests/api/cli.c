@@ -33,22 +33,6 @@ static void uuid_text(const uint8_t u[16], char out[37])
              u[15]);
 }
 
-/* The text after "label" and its padding on the line where it starts a
- * line of `out`; NULL if there is no such line. */
-static const char *text_field(const char *out, const char *label)
-{
-    size_t n = strlen(label);
-    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, label, n) == 0) {
-            p += n;
-            while (*p == ' ')
-                p++;
-            return p;
-        }
-    }
-    return NULL;
-}
-
 /* ---- create ---------------------------------------------------------------- */
 
 TEST(create_and_refuse_again)
@@ -212,12 +196,12 @@ TEST(info_text)
     run_result *r = run("info", path, NULL);
     CHECK_TOOL(r->code == 0, r);
     const char *v;
-    CHECK_TOOL((v = text_field(r->out, "state:")) && strncmp(v, "clean", 5) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "state:")) && strncmp(v, "clean", 5) == 0, r);
     CHECK_TOOL(!strstr(r->out, "dirty"), r);
-    CHECK_TOOL((v = text_field(r->out, "uuid:")) && strncmp(v, u, 36) == 0, r);
-    CHECK_TOOL((v = text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
-    CHECK_TOOL((v = text_field(r->out, "format:")) && strncmp(v, "1.3", 3) == 0, r);
-    CHECK_TOOL((v = text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "uuid:")) && strncmp(v, u, 36) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "format:")) && strncmp(v, "1.3", 3) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
     for (int i = 0; i < 3; i++) {
         const char *line = strstr(r->out, names[i]);
         CHECK_TOOL(line, r);
@@ -297,7 +281,7 @@ TEST(info_dirty)
     const char *copy = ph_test_path("dirty.copy");
     REQUIRE(ph_test_copy_file(path, copy) == 0);
     run_result *r = run("info", path, NULL);
-    const char *v = text_field(r->out, "state:");
+    const char *v = ph_test_text_field(r->out, "state:");
     CHECK_TOOL(r->code == 0 && v && strncmp(v, "dirty", 5) == 0, r);
     r = run("info", path, "--json", NULL);
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);

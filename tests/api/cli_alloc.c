@@ -21,15 +21,6 @@
 typedef ph_tool_result run_result;
 
 
-/* The number after `label` at the start of a line of text; -1 if absent. */
-static long long text_num(const char *out, const char *label)
-{
-    for (const char *p = out; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (!strncmp(p, label, strlen(label)))
-            return strtoll(p + strlen(label), NULL, 10);
-    return -1;
-}
-
 /* ---- heaps ----------------------------------------------------------------- */
 
 enum { NSMALL = 10, NMID = 5, NLARGE = 2 };
@@ -62,10 +53,10 @@ TEST(check_reports_a_consistent_heap)
     CHECK_TOOL(r->code == 0, r);
     CHECK_TOOL(strstr(r->out, "consistent (0 errors)"), r);
     CHECK_TOOL(strstr(r->out, "not needed"), r);
-    CHECK_TOOL(text_num(r->out, "live blocks:") == NSMALL + NMID + NLARGE, r);
-    CHECK_TOOL(text_num(r->out, "large extents:") == NLARGE, r);
-    CHECK_TOOL(text_num(r->out, "roots:") == 1, r);
-    CHECK_TOOL(text_num(r->out, "slabs:") >= 2, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "live blocks:") == NSMALL + NMID + NLARGE, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "large extents:") == NLARGE, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "roots:") == 1, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "slabs:") >= 2, r);
     r = run("check", "--json", path, NULL);
     CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
     CHECK_TOOL(strstr(r->out, "\"consistent\": true"), r);
@@ -88,8 +79,8 @@ TEST(stats_per_class_and_read_only)
     CHECK_TOOL(r->code == 0, r);
     CHECK_TOOL(strstr(r->out, "size classes with slabs:"), r);
     CHECK_TOOL(strstr(r->out, "fragmentation:"), r);
-    CHECK_TOOL(text_num(r->out, "live:") == NSMALL + NMID + NLARGE, r);
-    CHECK_TOOL(text_num(r->out, "large extents:") == NLARGE, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "live:") == NSMALL + NMID + NLARGE, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "large extents:") == NLARGE, r);
     /* The 64-byte class row: class, block size 64, ..., live blocks NSMALL. */
     int found = 0;
     for (const char *p = r->out; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {

@@ -30,16 +30,6 @@ static int same_file(const char *a, const char *b)
     return system(cmd) == 0;
 }
 
-/* A JSON error object naming `name` with its code and a message. */
-static int json_error(const run_result *r, const char *name, int code)
-{
-    char want[64];
-    snprintf(want, sizeof(want), "\"error\": \"%s\"", name);
-    const char *c = strstr(r->out, "\"code\":");
-    return ph_test_json_object(r->out) && strstr(r->out, want) && c && atoi(c + 7) == code &&
-           strstr(r->out, "\"message\": \"") && !strstr(r->out, "\"message\": \"\"");
-}
-
 /* ---- read-only check and --repair ----------------------------------------- */
 
 TEST(check_is_read_only_and_says_what_recovery_would_do)
@@ -180,9 +170,9 @@ TEST(info_and_stats_show_a_snapshot_check_refuses)
     r = run("check", path, NULL);
     CHECK_TOOL(r->code == 1 && strstr(r->err, "open read-write in another process"), r);
     r = run("check", path, "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EBUSY", PHEAP_EBUSY), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_EBUSY", PHEAP_EBUSY), r);
     r = run("check", "--repair", path, "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EBUSY", PHEAP_EBUSY), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_EBUSY", PHEAP_EBUSY), r);
     CHECK_EQ(ph_test_release(pid), 0);
     r = run("info", path, "--json", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"state\": \"clean\"") && strstr(r->out, "\"held_elsewhere\": false"), r);
@@ -201,17 +191,17 @@ TEST(json_error_objects)
     static const char *const cmds[] = {"info", "stats", "check"};
     for (unsigned i = 0; i < 3; i++) {
         run_result *r = run(cmds[i], missing, "--json", NULL);
-        CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ENOENT", PHEAP_ENOENT) && strstr(r->out, missing), r);
+        CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ENOENT", PHEAP_ENOENT) && strstr(r->out, missing), r);
         CHECK_TOOL(strstr(r->err, missing), r); /* and the message on stderr */
         r = run(cmds[i], "--json", text, NULL);
-        CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ENOTHEAP", PHEAP_ENOTHEAP), r);
+        CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ENOTHEAP", PHEAP_ENOTHEAP), r);
         r = run(cmds[i], ph_test_dir(), "--json", NULL);
-        CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EISDIR", PHEAP_EISDIR), r);
+        CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_EISDIR", PHEAP_EISDIR), r);
         /* Bad usage: exit 2, an error object too. */
         r = run(cmds[i], missing, "--bogus", "--json", NULL);
-        CHECK_TOOL(r->code == 2 && json_error(r, "PHEAP_EINVAL", PHEAP_EINVAL) && strstr(r->out, "--bogus"), r);
+        CHECK_TOOL(r->code == 2 && ph_test_json_error(r->out, "PHEAP_EINVAL", PHEAP_EINVAL) && strstr(r->out, "--bogus"), r);
         r = run(cmds[i], "--json", NULL);
-        CHECK_TOOL(r->code == 2 && json_error(r, "PHEAP_EINVAL", PHEAP_EINVAL), r);
+        CHECK_TOOL(r->code == 2 && ph_test_json_error(r->out, "PHEAP_EINVAL", PHEAP_EINVAL), r);
         /* Without --json: nothing on stdout. */
         r = run(cmds[i], missing, NULL);
         CHECK_TOOL(r->code == 1 && !r->out[0] && strstr(r->err, missing), r);
@@ -239,11 +229,11 @@ TEST(damaged_heap_refused_by_every_command)
     run_result *r = run("check", path, NULL);
     CHECK_TOOL(r->code == 1 && strstr(r->out, "INCONSISTENT") && strstr(r->err, "extent log"), r);
     r = run("check", path, "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ECORRUPT", PHEAP_ECORRUPT), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ECORRUPT", PHEAP_ECORRUPT), r);
     r = run("check", "--repair", path, "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ECORRUPT", PHEAP_ECORRUPT), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ECORRUPT", PHEAP_ECORRUPT), r);
     r = run("info", path, "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ECORRUPT", PHEAP_ECORRUPT), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ECORRUPT", PHEAP_ECORRUPT), r);
     r = run("stats", path, NULL);
     CHECK_TOOL(r->code == 1 && strstr(r->err, "damaged metadata"), r);
     CHECK(same_file(path, copy));

@@ -30,32 +30,6 @@ typedef struct node {
 #define NODES 40
 #define GARBAGE 25
 
-/* A JSON error object naming `name`, with its code and a message. */
-static int json_error(const run_result *r, const char *name, int code)
-{
-    char want[64];
-    snprintf(want, sizeof(want), "\"error\": \"%s\"", name);
-    const char *c = strstr(r->out, "\"code\":");
-    return ph_test_json_object(r->out) && strstr(r->out, want) && c && atoi(c + 7) == code &&
-           strstr(r->out, "\"message\": \"") && !strstr(r->out, "\"message\": \"\"");
-}
-
-/* The number after "label" and its padding at the start of a line of out;
- * -1 if there is none. */
-static long long text_num(const char *out, const char *label)
-{
-    size_t n = strlen(label);
-    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, label, n) == 0) {
-            p += n;
-            while (*p == ' ')
-                p++;
-            return strtoll(p, NULL, 10);
-        }
-    }
-    return -1;
-}
-
 /* A list of NODES persisted nodes under the root "list", every fourth with a
  * large block, and GARBAGE blocks nothing links.  Returns the reachable
  * blocks (0 on failure). */
@@ -228,7 +202,7 @@ TEST(recover_a_crashed_gc_heap)
     r = run("gc", image, NULL);
     CHECK_TOOL(r->code == 1 && !r->out[0] && strstr(r->err, "pheap recover"), r);
     r = run("gc", image, "--dry-run", "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ERECOVER", PHEAP_ERECOVER), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ERECOVER", PHEAP_ERECOVER), r);
     CHECK_TOOL(strstr(r->out, "pheap recover"), r);
     r = run("info", image, "--json", NULL);
     CHECK_TOOL(strstr(r->out, "\"needs_recovery\": true"), r); /* still */
@@ -259,8 +233,8 @@ TEST(recover_a_crashed_gc_heap)
     /* in text, on the copy, with two marking threads */
     r = run("recover", copy, "--threads", "2", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "recovery:      ran"), r);
-    CHECK_TOOL(text_num(r->out, "reachable:") == (long long)reach, r);
-    CHECK_TOOL(text_num(r->out, "threads:") == 2 && text_num(r->out, "live now:") == (long long)reach, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "reachable:") == (long long)reach, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "threads:") == 2 && ph_test_text_num(r->out, "live now:") == (long long)reach, r);
     CHECK_TOOL(strstr(r->out, "conservative"), r);
     reopen_and_check(copy, reach, __LINE__);
 }
@@ -279,7 +253,7 @@ TEST(check_of_a_crashed_gc_heap)
     /* --repair recovers it as pheap recover does, then checks */
     r = run("check", image, "--repair", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "ran (GC mode") && strstr(r->out, "consistent (0 errors)"), r);
-    CHECK_TOOL(text_num(r->out, "live blocks:") == (long long)reach, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "live blocks:") == (long long)reach, r);
     reopen_and_check(image, reach, __LINE__);
     r = run("check", image, "--json", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"needs_recovery\": false"), r);
@@ -325,14 +299,14 @@ static void collect(const char *path, const char *mode, uint64_t reach)
     CHECK_TOOL(ph_test_json_num(r->out, "live_blocks") == all, r); /* nothing freed */
     r = run("gc", path, "--dry-run", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "dry run: nothing freed"), r);
-    CHECK_TOOL(text_num(r->out, "would free:") == GARBAGE, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "would free:") == GARBAGE, r);
 
     r = run("gc", path, "--threads", "3", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "collection:    ran"), r);
-    CHECK_TOOL(text_num(r->out, "reachable:") == (long long)reach, r);
-    CHECK_TOOL(text_num(r->out, "freed:") == GARBAGE, r);
-    CHECK_TOOL(text_num(r->out, "threads:") == 3, r);
-    CHECK_TOOL(text_num(r->out, "live now:") == (long long)reach, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "reachable:") == (long long)reach, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "freed:") == GARBAGE, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "threads:") == 3, r);
+    CHECK_TOOL(ph_test_text_num(r->out, "live now:") == (long long)reach, r);
     reopen_and_check(path, reach, __LINE__);
     r = run("gc", path, "--json", NULL);
     CHECK_TOOL(r->code == 0 && strstr(r->out, "\"dry_run\": false"), r);
@@ -370,11 +344,11 @@ TEST(bad_usage_and_failures)
         run_result *r = run(cmds[i], NULL);
         CHECK_TOOL(r->code == 2 && strstr(r->err, "usage"), r);
         r = run(cmds[i], "--json", NULL);
-        CHECK_TOOL(r->code == 2 && json_error(r, "PHEAP_EINVAL", PHEAP_EINVAL), r);
+        CHECK_TOOL(r->code == 2 && ph_test_json_error(r->out, "PHEAP_EINVAL", PHEAP_EINVAL), r);
         r = run(cmds[i], path, "--bogus", NULL);
         CHECK_TOOL(r->code == 2 && strstr(r->err, "--bogus"), r);
         r = run(cmds[i], path, "--bogus", "--json", NULL);
-        CHECK_TOOL(r->code == 2 && json_error(r, "PHEAP_EINVAL", PHEAP_EINVAL), r);
+        CHECK_TOOL(r->code == 2 && ph_test_json_error(r->out, "PHEAP_EINVAL", PHEAP_EINVAL), r);
         r = run(cmds[i], path, path, NULL);
         CHECK_TOOL(r->code == 2, r);
         static const char *const bad_threads[] = {"0", "65", "-1", "two", "3x", ""};
@@ -387,9 +361,9 @@ TEST(bad_usage_and_failures)
         r = run(cmds[i], missing, NULL);
         CHECK_TOOL(r->code == 1 && !r->out[0] && strstr(r->err, missing), r);
         r = run(cmds[i], missing, "--json", NULL);
-        CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_ENOENT", PHEAP_ENOENT), r);
+        CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_ENOENT", PHEAP_ENOENT), r);
         r = run(cmds[i], ph_test_dir(), "--json", NULL);
-        CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EISDIR", PHEAP_EISDIR), r);
+        CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_EISDIR", PHEAP_EISDIR), r);
         r = run(cmds[i], "--help", NULL);
         CHECK_TOOL(r->code == 0 && strstr(r->out, "conservative") && strstr(r->out, "--threads"), r);
         CHECK_TOOL(strstr(r->out, "filter") || strstr(r->out, "tagged"), r);
@@ -401,7 +375,7 @@ TEST(bad_usage_and_failures)
     int holder = ph_test_hold(path, 0);
     REQUIRE(holder > 0);
     r = run("gc", path, "--json", NULL);
-    CHECK_TOOL(r->code == 1 && json_error(r, "PHEAP_EBUSY", PHEAP_EBUSY), r);
+    CHECK_TOOL(r->code == 1 && ph_test_json_error(r->out, "PHEAP_EBUSY", PHEAP_EBUSY), r);
     r = run("recover", path, NULL);
     CHECK_TOOL(r->code == 1 && strstr(r->err, path), r);
     CHECK(ph_test_release(holder) == 0);

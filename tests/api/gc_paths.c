@@ -17,10 +17,7 @@ typedef struct node {
 
 static pheap *create_gc(const char *path, unsigned flags)
 {
-    unlink(path);
-    pheap_options o = {.size = 8u << 20, .flags = PHEAP_CREATE | flags,
-                       .consistency = PHEAP_CONSISTENCY_GC};
-    return ph_test_open(path, &o);
+    return ph_test_create_mode(path, 8u << 20, PHEAP_CONSISTENCY_GC, flags);
 }
 
 static void node_filter(pheap_tracer *tr, pheap_off off, const void *block, size_t usable)

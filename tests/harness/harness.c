@@ -78,14 +78,20 @@ pheap *ph_test_open_at(const char *path, const pheap_options *opts, const char *
     return h;
 }
 
-pheap *ph_test_create(const char *path, uint64_t size)
+pheap *ph_test_create_mode(const char *path, uint64_t size, unsigned consistency, unsigned flags)
 {
     unlink(path);
-    pheap_options o = {.size = size, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap_options o = {.size = size, .flags = PHEAP_CREATE | PHEAP_EXCL | flags,
+                       .consistency = consistency};
     pheap *h = NULL;
     if (pheap_open(path, &o, &h) != 0)
         ph_test_fail(__FILE__, __LINE__, "create %s: %s", path, pheap_errmsg());
     return h;
+}
+
+pheap *ph_test_create(const char *path, uint64_t size)
+{
+    return ph_test_create_mode(path, size, PHEAP_CONSISTENCY_LOG, 0);
 }
 
 static uint64_t pattern_next(uint64_t x)

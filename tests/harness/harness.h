@@ -76,8 +76,10 @@ const char *ph_test_dir(void);
 pheap *ph_test_open_at(const char *path, const pheap_options *opts, const char *file, int line);
 #define ph_test_open(path, opts) ph_test_open_at(path, opts, __FILE__, __LINE__)
 
-/* Creates a heap of `size` bytes at `path` (removing an old file first). */
+/* Creates a heap of `size` bytes at `path` (removing an old file first);
+ * _mode: in consistency mode `consistency`, with open `flags` added. */
 pheap *ph_test_create(const char *path, uint64_t size);
+pheap *ph_test_create_mode(const char *path, uint64_t size, unsigned consistency, unsigned flags);
 
 /* Fills [p, p+n) with a pattern derived from `seed`: 8-byte words of a
  * sequence whose first word is `seed` itself (so a block of 8 bytes or more
@@ -141,6 +143,16 @@ int ph_test_json_object(const char *s);
 unsigned long long ph_test_json_u64(const char *s, const char *key, int *found);
 /* The same, or -1 if absent. */
 long long ph_test_json_num(const char *s, const char *key);
+
+/* 1 if `out` is one JSON error object of the tool naming error `name`
+ * with `code` and a message. */
+int ph_test_json_error(const char *out, const char *name, int code);
+
+/* The text after `label` and its padding on the line that `label` starts
+ * in `out`; NULL if there is none.  ph_test_text_num: the number there, or
+ * -1. */
+const char *ph_test_text_field(const char *out, const char *label);
+long long ph_test_text_num(const char *out, const char *label);
 
 /* Fails the test (at file:line) unless h passes pheap_check and holds the
  * live blocks and bytes of `before`: a refused call changed nothing. */

@@ -192,3 +192,32 @@ long long ph_test_json_num(const char *s, const char *key)
     unsigned long long v = ph_test_json_u64(s, key, &found);
     return found ? (long long)v : -1;
 }
+
+int ph_test_json_error(const char *out, const char *name, int code)
+{
+    char want[64];
+    snprintf(want, sizeof(want), "\"error\": \"%s\"", name);
+    const char *c = strstr(out, "\"code\":");
+    return ph_test_json_object(out) && strstr(out, want) && c && atoi(c + 7) == code &&
+           strstr(out, "\"message\": \"") && !strstr(out, "\"message\": \"\"");
+}
+
+const char *ph_test_text_field(const char *out, const char *label)
+{
+    size_t n = strlen(label);
+    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, label, n) == 0) {
+            p += n;
+            while (*p == ' ')
+                p++;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+long long ph_test_text_num(const char *out, const char *label)
+{
+    const char *p = ph_test_text_field(out, label);
+    return p ? strtoll(p, NULL, 10) : -1;
+}

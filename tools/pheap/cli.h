@@ -40,6 +40,8 @@ int cli_usage_error(const char *msg, int json);
 
 /* "log" or "gc": the name of a consistency mode. */
 const char *cli_consistency_name(unsigned consistency);
+/* "123456 bytes (120.6 KiB)" into buf[48]; returns buf. */
+const char *cli_bytes(char buf[48], uint64_t v);
 
 /* The name of an error code ("PHEAP_ENOENT"); "PHEAP_E?" if unknown. */
 const char *cli_error_name(int rc);

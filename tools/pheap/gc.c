@@ -143,22 +143,6 @@ static void bar_end(bar *b)
 
 /* ---- reports ----------------------------------------------------------------------- */
 
-/* "123 bytes (1.2 MiB)" into buf[48]. */
-static const char *bytes(char *buf, uint64_t v)
-{
-    static const char *unit[] = {"KiB", "MiB", "GiB", "TiB"};
-    double d = (double)v;
-    int u = -1;
-    while (d >= 1024 && u < 3) {
-        d /= 1024;
-        u++;
-    }
-    if (u < 0)
-        snprintf(buf, 48, "%llu bytes", (unsigned long long)v);
-    else
-        snprintf(buf, 48, "%llu bytes (%.1f %s)", (unsigned long long)v, d, unit[u]);
-    return buf;
-}
 
 static void json_report(const pheap_gc_report *r)
 {
@@ -174,9 +158,9 @@ static void text_report(const pheap_gc_report *r, const char *freed)
 {
     char b[48];
     printf("reachable:     %llu blocks, %s\n", (unsigned long long)r->marked_blocks,
-           bytes(b, r->marked_bytes));
+           cli_bytes(b, r->marked_bytes));
     printf("%-14s %llu blocks, %s\n", freed, (unsigned long long)r->freed_blocks,
-           bytes(b, r->freed_bytes));
+           cli_bytes(b, r->freed_bytes));
     printf("bad refs:      %llu%s\n", (unsigned long long)r->bad_refs,
            r->bad_refs ? " (roots naming no block's start: ignored)" : "");
     printf("threads:       %u\n", r->threads);
@@ -200,6 +184,22 @@ static int close_heap(pheap *h, const args *a)
     return rc ? cli_fail_json(a->path, rc, a->json) : 0;
 }
 
+/* Runs a recovery or a collection with a progress bar on a terminal: 0,
+ * or the library's code. */
+static int run_trace(pheap *h, const args *a, int recover, pheap_gc_report *r)
+{
+    bar b = {0};
+    pheap_gc_options go = {.flags = a->dry_run ? PHEAP_GC_DRY_RUN : 0, .threads = a->threads};
+    if (isatty(STDERR_FILENO)) {
+        go.progress = on_progress;
+        go.progress_arg = &b;
+    }
+    memset(r, 0, sizeof(*r));
+    int rc = recover ? pheap_recover_ex(h, &go, r) : pheap_gc_ex(h, &go, r);
+    bar_end(&b);
+    return rc;
+}
+
 /* ---- recover ----------------------------------------------------------------------- */
 
 int cmd_recover(int argc, char **argv)
@@ -219,15 +219,7 @@ int cmd_recover(int argc, char **argv)
     pheap_gc_report r;
     memset(&r, 0, sizeof(r));
     if (needed) {
-        bar b = {0};
-        pheap_gc_options go = {.threads = a.threads};
-        if (isatty(STDERR_FILENO)) {
-            go.progress = on_progress;
-            go.progress_arg = &b;
-        }
-        rc = pheap_recover_ex(h, &go, &r);
-        bar_end(&b);
-        if (rc) {
+        if ((rc = run_trace(h, &a, 1, &r)) != 0) {
             rc = cli_fail_json(a.path, rc, a.json);
             pheap_close(h);
             return rc;
@@ -286,37 +278,20 @@ int cmd_gc(int argc, char **argv)
     pheap *h;
     if ((rc = open_rw(&a, &h)) != 0)
         return rc;
-    struct pheap_stats st;
-    pheap_stats(h, &st);
-    if (st.needs_recovery) {
-        char msg[1200];
-        snprintf(msg, sizeof(msg), "%s: a GC heap that was not closed cleanly: run `pheap recover "
-                 "%s` (it collects as it recovers)", a.path, a.path);
-        pheap_close(h); /* leaves it as it was: still needing recovery */
-        return cli_error(PHEAP_ERECOVER, msg, a.json);
-    }
-    bar b = {0};
-    pheap_gc_options go = {.flags = a.dry_run ? PHEAP_GC_DRY_RUN : 0, .threads = a.threads};
-    if (isatty(STDERR_FILENO)) {
-        go.progress = on_progress;
-        go.progress_arg = &b;
-    }
     pheap_gc_report r;
-    memset(&r, 0, sizeof(r));
-    rc = pheap_gc_ex(h, &go, &r);
-    bar_end(&b);
-    if (rc) {
+    if ((rc = run_trace(h, &a, 0, &r)) != 0) {
         if (rc == PHEAP_ERECOVER) {
             char msg[1200];
-            snprintf(msg, sizeof(msg), "%s: needs recovery first: run `pheap recover %s`", a.path,
-                     a.path);
+            snprintf(msg, sizeof(msg), "%s: a GC heap that was not closed cleanly: run `pheap "
+                     "recover %s` (it collects as it recovers)", a.path, a.path);
             rc = cli_error(rc, msg, a.json);
         } else {
             rc = cli_fail_json(a.path, rc, a.json);
         }
-        pheap_close(h);
+        pheap_close(h); /* leaves it as it was */
         return rc;
     }
+    struct pheap_stats st;
     pheap_stats(h, &st);
     if ((rc = close_heap(h, &a)) != 0)
         return rc;

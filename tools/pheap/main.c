@@ -66,6 +66,22 @@ int cli_help(const char *usage)
     return 0;
 }
 
+const char *cli_bytes(char buf[48], uint64_t v)
+{
+    static const char *unit[] = {"KiB", "MiB", "GiB", "TiB"};
+    double d = (double)v;
+    int u = -1;
+    while (d >= 1024 && u < 3) {
+        d /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, 48, "%llu bytes", (unsigned long long)v);
+    else
+        snprintf(buf, 48, "%llu bytes (%.1f %s)", (unsigned long long)v, d, unit[u]);
+    return buf;
+}
+
 const char *cli_consistency_name(unsigned consistency)
 {
     return consistency == PHEAP_CONSISTENCY_GC ? "gc" : consistency == PHEAP_CONSISTENCY_LOG ? "log" : "?";

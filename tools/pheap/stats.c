@@ -12,22 +12,6 @@
 
 #include "cli.h"
 
-/* "123456 bytes (120.6 KiB)" into buf[48]. */
-static const char *bytes(char *buf, uint64_t v)
-{
-    static const char *unit[] = {"KiB", "MiB", "GiB", "TiB"};
-    double d = (double)v;
-    int u = -1;
-    while (d >= 1024 && u < 3) {
-        d /= 1024;
-        u++;
-    }
-    if (u < 0)
-        snprintf(buf, 48, "%llu bytes", (unsigned long long)v);
-    else
-        snprintf(buf, 48, "%llu bytes (%.1f %s)", (unsigned long long)v, d, unit[u]);
-    return buf;
-}
 
 static double percent(uint64_t part, uint64_t whole)
 {
@@ -167,18 +151,18 @@ int cmd_stats(int argc, char **argv)
                                         ? "gc (small allocations and frees flush nothing)"
                                         : "log (every allocation and free durable on return)");
     print_transactions(&st);
-    printf("size:           %s of at most %s\n", bytes(b1, st.size), bytes(b2, st.max_size));
-    printf("data region:    %s\n", bytes(b1, st.data_size));
+    printf("size:           %s of at most %s\n", cli_bytes(b1, st.size), cli_bytes(b2, st.max_size));
+    printf("data region:    %s\n", cli_bytes(b1, st.data_size));
     printf("live:           %llu blocks, %s\n", (unsigned long long)st.live_blocks,
-           bytes(b1, st.live_bytes));
+           cli_bytes(b1, st.live_bytes));
     printf("size classes with slabs:\n");
     print_classes(h, 0);
     printf("slabs:          %llu, %s (%.1f%% of the data region)\n", (unsigned long long)st.slabs,
-           bytes(b1, st.slab_bytes), percent(st.slab_bytes, st.data_size));
+           cli_bytes(b1, st.slab_bytes), percent(st.slab_bytes, st.data_size));
     printf("large extents:  %llu, %s (%.1f%%)\n", (unsigned long long)st.large_extents,
-           bytes(b1, st.large_bytes), percent(st.large_bytes, st.data_size));
-    printf("free:           %s (%.1f%%), largest free extent %s\n", bytes(b1, st.free_bytes),
-           percent(st.free_bytes, st.data_size), bytes(b2, st.largest_free));
+           cli_bytes(b1, st.large_bytes), percent(st.large_bytes, st.data_size));
+    printf("free:           %s (%.1f%%), largest free extent %s\n", cli_bytes(b1, st.free_bytes),
+           percent(st.free_bytes, st.data_size), cli_bytes(b2, st.largest_free));
     if (st.slab_bytes + st.large_bytes < FRAG_MIN_HELD)
         printf("fragmentation:  not measured: less than %llu MiB in slabs and extents (every "
                "size class in use holds at least one 64 KiB slab)\n", FRAG_MIN_HELD >> 20);
