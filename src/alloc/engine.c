@@ -199,13 +199,14 @@ static int batch_put(ph_engine *e, unsigned cls, ph_tbin *b, uint32_t n)
         return 0;
     q->n = n;
     memcpy(q->v, b->v, n * sizeof(uint64_t));
+    /* counted before a taker can count them out */
+    __atomic_fetch_add(&e->xxfer_blocks, n, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&e->xxfer_bytes, (uint64_t)n * ph_class_size[cls], __ATOMIC_RELAXED);
     pthread_mutex_lock(&e->xfer_lock);
     q->next = e->xfer[cls];
     e->xfer[cls] = q;
     ph_store_relaxed(&e->xfer_n[cls], e->xfer_n[cls] + 1);
     pthread_mutex_unlock(&e->xfer_lock);
-    __atomic_fetch_add(&e->xxfer_blocks, n, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&e->xxfer_bytes, (uint64_t)n * ph_class_size[cls], __ATOMIC_RELAXED);
     memmove(b->v, b->v + n, (b->n - n) * sizeof(*b->v));
     ph_store_relaxed(&b->n, b->n - n);
     return 1;
