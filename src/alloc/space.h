@@ -21,9 +21,9 @@
 typedef struct ph_space {
     char *base;               /* start of the mapping */
     uint64_t xsize;           /* bytes mapped now; grows under grow_lock */
+    uint64_t data_off;        /* first byte of the data region */
     uint64_t reserve;         /* bytes of address space reserved */
     uint64_t max_size;        /* growth limit, from the header */
-    uint64_t data_off;        /* first byte of the data region */
     uint64_t slab_region;     /* offset of the slab descriptors */
     uint64_t lane_region;     /* offset of the lanes */
     uint64_t extlog_region;   /* offset and size of the extent log */

@@ -34,11 +34,16 @@ struct ph_thread {
 };
 
 struct pheap {
-    ph_space sp;                  /* the mapping, its growth, persistence */
+    /* What every allocation call reads, with the start of sp, in one line: */
     uint64_t id;                  /* unique per open in this process */
     uint64_t fork_gen;            /* ph_fork_generation when opened */
-    unsigned flags;               /* PHEAP_* open flags */
+    ph_engine *engine;            /* the allocator's volatile state */
     unsigned readonly;            /* PHEAP_RDONLY or PHEAP_SNAPSHOT: no write call */
+    unsigned needs_recovery;      /* GC heap found open: writers refused until
+                                     pheap_recover (read anywhere) */
+    unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
+    ph_space sp;                  /* the mapping, its growth, persistence */
+    unsigned flags;               /* PHEAP_* open flags */
     unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
     unsigned held_elsewhere;      /* snapshot of a heap held read-write elsewhere */
     unsigned was_unclean;         /* found PH_STATE_OPEN at open (not held elsewhere) */
@@ -49,15 +54,11 @@ struct pheap {
     char *path;                   /* as given to pheap_open */
     ph_header hdr;                /* validated copy of the header */
     ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */
-    ph_engine *engine;            /* the allocator's volatile state */
     pthread_mutex_t root_lock;    /* serialises root writers */
     pthread_mutex_t threads_lock; /* guards threads and retired */
     ph_thread *threads;           /* live thread records */
     ph_pctx retired;              /* counters of records already folded */
     uint64_t retired_tx[3];       /* their commits, aborts, transactional fences */
-    unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
-    unsigned needs_recovery;      /* GC heap found open: writers refused until
-                                     pheap_recover (read anywhere) */
     struct ph_gc_state *gcs;      /* filters and the last trace's figures (gc.c) */
 };
 
