@@ -636,8 +636,8 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * after a crash would name free space).  For the same reason, unlink a
  * large block durably before pheap_free.  A block held by a thread cache
  * still counts as live for pheap_usable_size, pheap_root_set and the
- * destination checks of pheap_alloc_to until the cache gives it back.  Transactions need a LOG heap
- * (pheap_tx_begin: PHEAP_ENOTSUP).
+ * destination checks of pheap_alloc_to until the cache gives it back.
+ * Transactions need a LOG heap (pheap_tx_begin: PHEAP_ENOTSUP).
  *
  * What GC mode checks: a free of an offset that is not the start of a
  * block, or of a block that is free in its slab, is refused as in LOG
@@ -659,8 +659,9 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * cannot see).  A block that several paths reach is visited by the first
  * filter that reaches it (the others' filters are not called for it; give
  * a block the same filter on every path); a conservative path that gets
- * there before any filter scans it too (more kept, never less).  Filters are process memory: register them after
- * each open, before pheap_recover.
+ * there before any filter scans it too (more kept, never less).  Filters
+ * are process memory: register them after each open, before
+ * pheap_recover.
  */
 
 /* pheap_options.consistency */
