@@ -11,7 +11,7 @@
 
 #define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
 
-static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc"};
+static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc", "ls"};
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 TEST(every_command_takes_help)
