@@ -119,7 +119,7 @@ const char *pheap_errmsg(void);
 #define PHEAP_RDONLY   0x4u  /* map read-only; every write call fails */
 #define PHEAP_SIMULATE 0x8u  /* crash simulator: see the section below */
 #define PHEAP_SNAPSHOT 0x10u /* a private view that never writes the file: see
-                                pheap_open (tools: pheap check, info, stats) */
+                                pheap_open (tools: pheap check, info, stats, ls) */
 
 /* pheap_options.flush: how stores are made durable.  AUTO picks cache-line
  * flushes when the file is on DAX (MAP_SYNC works) and msync otherwise; the
