@@ -119,7 +119,7 @@ const char *pheap_errmsg(void);
 #define PHEAP_RDONLY   0x4u  /* map read-only; every write call fails */
 #define PHEAP_SIMULATE 0x8u  /* crash simulator: see the section below */
 #define PHEAP_SNAPSHOT 0x10u /* a private view that never writes the file: see
-                                pheap_open (tools: pheap check, info, stats) */
+                                pheap_open (tools: pheap check, info, stats, ls) */
 
 /* pheap_options.flush: how stores are made durable.  AUTO picks cache-line
  * flushes when the file is on DAX (MAP_SYNC works) and msync otherwise; the
@@ -220,6 +220,15 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
 /* Opens the heap file at `path`, creating it first when PHEAP_CREATE is set
  * and the file does not exist (or is empty), and stores the handle in *out.
  *
+ * `path` is a path when it holds a '/' ("./data.heap", "/srv/x.heap") and
+ * a heap name otherwise: "mydata" opens the file mydata.heap in the heap
+ * directory (pheap_dir); a name that already ends in ".heap" is not given
+ * the suffix twice ("mydata.heap" is the same heap).  With PHEAP_CREATE a
+ * missing heap directory is created first (mode 0700, parents as needed).
+ * A name is not ".", ".." or empty, and its file name (with ".heap") has
+ * at most PHEAP_HEAP_NAME_MAX bytes.  A file in the current directory is
+ * opened with "./name".  pheap_path tells which file a name is.
+ *
  * Creation is atomic: the heap is formatted in an unnamed file in the
  * directory of `path` (O_TMPFILE; a named temporary file next to it where
  * the file system lacks that) and linked into place when complete, so
@@ -259,8 +268,10 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * PHEAP_ECORRUPT, with the finding in the message (docs/RECOVERY.md lists
  * what open refuses and what only pheap_check reports).
  *
- * Errors: PHEAP_EINVAL (bad options), PHEAP_ENOENT, PHEAP_EEXIST,
- * PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
+ * Errors: PHEAP_EINVAL (bad options, empty path, a heap directory that is
+ * not a directory), PHEAP_ENAME (a bad heap name: ".", "..", too long),
+ * PHEAP_ENOENT (also: no heap directory can be found, see pheap_dir),
+ * PHEAP_EEXIST, PHEAP_EACCES, PHEAP_EISDIR, PHEAP_EBUSY, PHEAP_EEMPTY, PHEAP_ENOTHEAP,
  * PHEAP_ETRUNCATED, PHEAP_ECHECKSUM, PHEAP_EVERSION, PHEAP_ELAYOUT,
  * PHEAP_ECORRUPT,
  * PHEAP_ENOTSUP (forced flush kind not on this CPU), PHEAP_ENOSPC (the file
@@ -276,6 +287,28 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * what it takes on disk.  Opening costs time and memory that follow the
  * heap's current size and use, not max_size. */
 int pheap_open(const char *path, const pheap_options *opts, pheap **out);
+
+/* Where a user's heaps live, the directory of heap names (see pheap_open):
+ * $PHEAP_DIR if set and not empty; else $XDG_DATA_HOME/pheap if
+ * XDG_DATA_HOME is an absolute path; else $HOME/.local/share/pheap (the
+ * home from the password database when HOME is unset or empty).  Writes it
+ * into buf[len] without a trailing '/'; the directory need not exist (a
+ * PHEAP_CREATE open of a name creates it).  Reads only the environment.
+ * Errors: PHEAP_EINVAL (buf NULL or len 0), PHEAP_ENAME (it does not fit
+ * in len bytes; PATH_MAX always does), PHEAP_ENOENT (none of the
+ * variables is set and the user has no home directory). */
+int pheap_dir(char *buf, size_t len);
+
+/* Most bytes of the file name of a heap name, ".heap" included. */
+#define PHEAP_HEAP_NAME_MAX 255
+
+/* The file pheap_open would open for `path` (a path or a heap name) into
+ * buf[len]: `path` itself when it holds a '/', else <pheap_dir>/NAME.heap.
+ * Creates nothing; the file need not exist.  Errors: PHEAP_EINVAL (empty
+ * path, no buffer, a heap directory that exists and is not a directory),
+ * PHEAP_ENAME (".", "..", a name too long, or no room in buf), those of
+ * pheap_dir. */
+int pheap_path(const char *path, char *buf, size_t len);
 
 /* Clean shutdown: makes everything durable, marks the heap clean, unmaps it
  * and releases the lock.  NULL is accepted.  Under PHEAP_SIMULATE the file
@@ -827,6 +860,11 @@ struct pheap_stats {
     uint64_t gc_time;         /*   and when it ended (seconds since the epoch; 0: none) */
     uint64_t gc_double_frees; /* GC mode: double frees found when thread caches
                                  returned blocks to their slabs (ignored) */
+    uint64_t last_open;       /* when the heap was last opened read-write
+                                 (seconds since the epoch, the wall clock; this
+                                 open if it is one); 0: not known (a heap not
+                                 opened read-write since builds recorded it;
+                                 simulated opens record nothing) */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

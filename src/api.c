@@ -132,6 +132,7 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->recovered_ops = h->engine->recovered;
     out->open_count = ph_load(&h->sp.state->xopen_count);
     out->unclean_count = ph_load(&h->sp.state->xunclean_count);
+    out->last_open = ph_load(&h->sp.state->xlast_open);
     out->roots = pheap_root_count(h);
     ph_engine_stats st;
     ph_heap_engine_stats(h, &st, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);

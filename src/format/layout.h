@@ -130,7 +130,11 @@ typedef struct ph_state {
     uint64_t xsize;         /* current file size, bytes, chunk multiple */
     uint64_t xopen_count;   /* read-write opens over the heap's life */
     uint64_t xunclean_count;/* opens that found PH_STATE_OPEN */
-    uint64_t reserved[4];
+    uint64_t xlast_open;    /* seconds since the epoch (wall clock) of the last
+                               read-write open, informational; 0: not known (a
+                               reserved word, zero, until a 1.3 build that
+                               records it opened the heap) */
+    uint64_t reserved[3];   /* zero */
 } ph_state;
 _Static_assert(sizeof(ph_state) == PH_LINE_SIZE, "ph_state size");
 

@@ -18,6 +18,7 @@
 
 #include "format/header.h"
 #include "heap/heap.h"
+#include "heap/namespace.h"
 #include "heap/options.h"
 #include "os/os.h"
 #include "util/error.h"
@@ -314,10 +315,13 @@ static int start_session(pheap *h)
     ph_pctx *c = ph_heap_pctx(h);
     if (h->was_unclean)
         ph_persist_write(p, c, &s->xunclean_count, s->xunclean_count + 1);
-    /* The three words are independent; the counters are informational and
-     * may land in any combination.  Only xclean matters, and it is durable
+    /* The four words are independent; the counters and the time are
+     * informational and may land in any combination.  Only xclean matters, and it is durable
      * after this fence, before the caller can change anything. */
     ph_persist_write(p, c, &s->xopen_count, s->xopen_count + 1);
+    /* Not under the simulator: the same calls must give the same trace. */
+    if (!h->sp.sim)
+        ph_persist_write(p, c, &s->xlast_open, ph_os_time_ns() / 1000000000u);
     if (ph_plant("state-split-store")) /* planted: the commit word in two halves */
         ph_persist_write(p, c, &s->xclean, (s->xclean & ~0xffffffffull) | (PH_STATE_OPEN & 0xffffffffull));
     ph_persist_write(p, c, &s->xclean, PH_STATE_OPEN);
@@ -334,13 +338,18 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         return ph_err(PHEAP_EINVAL, "pheap_open: empty path");
     ph_config cfg;
     int rc = ph_options_resolve(opts, &cfg);
+    char *file = NULL;
+    if (!rc)
+        rc = ph_namespace_resolve(path, (cfg.flags & PHEAP_CREATE) != 0, &file);
     if (rc)
         return rc;
     pheap *h = calloc(1, sizeof(*h));
-    if (!h || !(h->path = strdup(path))) {
-        free(h);
+    if (!h) {
+        free(file);
         return ph_err(PHEAP_ENOMEM, "out of memory");
     }
+    h->path = file;
+    path = file; /* a name is its file in the heap directory from here on */
     h->sp.fd = -1;
     h->sp.path = h->path;
     h->flags = cfg.flags;

@@ -17,7 +17,7 @@ typedef struct option_def {
     const char *name;      /* environment variable */
     const char *def;       /* default, as text */
     const char *desc;
-    int (*apply_env)(const char *value, ph_config *cfg);
+    int (*apply_env)(const char *value, ph_config *cfg); /* NULL: read elsewhere */
 } option_def;
 
 static int env_flush(const char *value, ph_config *cfg)
@@ -39,6 +39,11 @@ static const option_def option_table[] = {
      "(page write-back, for files not on DAX), none (process-crash durability only) or auto "
      "(cache-line flushes on DAX, msync otherwise). pheap_options.flush wins over it.",
      env_flush},
+    {"PHEAP_DIR", "$XDG_DATA_HOME/pheap, else ~/.local/share/pheap",
+     "The heap directory: where pheap_open looks up a heap name (no '/': \"mydata\" is "
+     "mydata.heap there) and what pheap ls lists; see pheap_dir. Read by pheap_dir, not merged "
+     "into the options of an open.",
+     NULL},
 };
 
 int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
@@ -94,7 +99,7 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     if (cfg->flush != PHEAP_FLUSH_AUTO)
         cfg->flush_source = PHEAP_FLUSH_FROM_OPTION;
     for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++) {
-        const char *v = getenv(option_table[i].name);
+        const char *v = option_table[i].apply_env ? getenv(option_table[i].name) : NULL;
         if (v && *v) {
             int rc = option_table[i].apply_env(v, cfg);
             if (rc)

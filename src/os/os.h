@@ -28,6 +28,16 @@ int ph_os_publish(int fd, const char *tmp_path, const char *path, int replace);
 /* Renames `from` to `to` unless `to` exists.  PHEAP_EEXIST if it does. */
 int ph_os_rename_noreplace(const char *from, const char *to);
 
+/* Creates the directory `dir` with `mode`, and each missing parent with
+ * the same mode (umask applies); 0 when it is a directory already.
+ * Errors: PHEAP_EEXIST (it, or a parent, exists and is not a directory),
+ * PHEAP_EACCES, PHEAP_ENOSPC, PHEAP_EIO. */
+int ph_os_make_dirs(const char *dir, unsigned mode);
+
+/* 1 if `path` is a directory, 0 if nothing is there, -1 if something else
+ * is (a file) or it cannot be told (no permission on a parent). */
+int ph_os_is_dir(const char *path);
+
 /* fsync of a file and of the directory holding `path`. */
 int ph_os_sync_file(int fd, const char *path);
 int ph_os_sync_dir(const char *path);

@@ -143,6 +143,51 @@ int ph_os_publish(int fd, const char *tmp_path, const char *path, int replace)
     return rc;
 }
 
+int ph_os_is_dir(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return S_ISDIR(st.st_mode) ? 1 : -1;
+    return errno == ENOENT ? 0 : -1;
+}
+
+/* mkdir of one level: 0 when it is made or is a directory already. */
+static int make_dir(const char *dir, unsigned mode)
+{
+    if (mkdir(dir, (mode_t)mode) == 0)
+        return 0;
+    int e = errno;
+    if (e == EEXIST || e == ENOTDIR) {
+        if (ph_os_is_dir(dir) == 1)
+            return 0;
+        return ph_err(PHEAP_EEXIST, "cannot create directory %s: %s exists and is not a directory",
+                      dir, e == EEXIST ? "it" : "a parent");
+    }
+    errno = e;
+    return ph_err_sys("cannot create directory", dir);
+}
+
+int ph_os_make_dirs(const char *dir, unsigned mode)
+{
+    if (ph_os_is_dir(dir) == 1)
+        return 0;
+    char *p = strdup(dir);
+    if (!p)
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    int rc = 0;
+    for (char *s = strchr(p + 1, '/'); !rc && s; s = strchr(s + 1, '/')) {
+        if (s[-1] == '/')
+            continue; /* "a//b" */
+        *s = 0;
+        rc = make_dir(p, mode);
+        *s = '/';
+    }
+    if (!rc)
+        rc = make_dir(p, mode);
+    free(p);
+    return rc;
+}
+
 int ph_os_sync_file(int fd, const char *path)
 {
     if (fsync(fd) != 0)

@@ -11,14 +11,16 @@
 
 #define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
 
-static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc"};
+static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc", "ls"};
+/* What each command's usage names first. */
+static const char *const operand[] = {"PATH", "PATH", "PATH", "PATH", "PATH", "PATH", "[DIR]"};
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 TEST(every_command_takes_help)
 {
     for (size_t i = 0; i < NCOMMANDS; i++) {
         char want[64];
-        snprintf(want, sizeof(want), "usage: pheap %s PATH", commands[i]);
+        snprintf(want, sizeof(want), "usage: pheap %s %s", commands[i], operand[i]);
         ph_tool_result *r = run(commands[i], "--help", NULL);
         CHECK_TOOL(r->code == 0 && strstr(r->out, want) && !r->err[0], r);
         r = run(commands[i], "-h", NULL);
@@ -40,7 +42,7 @@ TEST(help_command)
     CHECK_TOOL(r->code == 0 && !r->err[0], r);
     for (size_t i = 0; i < NCOMMANDS; i++) {
         char want[64];
-        snprintf(want, sizeof(want), "pheap %s PATH", commands[i]);
+        snprintf(want, sizeof(want), "pheap %s %s", commands[i], operand[i]);
         CHECK_TOOL(strstr(r->out, want), r);
     }
     CHECK_TOOL(strstr(r->out, "--version") && strstr(r->out, "--help"), r);

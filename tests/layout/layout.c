@@ -55,6 +55,10 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_header, checksum), 1016);
     CHECK_EQ(offsetof(ph_state, xclean), 0);
     CHECK_EQ(offsetof(ph_state, xsize), 8);
+    CHECK_EQ(offsetof(ph_state, xopen_count), 16);
+    CHECK_EQ(offsetof(ph_state, xunclean_count), 24);
+    CHECK_EQ(offsetof(ph_state, xlast_open), 32); /* was reserved[0]: compatible, 0 = unknown */
+    CHECK_EQ(offsetof(ph_state, reserved), 40);
     CHECK_EQ(offsetof(ph_root_entry, xused), 0);
     CHECK_EQ(offsetof(ph_root_entry, xoff), 8);
     CHECK_EQ(offsetof(ph_root_entry, name), 64);

@@ -15,6 +15,7 @@ int cmd_check(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
 
 /* 1 when an argument is --help or -h: the subcommand then prints its usage
  * on stdout and exits 0 (cli_help). */
@@ -69,6 +70,13 @@ void cli_json_string(const char *s);
 
 /* What survives a crash with the flush kind of `st`, as a phrase. */
 const char *cli_durability(const struct pheap_stats *st);
+
+/* A time in seconds since the epoch as "2024-05-01 12:00:00" (local
+ * time) into buf[32]; "unknown" for 0.  Returns buf. */
+const char *cli_time(char buf[32], uint64_t secs);
+
+/* Prints `secs` as a JSON number, or null for 0 (not known). */
+void cli_json_time(uint64_t secs);
 
 /* Prints a uuid as 8-4-4-4-12 hex into buf[37]. */
 void cli_format_uuid(const uint8_t uuid[16], char *buf);

@@ -13,7 +13,9 @@
 static const char usage[] =
     "usage: pheap create PATH --size SIZE [--max-size SIZE] [--mode OCTAL]\n"
     "                    [--consistency log|gc]\n"
-    "  Creates a heap file at PATH; fails if PATH exists.\n"
+    "  Creates a heap file at PATH; fails if PATH exists.  A PATH without '/' is a\n"
+    "  heap name: NAME.heap in the heap directory (see `pheap ls`), which is\n"
+    "  created (0700) if missing.\n"
     "  --size SIZE       bytes of data region (what blocks can use) to start with;\n"
     "                    the file is larger by its metadata\n"
     "  --max-size SIZE   most bytes the file may grow to, metadata included, fixed\n"
@@ -97,14 +99,17 @@ int cmd_create(int argc, char **argv)
     if (rc)
         return cli_fail(path, rc);
     struct stat sb;
-    uint64_t on_disk = stat(path, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
+    char where[4096]; /* a heap name's file */
+    if (pheap_path(path, where, sizeof(where)))
+        snprintf(where, sizeof(where), "%s", path);
+    uint64_t on_disk = stat(where, &sb) == 0 ? (uint64_t)sb.st_blocks * 512 : 0;
     char data[32], file[32], disk[32], max[32];
     printf("created %s\n"
            "  data region:  %llu bytes (%s) at offset %llu\n"
            "  file:         %llu bytes (%s), %s of it allocated on disk\n"
            "  growth limit: %llu bytes (%s), metadata included\n"
            "  consistency:  %s\n",
-           path, (unsigned long long)st.data_size, human(st.data_size, data),
+           where, (unsigned long long)st.data_size, human(st.data_size, data),
            (unsigned long long)st.data_offset, (unsigned long long)st.size, human(st.size, file),
            human(on_disk, disk), (unsigned long long)st.max_size, human(st.max_size, max),
            st.consistency == PHEAP_CONSISTENCY_GC

@@ -31,6 +31,9 @@ int cmd_info(int argc, char **argv)
     cli_format_uuid(st.uuid, uuid);
     const char *state = st.held_elsewhere ? "open elsewhere" : st.was_unclean ? "dirty" : "clean";
     unsigned n = pheap_root_count(h);
+    char when[32], file[4096];
+    if (pheap_path(path, file, sizeof(file)))
+        snprintf(file, sizeof(file), "%s", path);
     if (json) {
         printf("{\"path\": ");
         cli_json_string(path);
@@ -38,8 +41,7 @@ int cmd_info(int argc, char **argv)
                "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
                "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
                "\"flush\": \"%s\", \"flush_source\": \"%s\", \"power_safe\": %s, \"dax\": %s, "
-               "\"held_elsewhere\": %s, \"consistency\": \"%s\", \"needs_recovery\": %s, "
-               "\"roots\": [",
+               "\"held_elsewhere\": %s, \"consistency\": \"%s\", \"needs_recovery\": %s, ",
                st.format_major, st.format_minor, pheap_version(), uuid, (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_offset,
                (unsigned long long)st.data_size, state, (unsigned long long)st.open_count,
@@ -47,14 +49,22 @@ int cmd_info(int argc, char **argv)
                pheap_flush_source_name(st.flush_source), st.power_safe ? "true" : "false",
                st.dax ? "true" : "false", st.held_elsewhere ? "true" : "false",
                cli_consistency_name(st.consistency), st.needs_recovery ? "true" : "false");
+        printf("\"file\": ");
+        cli_json_string(file);
+        printf(", \"last_open\": ");
+        cli_json_time(st.last_open);
+        printf(", \"roots\": [");
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
+               "%s%s%s"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
                "consistency: %s\n"
-               "state:       %s (opened %llu time%s, %llu unclean)\nflush:       %s%s (%s)\n"
+               "state:       %s (opened %llu time%s, %llu unclean)\nlast open:   %s\n"
+               "flush:       %s%s (%s)\n"
                "durability:  %s\nroots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
-               (unsigned long long)st.size, (unsigned long long)st.max_size,
+               strcmp(file, path) ? "file:        " : "", strcmp(file, path) ? file : "",
+               strcmp(file, path) ? "\n" : "", (unsigned long long)st.size, (unsigned long long)st.max_size,
                (unsigned long long)st.data_size, (unsigned long long)st.data_offset,
                st.consistency == PHEAP_CONSISTENCY_GC
                    ? "gc (small allocations and frees flush nothing; recovery traces the roots)"
@@ -65,7 +75,7 @@ int cmd_info(int argc, char **argv)
                : st.was_unclean  ? "dirty: not closed cleanly, recovery runs at the next read-write open"
                                  : "clean",
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
-               (unsigned long long)st.unclean_count,
+               (unsigned long long)st.unclean_count, cli_time(when, st.last_open),
                pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),
                cli_durability(&st), n);
     }

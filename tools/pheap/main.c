@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -19,6 +20,7 @@ static const struct {
     {"stats", cmd_stats, "stats PATH [--json]     (read-only)"},
     {"recover", cmd_recover, "recover PATH [--threads N] [--json]  (a GC heap after a crash)"},
     {"gc", cmd_gc, "gc PATH [--dry-run] [--threads N] [--json]  (frees blocks no root reaches)"},
+    {"ls", cmd_ls, "ls [DIR] [--json]       (the heaps of the heap directory, or of DIR)"},
     {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -29,6 +31,8 @@ static void usage(FILE *f)
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(f, "  pheap %s\n", commands[i].usage);
     fprintf(f, "\nSIZE takes a K, M, G or T suffix (binary multiples).  Every command takes --help.\n"
+               "PATH is a file (it holds a '/') or a heap name: NAME is NAME.heap in the heap\n"
+               "directory ($PHEAP_DIR, else $XDG_DATA_HOME/pheap, else ~/.local/share/pheap).\n"
                "Exit status: 0 success, 1 the operation failed, 2 bad usage.  See pheap(1).\n");
 }
 
@@ -265,6 +269,23 @@ void cli_json_string(const char *str)
         s += n ? n : 1;
     }
     putchar('"');
+}
+
+const char *cli_time(char buf[32], uint64_t secs)
+{
+    time_t t = (time_t)secs;
+    struct tm tm;
+    if (!secs || !localtime_r(&t, &tm) || !strftime(buf, 32, "%Y-%m-%d %H:%M:%S", &tm))
+        snprintf(buf, 32, "unknown");
+    return buf;
+}
+
+void cli_json_time(uint64_t secs)
+{
+    if (secs)
+        printf("%llu", (unsigned long long)secs);
+    else
+        printf("null");
 }
 
 void cli_format_uuid(const uint8_t u[16], char *buf)
