@@ -86,6 +86,19 @@ static void crash(pheap *h, const char *image)
         ph_test_fail(__FILE__, __LINE__, "sim_crash: %s", pheap_errmsg());
 }
 
+/* A GC heap `name` holding build(h, n, garbage, tag), crashed (simulated)
+ * into `image`; returns the reachable blocks, 0 with the test failed. */
+static uint64_t crashed_heap(const char *name, unsigned n, unsigned garbage, uint64_t tag,
+                             const char *image)
+{
+    pheap *h = create_gc(ph_test_path(name), PHEAP_SIMULATE);
+    if (!h)
+        return 0;
+    uint64_t reach = build(h, n, garbage, tag);
+    crash(h, image);
+    return reach;
+}
+
 TEST(mode_recorded_and_fixed)
 {
     const char *path = ph_test_path("gc-mode.heap");
@@ -141,11 +154,11 @@ TEST(fast_path_makes_nothing_durable)
 
 TEST(refused_until_recovered)
 {
-    const char *path = ph_test_path("gc-crash.heap"), *image = ph_test_path("gc-crash.image");
-    pheap *h = create_gc(path, PHEAP_SIMULATE);
-    REQUIRE(h);
-    uint64_t reach = build(h, 50, 30, 0);
-    crash(h, image);
+    static char image[512];
+    snprintf(image, sizeof(image), "%s", ph_test_path("gc-crash.image"));
+    uint64_t reach = crashed_heap("gc-crash.heap", 50, 30, 0, image);
+    REQUIRE(reach);
+    pheap *h;
     pheap_options o = {.flags = PHEAP_SIMULATE};
     REQUIRE_OK(pheap_open(image, &o, &h));
     struct pheap_stats st;
@@ -204,11 +217,11 @@ TEST(refused_until_recovered)
 
 TEST(close_without_recovery_stays_unclean)
 {
-    const char *path = ph_test_path("gc-norec.heap"), *image = ph_test_path("gc-norec.image");
-    pheap *h = create_gc(path, PHEAP_SIMULATE);
-    REQUIRE(h);
-    uint64_t reach = build(h, 10, 5, 0);
-    crash(h, image);
+    static char image[512];
+    snprintf(image, sizeof(image), "%s", ph_test_path("gc-norec.image"));
+    uint64_t reach = crashed_heap("gc-norec.heap", 10, 5, 0, image);
+    REQUIRE(reach);
+    pheap *h;
     pheap_options o = {.flags = PHEAP_SIMULATE};
     REQUIRE_OK(pheap_open(image, &o, &h));
     REQUIRE_OK(pheap_close(h));
@@ -236,12 +249,12 @@ static void list_filter(pheap_tracer *tr, pheap_off off, const void *block, size
 
 TEST(tagged_links_need_a_filter)
 {
-    const char *path = ph_test_path("gc-tag.heap"), *image = ph_test_path("gc-tag.image");
-    const char *image2 = ph_test_path("gc-tag2.image");
-    pheap *h = create_gc(path, PHEAP_SIMULATE);
-    REQUIRE(h);
-    uint64_t reach = build(h, 40, 10, 1);
-    crash(h, image);
+    static char image[512], image2[512]; /* ph_test_path's buffers rotate */
+    snprintf(image, sizeof(image), "%s", ph_test_path("gc-tag.image"));
+    snprintf(image2, sizeof(image2), "%s", ph_test_path("gc-tag2.image"));
+    uint64_t reach = crashed_heap("gc-tag.heap", 40, 10, 1, image);
+    REQUIRE(reach);
+    pheap *h;
     REQUIRE_OK(ph_test_copy_file(image, image2));
     /* without a filter: only the head node and its extra block survive */
     pheap_options o = {.flags = PHEAP_SIMULATE};
@@ -282,11 +295,10 @@ static void bad_filter(pheap_tracer *tr, pheap_off off, const void *block, size_
 
 TEST(filter_reports_of_no_block_are_counted)
 {
-    const char *path = ph_test_path("gc-bad.heap"), *image = ph_test_path("gc-bad.image");
-    pheap *h = create_gc(path, PHEAP_SIMULATE);
-    REQUIRE(h);
-    build(h, 3, 0, 0);
-    crash(h, image);
+    static char image[512];
+    snprintf(image, sizeof(image), "%s", ph_test_path("gc-bad.image"));
+    REQUIRE(crashed_heap("gc-bad.heap", 3, 0, 0, image));
+    pheap *h;
     pheap_options o = {.flags = PHEAP_SIMULATE};
     REQUIRE_OK(pheap_open(image, &o, &h));
     REQUIRE_OK(pheap_root_set_filter(h, "list", bad_filter));
