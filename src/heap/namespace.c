@@ -129,17 +129,25 @@ static int name_file(const char *name, int create, char *buf, size_t len)
     return 0;
 }
 
+/* The file `path` names, into buf[len]: a name's file in the heap
+ * directory (made when `create`), or the path itself. */
+static int resolve(const char *path, int create, char *buf, size_t len)
+{
+    if (ph_namespace_is_name(path))
+        return name_file(path, create, buf, len);
+    if (strlen(path) >= len)
+        return ph_err(PHEAP_ENAME, "%s: longer than the %zu bytes given", path, len);
+    memcpy(buf, path, strlen(path) + 1);
+    return 0;
+}
+
 int ph_namespace_resolve(const char *path, int create, char **out)
 {
     *out = NULL;
     if (!path || !*path)
         return ph_err(PHEAP_EINVAL, "pheap_open: empty path");
-    if (!ph_namespace_is_name(path)) {
-        *out = strdup(path);
-        return *out ? 0 : ph_err(PHEAP_ENOMEM, "out of memory");
-    }
     char buf[PATH_MAX];
-    int rc = name_file(path, create, buf, sizeof(buf));
+    int rc = resolve(path, create, buf, sizeof(buf));
     if (rc)
         return rc;
     *out = strdup(buf);
@@ -150,10 +158,5 @@ ph_export int pheap_path(const char *path, char *buf, size_t len)
 {
     if (!path || !*path || !buf || !len)
         return ph_err(PHEAP_EINVAL, "pheap_path: empty path or no buffer");
-    if (ph_namespace_is_name(path))
-        return name_file(path, 0, buf, len);
-    if (strlen(path) >= len)
-        return ph_err(PHEAP_ENAME, "%s: longer than the %zu bytes given", path, len);
-    memcpy(buf, path, strlen(path) + 1);
-    return 0;
+    return resolve(path, 0, buf, len);
 }

@@ -200,19 +200,28 @@ static int run_trace(pheap *h, const args *a, int recover, pheap_gc_report *r)
     return rc;
 }
 
+/* Help, arguments and the read-write open of `recover` and `gc`: 0 with
+ * *h open, -1 after printing the help, or the exit status of a failure. */
+static int start(int argc, char **argv, const char *cmd, const char *usage, int dry_run_ok,
+                 args *a, pheap **h)
+{
+    if (cli_help_asked(argc, argv)) {
+        cli_help(usage);
+        return -1;
+    }
+    int rc = parse(argc, argv, cmd, usage, dry_run_ok, a);
+    return rc ? rc : open_rw(a, h);
+}
+
 /* ---- recover ----------------------------------------------------------------------- */
 
 int cmd_recover(int argc, char **argv)
 {
-    if (cli_help_asked(argc, argv))
-        return cli_help(recover_usage);
     args a;
-    int rc = parse(argc, argv, "recover", recover_usage, 0, &a);
-    if (rc)
-        return rc;
     pheap *h;
-    if ((rc = open_rw(&a, &h)) != 0)
-        return rc;
+    int rc = start(argc, argv, "recover", recover_usage, 0, &a, &h);
+    if (rc)
+        return rc < 0 ? 0 : rc;
     struct pheap_stats st;
     pheap_stats(h, &st);
     int needed = st.needs_recovery != 0;
@@ -269,15 +278,11 @@ int cmd_recover(int argc, char **argv)
 
 int cmd_gc(int argc, char **argv)
 {
-    if (cli_help_asked(argc, argv))
-        return cli_help(gc_usage);
     args a;
-    int rc = parse(argc, argv, "gc", gc_usage, 1, &a);
-    if (rc)
-        return rc;
     pheap *h;
-    if ((rc = open_rw(&a, &h)) != 0)
-        return rc;
+    int rc = start(argc, argv, "gc", gc_usage, 1, &a, &h);
+    if (rc)
+        return rc < 0 ? 0 : rc;
     pheap_gc_report r;
     if ((rc = run_trace(h, &a, 0, &r)) != 0) {
         if (rc == PHEAP_ERECOVER) {
