@@ -33,6 +33,7 @@ typedef struct shape {
     int kind;
     int filters;        /* recover with filters (precise) */
     uint64_t tag;       /* set in every link: only filters see through it */
+    int closing;        /* the run ends with churn and a clean close, crashed too */
 } shape;
 
 /* Operation i inserts key i + 1, except every fourth, which deletes the
@@ -135,6 +136,15 @@ static void workload(ph_crash_ctx *c)
             insert(c->heap, s, i + 1);
         ph_crash_mark(c);
     }
+    /* Before a close: blocks allocated and all freed again, so that the
+     * close returns them from caches and batches and releases the slabs
+     * they emptied (each descriptor zeroed durably first). */
+    static pheap_off churn[3000];
+    for (unsigned i = 0; s->closing && i < PH_ARRAY_N(churn); i++)
+        churn[i] = pheap_alloc(c->heap, 64);
+    for (unsigned i = 0; s->closing && i < PH_ARRAY_N(churn); i++)
+        if (pheap_free(c->heap, churn[i]) != 0)
+            ph_test_fail(__FILE__, __LINE__, "churn free: %s", pheap_errmsg());
 }
 
 /* ---- filters ---------------------------------------------------------------------- */
@@ -255,9 +265,11 @@ static void judge(const char *image, const shape *s, unsigned done, ph_crash_sta
     }
     struct pheap_stats ps;
     pheap_stats(h, &ps);
-    /* Before the open's first fence the heap is still marked clean. */
+    /* Before the open's first fence the heap is still marked clean, and
+     * after the close's last store (its clean mark may be written back
+     * before its fence, the bitmaps are durable by then). */
     if (ps.needs_recovery ? pheap_alloc(h, 8) != 0 || pheap_errno() != PHEAP_ERECOVER
-                          : ps.was_unclean || done > 0)
+                          : ps.was_unclean || (done > 0 && !(s->closing && done == NOPS)))
         ph_test_fail(__FILE__, __LINE__, "%s: needs_recovery %u after %u operations", where,
                      ps.needs_recovery, done);
     if (recover(h, s) != 0) {
@@ -364,19 +376,31 @@ static void enumerate(const char *name, shape s)
     static const struct { double evict; unsigned mode; } variants[] = {
         {0.0, 0}, {0.5, 0}, {0.5, PHEAP_SIM_WORDS}};
     ph_crash_stats st = {.fences = fences};
-    for (uint64_t f = 1; f <= fences; f++) {
+    /* A closing run goes on past the dry run's fences, into the close's,
+     * until a crash point is never reached; it works on a copy of the base
+     * (the close writes the file). */
+    static char work[512];
+    snprintf(work, sizeof(work), "%s", ph_test_path("gc-crash-work.heap"));
+    for (uint64_t f = 1; f <= fences || s.closing; f++) {
+        unsigned reached = 0;
         for (unsigned v = 0; v < PH_ARRAY_N(variants); v++) {
             unlink(image);
             ph_crash_ctx run = {.arg = &s};
             o = sim(f, image, variants[v].evict, variants[v].mode, f * 7 + v);
-            if (pheap_open(base, &o, &run.heap) != 0) {
+            if ((s.closing && ph_test_copy_file(base, work) != 0) ||
+                pheap_open(s.closing ? work : base, &o, &run.heap) != 0) {
                 ph_test_fail(__FILE__, __LINE__, "open base: %s", pheap_errmsg());
                 continue;
             }
             workload(&run);
-            pheap_sim_crash(run.heap, NULL, 0, 0.0);
+            if (s.closing && pheap_close(run.heap) != 0)
+                ph_test_fail(__FILE__, __LINE__, "close: %s", pheap_errmsg());
+            if (!s.closing)
+                pheap_sim_crash(run.heap, NULL, 0, 0.0);
             if (access(image, F_OK) != 0)
                 continue;
+            reached++;
+            st.fences = st.fences > f ? st.fences : f;
             char where[160];
             snprintf(where, sizeof(where), "%s: crash before fence %llu (evict %.1f%s)", name,
                      (unsigned long long)f, variants[v].evict,
@@ -386,9 +410,13 @@ static void enumerate(const char *name, shape s)
                 crash_recovery(image, &s, done, &st, where);
             judge(image, &s, done, &st, where);
         }
+        if (!reached && f > fences)
+            break;
     }
     ph_crash_report(name, &st);
-    CHECK(st.images >= 3 * fences);
+    CHECK(st.images >= 3 * st.fences);
+    if (s.closing)
+        CHECK(st.fences > fences + 2); /* the close's fences were crashed too */
     CHECK_EQ(st.violations, 0);
 }
 
@@ -415,4 +443,12 @@ TEST(tree_filters)
 TEST(hash_tagged_links_filters)
 {
     enumerate("gc/hash+tags+filters", (shape){HASH, 1, 1});
+}
+
+/* The end of a GC run: churn, then pheap_close crashed at each of its
+ * fences (cache and batch drains that release slabs, the bitmaps' write-
+ * back, the clean mark). */
+TEST(list_churn_and_close)
+{
+    enumerate("gc/list+close", (shape){LIST, 0, 0, 1});
 }
