@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 3
+#define PHEAP_FORMAT_MINOR 4
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -69,7 +69,7 @@ enum {
     PHEAP_EINVAL = -1,      /* bad argument or option value */
     PHEAP_ENOMEM = -2,      /* out of memory (process or heap) */
     PHEAP_ENOENT = -3,      /* not found: the heap file, or a root */
-    PHEAP_EEXIST = -4,      /* PHEAP_EXCL and the file exists */
+    PHEAP_EEXIST = -4,      /* exists already: the file (PHEAP_EXCL), or a name */
     PHEAP_EACCES = -5,      /* no permission to open the file as asked */
     PHEAP_EBUSY = -6,       /* heap open read-write elsewhere (file lock) */
     PHEAP_EIO = -7,         /* the operating system refused (see message) */
@@ -508,6 +508,89 @@ int pheap_free_from(pheap *h, pheap_off *src);
 size_t pheap_usable_size(pheap *h, pheap_off off);
 
 /* ===================================================================== */
+/*  Named objects                                                        */
+/* ===================================================================== */
+/*
+ * A named object is a block bound to a name in the heap's name directory:
+ * allocated and named in one failure-atomic step, found again by name
+ * after any restart, freed and unnamed in one step.  Names are
+ * NUL-terminated strings of 1 to PHEAP_NAME_MAX bytes.  The directory
+ * scales to millions of names (extendible hashing; a lookup reads one or
+ * two cache lines and writes nothing; a directory segment that fills up is
+ * rebuilt during one create, at most 4096 lines of work).
+ *
+ * Roots and names.  The 256 roots stay a small fixed table of references
+ * (a root may name any live block, or none, and is changed in place);
+ * a name owns its block (pheap_free_named frees both).  Both are roots of
+ * tracing (pheap_recover, pheap_gc): a named block and what it references
+ * stay live; a filter registered with pheap_root_set_filter under the
+ * same name applies to it.  pheap_check verifies that every name and root
+ * names a live block and that no block has two names (a root may name a
+ * named block).  Freeing a named block with pheap_free is a bug the heap
+ * cannot see at the call: the name then dangles (pheap_check reports it)
+ * and pheap_free_named removes it.  Names are not transactional yet: the
+ * calls below are refused inside a transaction.
+ *
+ * Heaps made by builds before format 1.4 have no directory: creating or
+ * removing a name fails with PHEAP_ENOTSUP and lookups find nothing.
+ */
+#define PHEAP_NAME_MAX 255 /* bytes, without the terminating NUL */
+
+/* Allocates a block of `size` bytes and names it `name`.  Crash
+ * guarantee: after a crash, the name exists with its block, or neither
+ * exists; durable on return (LOG mode: two fences; GC mode: two, and
+ * nothing is logged).  The block's contents are not initialised (see
+ * pheap_alloc_named_init).  Returns the block, or 0 with pheap_errno():
+ * PHEAP_EEXIST (the name exists; nothing changes), PHEAP_ENAME (empty or
+ * longer than PHEAP_NAME_MAX), PHEAP_EINVAL (size 0, NULL heap),
+ * PHEAP_ENOMEM (heap full), PHEAP_ENOSPC (file system full, or the
+ * directory full: over about twenty million names), PHEAP_ENOTSUP (inside a
+ * transaction; heap older than format 1.4), PHEAP_ERDONLY,
+ * PHEAP_ERECOVER. */
+pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size);
+
+/* pheap_alloc_named, with the block zeroed (PHEAP_ALLOC_ZERO) and/or filled
+ * by `init` before it is named: the name never appears with a block that
+ * `init` did not finish (a C++ constructor runs here).  `init` returning
+ * nonzero cancels: PHEAP_ECANCELED, nothing named, nothing allocated. */
+pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t size, unsigned flags,
+                                 pheap_init_fn init, void *arg);
+
+/* The block named `name`, or 0 with pheap_errno() == PHEAP_ENOENT.  Writes
+ * nothing (works on read-only handles and snapshots, and on a GC heap
+ * before pheap_recover).  Errors also: PHEAP_ENAME, PHEAP_EINVAL. */
+pheap_off pheap_lookup(pheap *h, const char *name);
+
+/* Frees the block named `name` and removes the name, failure-atomically:
+ * after a crash both are gone or both remain.  Durable on return (LOG
+ * mode: three fences).  Errors: PHEAP_ENOENT (no such name: freed already,
+ * or never made), PHEAP_ENOTLIVE (the block had been freed by pheap_free:
+ * the name alone was removed), PHEAP_ENAME, PHEAP_ENOTSUP, PHEAP_ERDONLY,
+ * PHEAP_ERECOVER. */
+int pheap_free_named(pheap *h, const char *name);
+
+/* One name of the directory, as pheap_name_next reports it. */
+typedef struct pheap_name_info {
+    char name[PHEAP_NAME_MAX + 1];
+    size_t len;               /* bytes of name */
+    pheap_off off;            /* the named block */
+    uint64_t size;            /* bytes asked at its creation (pheap_usable_size
+                                 gives what it holds) */
+    uint64_t hash;            /* the name's place in the order: a hash of the
+                                 name seeded by the heap's uuid */
+} pheap_name_info;
+
+/* Iteration: the name that follows `after` (NULL: the first name) in the
+ * directory's order -- by hash, then length, then bytes: arbitrary but
+ * stable, the same in every open of the heap.  Pass the previous
+ * out->name as `after` to go on (the same buffer as out->name is fine).  Names created or removed between calls
+ * (by this thread or another) are seen or skipped according to their
+ * place in the order; no name is reported twice and none that stays is
+ * missed.  Returns 0, or PHEAP_ENOENT after the last name.  Errors also:
+ * PHEAP_ENAME (a bad `after`), PHEAP_EINVAL. */
+int pheap_name_next(pheap *h, const char *after, pheap_name_info *out);
+
+/* ===================================================================== */
 /*  Transactions                                                         */
 /* ===================================================================== */
 /*
@@ -865,6 +948,9 @@ struct pheap_stats {
                                  open if it is one); 0: not known (a heap not
                                  opened read-write since builds recorded it;
                                  simulated opens record nothing) */
+    uint64_t names;           /* named objects (pheap_alloc_named) */
+    uint64_t name_segments;   /* blocks the name directory uses (counted in
+                                 live_blocks, like the named blocks) */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */
@@ -892,6 +978,7 @@ typedef struct pheap_check_report {
     uint64_t large_extents;   /* allocated extents found */
     uint64_t free_bytes;      /* backed data bytes in no slab and no extent */
     char     first_error[256];/* the first problem, readable */
+    uint64_t names;           /* named objects found */
 } pheap_check_report;
 
 /* Deep consistency check of all metadata: header, region table, state,

@@ -7,6 +7,7 @@
 
 #include "format/layout.h"
 #include "heap/heap.h"
+#include "heap/names.h"
 #include "util/error.h"
 
 #define PH_STR2(x) #x
@@ -134,6 +135,7 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->unclean_count = ph_load(&h->sp.state->xunclean_count);
     out->last_open = ph_load(&h->sp.state->xlast_open);
     out->roots = pheap_root_count(h);
+    ph_names_stats(h, &out->names, &out->name_segments);
     ph_engine_stats st;
     ph_heap_engine_stats(h, &st, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);
     out->live_blocks = st.live_blocks;

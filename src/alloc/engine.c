@@ -599,26 +599,23 @@ int ph_engine_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
     return 0;
 }
 
-/* With an initialiser, the block is filled and its lines flushed before
- * F1, whose fence makes them durable before F2 can publish the block; the
+/* The logged allocation behind pheap_alloc_to and the names' bind.  With
+ * an initialiser, the block is filled and its lines flushed before F1,
+ * whose fence makes them durable before F2 can publish the block; the
  * entry carries their CRC, for a crash that finds the entry durable early
- * (see log/lane.c). */
-int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
-                       const ph_block_init *init)
+ * (see log/lane.c).  `op` is PH_LOG_ALLOC_TO (*dest := block; retired with
+ * a fence) or a PH_LOG_BIND word (*dest := block | nv_bits, a versioned
+ * word: retired at the lane's next fence, see format/layout.h). */
+static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
+                        const ph_block_init *init, uint64_t op, uint64_t nv_bits, uint64_t *out)
 {
     ph_space *sp = e->sp;
-    uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off;
-    if (e->gc) { /* nothing logged: a block no one links is garbage to recovery */
-        if (!(off = ph_engine_alloc(e, t, c, size, init)))
-            return pheap_errno();
-        ph_store(dest, off);
-        return 0;
-    }
+    uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off, contents = 0;
     int rc = ph_engine_lane(e, t, c);
     if (rc)
         return rc;
     if (size > PH_SMALL_MAX) {
-        uint64_t bytes = PH_ALIGN_UP(size, PH_PAGE_SIZE), contents = 0;
+        uint64_t bytes = PH_ALIGN_UP(size, PH_PAGE_SIZE);
         if ((rc = ph_engine_reserve_large(e, t, c, size, &off)) != 0)
             return rc;
         if (init && (rc = init_block(e, c, init, off, bytes)) != 0) {
@@ -627,15 +624,13 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         }
         if (init)
             contents = contents_check(e, off, bytes);
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, bytes, dest_off, ph_load(dest),
-                      contents);
-        ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off);
+        ph_lane_begin(&e->lanes, c, &t->lane, op, off, bytes, dest_off, ph_load(dest), contents);
+        ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off | nv_bits);
     } else {
         unsigned cls = ph_sizeclass(size);
         off = ph_tcache_pop(t, cls);
         if (!off && !(off = ph_engine_refill(e, t, c, cls)))
             return pheap_errno();
-        uint64_t contents = 0;
         if (init && (rc = init_block(e, c, init, off, ph_class_size[cls])) != 0) {
             ph_engine_cache_block(e, t, c, cls, off);
             return rc;
@@ -643,28 +638,105 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         if (init)
             contents = contents_check(e, off, ph_class_size[cls]);
         if (!ph_plant("alloc-to-no-log")) /* planted: the log entry forgotten */
-            ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_ALLOC_TO, off, ph_class_size[cls],
-                          dest_off, ph_load(dest), contents);
+            ph_lane_begin(&e->lanes, c, &t->lane, op, off, ph_class_size[cls], dest_off,
+                          ph_load(dest), contents);
         if (ph_plant("lane-retire-first")) /* planted: retired before the changes */
             ph_lane_end(&e->lanes, c, &t->lane);
         ph_slab *s = ph_engine_chunk_slab(e, off);
         int exact;
         uint32_t sh, w = ph_slab_lock(s, ph_slab_index(s, off, &exact), &sh);
         ph_slab_set_locked(sp, c, s, w, sh);
-        ph_persist_write(&sp->persist, c, dest, off);
+        ph_persist_write(&sp->persist, c, dest, off | nv_bits);
         ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
         ph_slab_unlock(s, w);
-        if (ph_plant("alloc-to-no-log") || ph_plant("lane-retire-first"))
+        if (ph_plant("alloc-to-no-log") || ph_plant("lane-retire-first")) {
+            *out = off;
             return 0;
+        }
     }
+    if (op == PH_LOG_ALLOC_TO)
+        ph_lane_end(&e->lanes, c, &t->lane);
+    else
+        ph_lane_end_lazy(&e->lanes, c, &t->lane);
+    *out = off;
+    return 0;
+}
+
+int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
+                       const ph_block_init *init)
+{
+    uint64_t off;
+    if (e->gc) { /* nothing logged: a block no one links is garbage to recovery */
+        if (!(off = ph_engine_alloc(e, t, c, size, init)))
+            return pheap_errno();
+        ph_store(dest, off);
+        return 0;
+    }
+    return alloc_logged(e, t, c, size, dest, init, PH_LOG_ALLOC_TO, 0, &off);
+}
+
+int ph_engine_alloc_bind(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
+                         const ph_block_init *init, uint64_t *dest, uint64_t nv_bits,
+                         uint64_t *block)
+{
+    if (e->gc) { /* the word, durable, is what makes the block reachable */
+        uint64_t bytes;
+        if (!(*block = ph_engine_alloc(e, t, c, size, init)))
+            return pheap_errno();
+        if (init && ph_engine_usable(e, *block, &bytes) == 0)
+            ph_persist_flush(&e->sp->persist, c, ph_space_at(e->sp, *block), bytes);
+        ph_persist_fence(&e->sp->persist, c); /* the caller's entry and the contents first */
+        ph_persist_store64(&e->sp->persist, c, dest, *block | nv_bits);
+        return 0;
+    }
+    return alloc_logged(e, t, c, size, dest, init, PH_LOG_VERSIONED(PH_LOG_BIND, ph_load(dest),
+                                                                    nv_bits), nv_bits, block);
+}
+
+/* The logged free behind pheap_free_from and the names' unbind: `op` is
+ * PH_LOG_FREE_FROM (*src holds `off`, := 0) or a PH_LOG_UNBIND word (*src,
+ * a versioned word naming `off`, := nv). */
+static int free_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uint64_t *src,
+                       uint64_t op, uint64_t nv)
+{
+    ph_space *sp = e->sp;
+    uint64_t src_off = (uint64_t)((char *)src - sp->base), bytes, old = ph_load(src);
+    int rc = ph_engine_lane(e, t, c);
+    if (rc)
+        return rc;
+    ph_slab *s = ph_engine_chunk_slab(e, off);
+    if (!s) {
+        if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
+            return rc;
+        ph_lane_begin(&e->lanes, c, &t->lane, op, off, bytes, src_off, old, 0);
+        rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, nv, 1);
+        ph_lane_end(&e->lanes, c, &t->lane); /* also when another thread freed it first */
+        if (!rc)
+            ph_extent_release(e->ext, off); /* reusable only once retired */
+        return rc;
+    }
+    uint32_t i = 0;
+    if ((rc = ph_engine_live_small(s, off, &i)) != 0)
+        return rc;
+    ph_lane_begin(&e->lanes, c, &t->lane, op, off, s->block_size, src_off, old, 0);
+    uint32_t sh, w = ph_slab_lock(s, i, &sh);
+    rc = ph_slab_clear_locked(sp, c, s, w, sh);
+    if (!rc) {
+        ph_persist_write(&sp->persist, c, src, nv);
+        ph_persist_range(&sp->persist, c, src, sizeof(*src));
+    }
+    ph_slab_unlock(s, w);
     ph_lane_end(&e->lanes, c, &t->lane);
+    if (rc)
+        return ph_engine_clear_error(rc, off);
+    ph_engine_cache_block(e, t, c, s->xcls, off);
     return 0;
 }
 
 int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
 {
     ph_space *sp = e->sp;
-    uint64_t off = ph_load(src), src_off = (uint64_t)((char *)src - sp->base), bytes;
+    uint64_t off = ph_load(src);
     if (off == 0)
         return 0;
     if (off < sp->data_off || off >= ph_space_size(sp))
@@ -680,36 +752,23 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         ph_store(src, 0);
         return ph_engine_free(e, t, c, off);
     }
-    int rc = ph_engine_lane(e, t, c);
-    if (rc)
-        return rc;
-    ph_slab *s = ph_engine_chunk_slab(e, off);
-    if (!s) {
-        if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
+    return free_logged(e, t, c, off, src, PH_LOG_FREE_FROM, 0);
+}
+
+int ph_engine_free_unbind(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uint64_t *src,
+                          uint64_t nv)
+{
+    if (e->gc) { /* the word first, durable: then the block is garbage whatever comes */
+        uint64_t bytes;
+        int rc = ph_engine_usable(e, off, &bytes);
+        if (rc)
             return rc;
-        ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, bytes, src_off, off, 0);
-        rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 1);
-        ph_lane_end(&e->lanes, c, &t->lane); /* also when another thread freed it first */
-        if (!rc)
-            ph_extent_release(e->ext, off); /* reusable only once retired */
-        return rc;
+        ph_persist_store64(&e->sp->persist, c, src, nv);
+        ph_slab *s = ph_engine_chunk_slab(e, off);
+        return s ? ph_engine_free(e, t, c, off)
+                 : ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0);
     }
-    uint32_t i = 0;
-    if ((rc = ph_engine_live_small(s, off, &i)) != 0)
-        return rc;
-    ph_lane_begin(&e->lanes, c, &t->lane, PH_LOG_FREE_FROM, off, s->block_size, src_off, off, 0);
-    uint32_t sh, w = ph_slab_lock(s, i, &sh);
-    rc = ph_slab_clear_locked(sp, c, s, w, sh);
-    if (!rc) {
-        ph_persist_write(&sp->persist, c, src, 0);
-        ph_persist_range(&sp->persist, c, src, sizeof(*src));
-    }
-    ph_slab_unlock(s, w);
-    ph_lane_end(&e->lanes, c, &t->lane);
-    if (rc)
-        return ph_engine_clear_error(rc, off);
-    ph_engine_cache_block(e, t, c, s->xcls, off);
-    return 0;
+    return free_logged(e, t, c, off, src, PH_LOG_VERSIONED(PH_LOG_UNBIND, ph_load(src), nv), nv);
 }
 
 int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
@@ -774,6 +833,14 @@ static void on_slab(void *arg, uint64_t off, unsigned cls)
         o->rc = ph_err(PHEAP_ECORRUPT, "%s", why);
 }
 
+/* The words of the names header that logged operations write: a
+ * rebuild's new segments (xnew[]) and the segment it frees (xold). */
+static int names_word(const ph_space *sp, uint64_t off)
+{
+    uint64_t first = sp->names_region + offsetof(ph_names_header, xnew);
+    return sp->names_region && off >= first && off <= first + 16 && (off - first) % 8 == 0;
+}
+
 /* Recovery: redo one committed logged operation (see log/lane.c). */
 static void roll_forward(void *arg, const ph_lane_op *le)
 {
@@ -784,7 +851,8 @@ static void roll_forward(void *arg, const ph_lane_op *le)
     if (o->rc)
         return;
     int dest_ok = (le->dest >= sp->data_off && le->dest <= size - 8 && le->dest % 8 == 0) ||
-                  ph_engine_tx_anchor_word(e, le->dest); /* an overflow segment's link */
+                  ph_engine_tx_anchor_word(e, le->dest) || /* an overflow segment's link */
+                  names_word(sp, le->dest);
     if (!dest_ok || le->block < sp->data_off || le->block >= size || le->size > size - le->block) {
         o->rc = ph_err(PHEAP_ECORRUPT, "lane entry for block %llu is out of range",
                        (unsigned long long)le->block);
@@ -799,24 +867,34 @@ static void roll_forward(void *arg, const ph_lane_op *le)
                        (unsigned long long)le->block);
         return;
     }
-    if (le->op == PH_LOG_ALLOC_TO && (le->contents & PH_LOG_CONTENTS) &&
+    /* The destination's values: what the operation found and what it
+     * leaves (BIND and UNBIND: versioned words, see format/layout.h). */
+    unsigned kind = (unsigned)(le->op & 0xff);
+    uint64_t oldv = le->old, nv = kind == PH_LOG_ALLOC_TO ? le->block : 0, cur = ph_load(dest);
+    if (kind == PH_LOG_BIND || kind == PH_LOG_UNBIND) {
+        oldv |= (le->op >> 8 & 0xffff) << 48;
+        nv = (le->op >> 24 & 0xffff) << 48 | (le->op >> 40 & 7) | (kind == PH_LOG_BIND ? le->block : 0);
+        if (cur != oldv && cur != nv)
+            return; /* superseded by a later operation on the same word */
+    }
+    int alloc = kind == PH_LOG_ALLOC_TO || kind == PH_LOG_BIND;
+    if (alloc && (le->contents & PH_LOG_CONTENTS) && !(kind == PH_LOG_BIND && cur == nv) &&
         ph_crc32c(0, ph_space_at(sp, le->block), le->size) != (uint32_t)le->contents)
         return; /* committed before the block's contents were durable: not done */
     uint32_t sh, w = s ? ph_slab_lock(s, i, &sh) : 0;
-    if (le->op == PH_LOG_ALLOC_TO) {
+    if (alloc) {
         if (s)
             ph_slab_set_locked(sp, o->c, s, w, sh);
         else
             o->rc = ph_extent_claim(e->ext, o->c, le->block, le->size);
-        ph_persist_write(&sp->persist, o->c, dest, le->block);
     } else {
         uint64_t bytes;
         if (s)
             (void)ph_slab_clear_locked(sp, o->c, s, w, sh); /* already clear: done before */
         else if (ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
-        ph_persist_write(&sp->persist, o->c, dest, 0);
     }
+    ph_persist_write(&sp->persist, o->c, dest, nv);
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
     if (s)
         ph_slab_unlock(s, w);
@@ -846,7 +924,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
     pthread_mutex_init(&e->lane_lock, NULL);
     pthread_mutex_init(&e->xfer_lock, NULL);
     e->lanes = (ph_lanes){ph_space_at(sp, sp->lane_region), &sp->persist,
-                          !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS)};
+                          !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS),
+                          (sp->features & PH_FEAT_INCOMPAT_NAMES) != 0};
     if (sp->features & PH_FEAT_INCOMPAT_TX)
         e->txlogs = ph_space_at(sp, sp->lane_region);
     open_ctx o = {e, c, 0};

@@ -28,6 +28,7 @@ typedef struct ph_space {
     uint64_t lane_region;     /* offset of the lanes */
     uint64_t extlog_region;   /* offset and size of the extent log */
     uint64_t extlog_size;
+    uint64_t names_region;    /* offset of the names directory (0 without PH_FEAT_INCOMPAT_NAMES) */
     int fd;                   /* heap file */
     const char *path;         /* its path, for messages (owned by the handle) */
     unsigned dax;             /* mapped with MAP_SYNC */

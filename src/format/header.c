@@ -16,7 +16,9 @@
 #include "util/util.h"
 
 /* Features of the heaps this build creates. */
-#define NEW_FEATURES (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX)
+#define NEW_FEATURES                                                                      \
+    (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX |     \
+     PH_FEAT_INCOMPAT_NAMES)
 
 /* Size of each metadata region for a heap that may grow to max_size, with
  * incompat `features` (the lane region holds the transaction logs too when

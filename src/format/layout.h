@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 3
+#define PH_FORMAT_MINOR 4
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -82,8 +82,13 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
 #define PH_FEAT_INCOMPAT_TX 0x4u            /* 1.3: the lane region ends with one transaction
                                               log per lane (ph_txlog_anchor); builds before
                                               it would not recover interrupted transactions */
+#define PH_FEAT_INCOMPAT_NAMES 0x8u         /* 1.4: the names region holds a directory
+                                              (ph_names_header) and lanes may hold BIND
+                                              and UNBIND entries, which builds before it
+                                              would not recover */
 #define PH_FEAT_INCOMPAT_KNOWN \
-    (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX)
+    (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX | \
+     PH_FEAT_INCOMPAT_NAMES)
 #define PH_FEAT_RO_COMPAT_KNOWN 0u
 
 /* Consistency modes (DESIGN 4.4), fixed at creation. */
@@ -186,6 +191,24 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
 #define PH_LOG_ALLOC_TO 1u    /* allocate `block` (`size` bytes), *dest = block */
 #define PH_LOG_FREE_FROM 2u   /* free `block`, *dest = 0 */
 #define PH_LOG_CONTENTS (1ull << 32) /* in `contents`: the block's CRC-32C follows (bits 0..31) */
+/* Heaps with PH_FEAT_INCOMPAT_NAMES (1.4) also log these two, for the
+ * named-object directory, whose entry words are versioned: every store to
+ * one carries a new 16-bit version in bits 48..63, so a value never comes
+ * back (within 2^16 stores).  The op word carries, besides the kind in
+ * bits 0..7, the old value's version (bits 8..23), the new value's version
+ * (24..39) and low 3 bits (40..42); `old` holds the old value's low 48
+ * bits.  BIND allocates `block` and stores new = version | block | low
+ * bits at `dest`; UNBIND frees `block` and stores new = version | low
+ * bits.  Recovery redoes one when `dest` holds its old or its new value
+ * and does nothing when it holds neither (a later operation superseded
+ * it), so a BIND's entry needs no fence of its own to retire: it is
+ * retired at its lane holder's next fence (the second fence of a BIND
+ * publishes it; its retirement rides on the next operation's first). */
+#define PH_LOG_BIND 3u
+#define PH_LOG_UNBIND 4u
+#define PH_LOG_VERSIONED(kind, old, nv) \
+    ((uint64_t)(kind) | ((uint64_t)(old) >> 48) << 8 | ((uint64_t)(nv) >> 48) << 24 | \
+     ((uint64_t)(nv) & 7u) << 40)
 
 typedef struct ph_lane_entry {
     uint64_t xstate;    /* seq << 8 | PH_LOG_IDLE or PH_LOG_ACTIVE: the commit word */
@@ -362,7 +385,103 @@ _Static_assert(sizeof(ph_extlog_entry) == 16, "ph_extlog_entry size");
  * larger than PHEAP_SMALL_MAX. */
 #define PH_EXTLOG_BYTES_PER_ENTRY_SPAN (16u * 1024u)
 
-/* ---- named-object directory (reserved) ---- */
+/* ---- named-object directory (src/heap/names_dir.c, names.c) -------------
+ * Heaps with PH_FEAT_INCOMPAT_NAMES.  Extendible hashing over a 64-bit
+ * hash of the name (ph_names_hash, seeded with the heap's uuid).  The names
+ * region (PH_NAMES_SIZE bytes, zero at creation) holds a ph_names_header
+ * at offset 0 and two directory arrays of PH_NAMES_DIR_MAX segment offsets
+ * at PH_NAMES_DIR0 and PH_NAMES_DIR1.  xdir = depth << 1 | array names the
+ * current array and its depth d: its entry i is the segment that holds
+ * every name whose hash has i as its top d bits.
+ * Segment: a large block of the data region (allocated with a logged
+ * pheap_alloc_to into xnew[]): a ph_names_seg line, then home + PH_NAMES_SPILL
+ * entry lines.  It holds the names whose hashes have `prefix` as their top
+ * `depth` bits; the next home_bits bits of the hash are the name's home
+ * line.  Linear probing: an entry starts at or after its home line with no
+ * EMPTY line between, so a search stops at the first EMPTY line.  The
+ * entries of a segment are therefore in hash order cluster by cluster,
+ * which is the order of pheap_name_next.
+ * Entry lines.  Word 0 of every line, xref, is versioned: bits 48..63 are a
+ * version that every store to the word increments (mod 2^16), bits 0..2
+ * its kind:
+ *   EMPTY (the word is 0)   never used since the segment was made
+ *   HEAD  (1)  bits 3..47: the named block's offset (a multiple of 8)
+ *   FREE  (2)  a removed entry's line, or a filler: searches go on past it
+ *   CONT  (3)  bits 3..15: the line of the head it continues; it belongs
+ *              to that head while the head is a HEAD whose `lines` cover it
+ *              (else it is free, like FREE)
+ * A head line: xref, hash, size (bytes asked at creation), meta = length
+ * (bits 0..15) | lines (16..23) | CRC-32C of the entry (32..63: over hash,
+ * size, the length and line count, the block offset and the name bytes),
+ * then the name's first 32 bytes; each CONT line after it holds the next
+ * 56 bytes.  Names are 1..PH_NAME_MAX bytes with no NUL.
+ * Crash protocols:
+ *   create: the lines after the head (CONT) and the head's words but xref
+ *           are written and flushed first; xref goes from its old value to
+ *           HEAD | block with a logged BIND (PH_LOG_BIND): the block and the
+ *           name appear together.  GC mode: the body is fenced, then one
+ *           durable store of xref (the block is garbage until it lands).
+ *   remove: xref goes from HEAD to FREE with a logged UNBIND that frees the
+ *           block (GC mode: the FREE store is durable, then the block is
+ *           garbage).
+ *   rebuild (a segment S grows, is compacted or split in two): the new
+ *           segments are allocated into xnew[0..1] and filled and fenced;
+ *           xold := S (the commit; 1 when the first segment is installed);
+ *           the directory entries that named S name the new ones (first the
+ *           array doubled when a split needs a deeper directory: the other
+ *           array written, then xdir switched); xnew[0] := 0, then
+ *           xnew[1] := 0 (xnew[0] == 0 with xold set: applied); S freed by a
+ *           logged pheap_free_from of xold.  Recovery at open finishes a
+ *           committed rebuild (xold != 0) and frees the segments of one that
+ *           did not commit.  Until S is freed both S and its replacement hold
+ *           every name, so lookups are right at every step. */
 #define PH_NAMES_SIZE (256u * 1024u)
+#define PH_NAME_MAX 255u
+#define PH_NAMES_DIR_MAX 8192u               /* entries of one array: depth <= 13 */
+#define PH_NAMES_DEPTH_MAX 13u
+#define PH_NAMES_DIR0 4096u                  /* offsets in the names region */
+#define PH_NAMES_DIR1 (PH_NAMES_DIR0 + PH_NAMES_DIR_MAX * 8u)
+_Static_assert(PH_NAMES_DIR1 + PH_NAMES_DIR_MAX * 8u <= PH_NAMES_SIZE, "names directory fits");
+#define PH_NAMES_HOME_MIN_BITS 8u            /* 256 home lines: a segment is a large block */
+#define PH_NAMES_HOME_MAX_BITS 12u           /* 4096 */
+#define PH_NAMES_SPILL 32u                   /* lines after the last home line */
+#define PH_NAMES_SEG_MAGIC 0x474553454d414e50ull /* "PNAMESEG" */
+
+#define PH_NAME_EMPTY 0u
+#define PH_NAME_HEAD 1u
+#define PH_NAME_FREE 2u
+#define PH_NAME_CONT 3u
+#define PH_NAME_HEAD_BYTES 32u
+#define PH_NAME_CONT_BYTES 56u
+
+typedef struct ph_names_header {
+    uint64_t xdir;      /* depth << 1 | current array (0 before the first name) */
+    uint64_t xnew[2];   /* segments of a rebuild in preparation, or 0 */
+    uint64_t xold;      /* committed rebuild: the segment it replaces (1: none), or 0 */
+    uint64_t reserved[4];
+} ph_names_header;
+_Static_assert(sizeof(ph_names_header) == PH_LINE_SIZE, "ph_names_header size");
+
+typedef struct ph_names_seg {
+    uint64_t magic;     /* PH_NAMES_SEG_MAGIC */
+    uint64_t depth;     /* bits of the prefix */
+    uint64_t prefix;    /* the top `depth` bits of its names' hashes */
+    uint64_t home_bits; /* log2 of its home lines */
+    uint64_t hint_stamp;/* hints of one open (not flushed, never trusted by another): */
+    uint64_t hint_used; /*   its random stamp, lines not EMPTY, lines of live entries */
+    uint64_t hint_live;
+    uint64_t reserved;
+} ph_names_seg;
+_Static_assert(sizeof(ph_names_seg) == PH_LINE_SIZE, "ph_names_seg size");
+
+typedef struct ph_name_line {
+    uint64_t xref;      /* versioned kind and payload, see above */
+    uint64_t hash;      /* head: the name's hash */
+    uint64_t size;      /* head: bytes asked at creation */
+    uint64_t meta;      /* head: length | lines << 16 | CRC-32C << 32 */
+    uint8_t name[PH_NAME_HEAD_BYTES]; /* head: the name's first bytes, zero-padded */
+} ph_name_line;
+_Static_assert(sizeof(ph_name_line) == PH_LINE_SIZE, "ph_name_line size");
+_Static_assert(PH_NAME_HEAD_BYTES + 4 * PH_NAME_CONT_BYTES >= PH_NAME_MAX, "5 lines hold a name");
 
 #endif /* PH_FORMAT_LAYOUT_H */

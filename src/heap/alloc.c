@@ -76,25 +76,18 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
     return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, NULL);
 }
 
-/* A user's initialiser, called by the engine with the handle added. */
-typedef struct user_init {
-    pheap *h;
-    pheap_init_fn fn;
-    void *arg;
-} user_init;
-
 static int call_user_init(void *arg, void *block, size_t usable)
 {
-    user_init *u = arg;
+    ph_user_init *u = arg;
     return u->fn(u->h, block, usable, u->arg);
 }
 
-static int block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, user_init *u,
-                      ph_block_init *out, const char *call)
+int ph_heap_block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, ph_user_init *u,
+                       ph_block_init *out, const char *call)
 {
     if (flags & ~PHEAP_ALLOC_ZERO)
         return ph_err(PHEAP_EINVAL, "%s: unknown flags %#x", call, flags & ~PHEAP_ALLOC_ZERO);
-    *u = (user_init){h, fn, arg};
+    *u = (ph_user_init){h, fn, arg};
     *out = (ph_block_init){(flags & PHEAP_ALLOC_ZERO) != 0, fn ? call_user_init : NULL, u};
     return 0;
 }
@@ -103,9 +96,9 @@ ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, phea
                                      void *arg)
 {
     ph_thread *t = ph_heap_writer(h, "pheap_alloc_init");
-    user_init u;
+    ph_user_init u;
     ph_block_init bi;
-    if (ph_unlikely(!t) || block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_init"))
+    if (ph_unlikely(!t) || ph_heap_block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_init"))
         return 0;
     if (ph_unlikely(size == 0)) {
         ph_err(PHEAP_EINVAL, "pheap_alloc_init: size 0");
@@ -146,9 +139,9 @@ ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsign
     ph_thread *t = ph_heap_writer(h, "pheap_alloc_to_init");
     if (ph_unlikely(!t))
         return pheap_errno();
-    user_init u;
+    ph_user_init u;
     ph_block_init bi;
-    int rc = block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_to_init");
+    int rc = ph_heap_block_init(h, flags, init, arg, &u, &bi, "pheap_alloc_to_init");
     if (rc)
         return rc;
     if (size == 0)

@@ -8,6 +8,7 @@
 
 #include "format/header.h"
 #include "heap/heap.h"
+#include "heap/names.h"
 #include "util/error.h"
 
 ph_export int pheap_check(pheap *h, pheap_check_report *out)
@@ -38,6 +39,12 @@ ph_export int pheap_check(pheap *h, pheap_check_report *out)
     if (root_errors && r.errors == 0)
         snprintf(r.first_error, sizeof(r.first_error), "%s", err);
     r.errors += (unsigned)root_errors;
+    uint64_t nnames = 0;
+    unsigned name_errors = ph_names_check(h, &nnames, err, sizeof(err));
+    if (name_errors && r.errors == 0)
+        snprintf(r.first_error, sizeof(r.first_error), "%s", err);
+    r.errors += name_errors;
+    r.names = nnames;
     /* Lane entries may be active in a read-only view of a crashed heap
      * (no recovery ran) and in a snapshot of a heap in use elsewhere. */
     int lanes_idle = !h->held_elsewhere && (!h->readonly || !h->was_unclean || h->snapshot);

@@ -20,6 +20,7 @@
 
 #include "alloc/engine.h"
 #include "heap/heap.h"
+#include "heap/names.h"
 #include "os/os.h"
 #include "util/error.h"
 
@@ -311,6 +312,23 @@ static void *mark_thread(void *arg)
 }
 
 /* Marks every block the roots reach; counts into *rep. */
+/* A block with no references: marked, not scanned. */
+static void leaf(pheap_tracer *tr, pheap_off off, const void *block, size_t usable)
+{
+    (void)tr, (void)off, (void)block, (void)usable;
+}
+
+typedef struct names_roots {
+    pheap_tracer *tr;
+    const ph_gc_state *g;
+} names_roots;
+
+static void name_root(void *arg, uint64_t off, const char *name)
+{
+    names_roots *nr = arg;
+    pheap_trace(nr->tr, off, name ? filter_of(nr->g, name) : leaf);
+}
+
 static int mark_all(pheap *h, ph_gc_marks *m, const pheap_gc_options *o, pheap_gc_report *rep)
 {
     marker mk = {.h = h, .m = m, .o = o};
@@ -338,6 +356,10 @@ static int mark_all(pheap *h, ph_gc_marks *m, const pheap_gc_options *o, pheap_g
             break;
         pheap_trace(&tr[0], off, filter_of(g, name));
     }
+    /* The name directory: its segments (no references in them) and the
+     * named blocks, with the filter registered under the same name. */
+    names_roots nr = {&tr[0], g};
+    ph_names_roots(h, name_root, &nr);
     if (g)
         pthread_mutex_unlock(&g->lock);
     unsigned started = 1;
@@ -466,6 +488,8 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
     int rc = trace(h, t, 1, opts ? opts : &defaults, &rep);
     if (!rc)
         h->needs_recovery = 0;
+    if (!rc) /* a name-segment rebuild cut short, now that the allocator is right */
+        rc = ph_names_recover(h, t);
     if (out)
         *out = rep;
     return rc;

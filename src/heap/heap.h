@@ -60,6 +60,8 @@ struct pheap {
     ph_pctx retired;              /* counters of records already folded */
     uint64_t retired_tx[3];       /* their commits, aborts, transactional fences */
     struct ph_gc_state *gcs;      /* filters and the last trace's figures (gc.c) */
+    struct ph_names *names;       /* the name directory (names_dir.c); NULL: the heap
+                                     predates it */
 };
 
 /* ---- thread records (thread.c) ---- */
@@ -130,6 +132,19 @@ static inline ph_pctx *ph_heap_pctx(pheap *h)
  * set when the handle is NULL, inherited, read-only, or memory ran out
  * (alloc.c). */
 ph_thread *ph_heap_writer(pheap *h, const char *call);
+
+/* A user's initialiser, called by the engine with the handle added
+ * (alloc.c). */
+typedef struct ph_user_init {
+    pheap *h;
+    pheap_init_fn fn;
+    void *arg;
+} ph_user_init;
+
+/* Fills *out (and *u, which it points to) for pheap_*_init's `flags`,
+ * `fn` and `arg`: PHEAP_EINVAL for unknown flags. */
+int ph_heap_block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, ph_user_init *u,
+                       ph_block_init *out, const char *call);
 
 /* ---- transactions (tx.c) ---- */
 /* Frees the thread's transaction state; with `rollback`, a transaction it

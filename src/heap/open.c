@@ -18,6 +18,7 @@
 
 #include "format/header.h"
 #include "heap/heap.h"
+#include "heap/names.h"
 #include "heap/namespace.h"
 #include "heap/options.h"
 #include "os/os.h"
@@ -256,6 +257,8 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     h->sp.state = (ph_state *)(h->sp.base + PH_STATE_OFFSET);
     h->sp.slab_region = ph_header_region(&h->hdr, PH_REGION_SLABS)->offset;
     h->sp.lane_region = ph_header_region(&h->hdr, PH_REGION_LANES)->offset;
+    if (h->hdr.feat_incompat & PH_FEAT_INCOMPAT_NAMES)
+        h->sp.names_region = ph_header_region(&h->hdr, PH_REGION_NAMES)->offset;
     h->sp.features = h->hdr.feat_incompat;
     h->sp.extlog_region = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->offset;
     h->sp.extlog_size = ph_header_region(&h->hdr, PH_REGION_EXTLOG)->size;
@@ -279,6 +282,7 @@ static void release(pheap *h)
     pthread_mutex_destroy(&h->root_lock);
     pthread_mutex_destroy(&h->threads_lock);
     ph_gc_state_free(h);
+    ph_names_close(h);
     free(h->path);
     free(h);
 }
@@ -302,6 +306,8 @@ static int start_session(pheap *h)
         return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
     if (rc)
         return rc;
+    if ((rc = ph_names_open(h)) != 0)
+        return ph_err(rc, "%s: %s", h->path, pheap_errmsg());
     if (h->hdr.consistency == PH_CONSISTENCY_GC) {
         /* Unclean: the bitmaps are those of the last clean close, not the
          * truth, until pheap_recover traces the roots. */
@@ -326,6 +332,14 @@ static int start_session(pheap *h)
         ph_persist_write(p, c, &s->xclean, (s->xclean & ~0xffffffffull) | (PH_STATE_OPEN & 0xffffffffull));
     ph_persist_write(p, c, &s->xclean, PH_STATE_OPEN);
     ph_persist_range(p, c, s, sizeof(*s));
+    /* A name-segment rebuild cut short: finished or undone (GC mode: by
+     * pheap_recover, once the tracing made the allocator's state true). */
+    if (h->was_unclean && !h->needs_recovery) {
+        ph_thread *t = ph_thread_get(h);
+        if (!t)
+            return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
+        return ph_names_recover(h, t);
+    }
     return 0;
 }
 

@@ -102,11 +102,35 @@ void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l)
     l->cur = NULL;
 }
 
+void ph_lane_end_lazy(ph_lanes *L, ph_pctx *c, ph_lane *l)
+{
+    ph_persist_write(L->persist, c, &l->cur->xstate, l->seq << 8 | PH_LOG_IDLE);
+    ph_persist_flush(L->persist, c, &l->cur->xstate, sizeof(l->cur->xstate));
+    l->cur = NULL;
+}
+
+void ph_lane_flush_states(ph_lanes *L, ph_pctx *c, unsigned index)
+{
+    ph_lane_entry *e = lane_of(L, index);
+    for (unsigned i = 0; i < PH_LANE_ENTRIES; i++)
+        ph_persist_flush(L->persist, c, &e[i].xstate, sizeof(e[i].xstate));
+}
+
 /* An entry written before entries were tagged (legacy heaps only): the
  * checksum is CRC-32C of the seven words, zero-extended. */
 static int legacy_committed(const uint64_t w[8])
 {
     return (w[1] == PH_LOG_ALLOC_TO || w[1] == PH_LOG_FREE_FROM) && w[7] == entry_crc(w);
+}
+
+/* ALLOC_TO and FREE_FROM are the kind alone; BIND and UNBIND (heaps with
+ * names) carry versions above it. */
+static int known_op(const ph_lanes *L, uint64_t op)
+{
+    if (op == PH_LOG_ALLOC_TO || op == PH_LOG_FREE_FROM)
+        return 1;
+    return L->names && ((op & 0xff) == PH_LOG_BIND || (op & 0xff) == PH_LOG_UNBIND) &&
+           op >> 43 == 0;
 }
 
 /* Decodes a committed (ACTIVE, whole, checksum-valid) entry. */
@@ -120,7 +144,7 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
     if ((w[0] & 0xff) != PH_LOG_ACTIVE)
         return 0;
     if (L->legacy && legacy_committed(w)) {
-        *out = (ph_lane_op){w[1], w[2], w[3], w[4], 0};
+        *out = (ph_lane_op){w[1], w[2], w[3], w[4], w[5], 0};
         return 1;
     }
     uint64_t tag = tag_of(w[0] >> 8);
@@ -129,10 +153,10 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
         if ((w[k] & ~PAYLOAD) != tag)
             return 0;
     uint64_t op = w[1] & PAYLOAD;
-    if ((!unchecked && (w[7] & PAYLOAD) != entry_crc(w)) ||
-        (op != PH_LOG_ALLOC_TO && op != PH_LOG_FREE_FROM))
+    if ((!unchecked && (w[7] & PAYLOAD) != entry_crc(w)) || !known_op(L, op))
         return 0;
-    *out = (ph_lane_op){op, w[2] & PAYLOAD, w[3] & PAYLOAD, w[4] & PAYLOAD, w[6] & PAYLOAD};
+    *out = (ph_lane_op){op, w[2] & PAYLOAD, w[3] & PAYLOAD, w[4] & PAYLOAD, w[5] & PAYLOAD,
+                        w[6] & PAYLOAD};
     return 1;
 }
 

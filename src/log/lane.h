@@ -18,6 +18,7 @@ typedef struct ph_lanes {
     ph_lane_entry *base;  /* PH_LANES_MAX lanes of PH_LANE_ENTRIES lines, in the mapping */
     ph_persist *persist;  /* the heap's flush back end */
     unsigned legacy;      /* heap made before tagged entries: accept untagged ones too */
+    unsigned names;       /* PH_FEAT_INCOMPAT_NAMES: BIND and UNBIND entries exist */
 } ph_lanes;
 
 /* A thread's hold on one lane (volatile). */
@@ -45,9 +46,21 @@ void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t bl
  * operation's in-place changes must be durable already. */
 void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l);
 
-/* A committed entry, decoded. */
+/* Retires like ph_lane_end without a fence: the entry is durably retired
+ * at the caller's next fence (PH_LOG_BIND, whose replay is harmless until
+ * then: format/layout.h). */
+void ph_lane_end_lazy(ph_lanes *L, ph_pctx *c, ph_lane *l);
+
+/* Flushes the commit words of lane `index`'s entries, whoever holds it:
+ * its lazily retired entries are retired durably at the caller's next
+ * fence. */
+void ph_lane_flush_states(ph_lanes *L, ph_pctx *c, unsigned index);
+
+/* A committed entry, decoded.  `op` is the op word's payload: the kind in
+ * bits 0..7 (PH_LOG_BIND and PH_LOG_UNBIND carry versions above them). */
 typedef struct ph_lane_op {
     uint64_t op, block, size, dest;
+    uint64_t old;       /* low 48 bits of the destination before */
     uint64_t contents;  /* 0, or PH_LOG_CONTENTS | CRC-32C the block must have */
 } ph_lane_op;
 

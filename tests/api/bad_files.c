@@ -278,7 +278,7 @@ static const field_case header_cases[] = {
     {"feat_compat bit 31",      HDR(feat_compat), 4, OP_SET, 0x80000000u,        CS, 0, 0},
     {"feat_incompat 0 (a 1.0 heap)", HDR(feat_incompat), 4, OP_SET, 0,          CS, 0, 0},
     {"feat_incompat 1 (a 1.1 heap)", HDR(feat_incompat), 4, OP_SET, 1,           CS, 0, 0},
-    {"feat_incompat bit 3",     HDR(feat_incompat), 4, OP_SET, 8,                CS, VERSION, VERSION},
+    {"feat_incompat bit 4",     HDR(feat_incompat), 4, OP_SET, 16,               CS, VERSION, VERSION},
     {"feat_incompat bit 31",    HDR(feat_incompat), 4, OP_SET, 0x80000000u,      CS, VERSION, VERSION},
     {"feat_ro_compat bit 0",    HDR(feat_ro_compat), 4, OP_SET, 1,               CS, VERSION, 0},
     {"feat_ro_compat bit 31",   HDR(feat_ro_compat), 4, OP_SET, 0x80000000u,     CS, VERSION, 0},

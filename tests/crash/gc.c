@@ -14,13 +14,14 @@
  * reopened (no recovery) and judged again; and recovery itself is crashed
  * at each of its fences and the result recovered and judged the same way.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "harness.h"
 
-enum { LIST, TREE, HASH };
+enum { LIST, TREE, HASH, NAMES }; /* NAMES: each node a named object "key-K" */
 enum { NOPS = 24, BUCKETS = 16, PAYLOAD = 20000 };
 
 typedef struct node {
@@ -83,8 +84,53 @@ static pheap_off *slot_for(pheap *h, const shape *s, uint64_t key)
     return w;
 }
 
+static void key_name(char *buf, size_t n, uint64_t key)
+{
+    snprintf(buf, n, "key-%llu", (unsigned long long)key);
+}
+
+static int node_init(pheap *h, void *block, size_t usable, void *arg)
+{
+    (void)h, (void)usable;
+    memcpy(block, arg, sizeof(node));
+    return 0;
+}
+
+/* A named node: its payload first, then the node, filled by the
+ * initialiser, appears with its name. */
+static void insert_named(pheap *h, uint64_t key)
+{
+    char name[32];
+    node n = {key, 0, 0, 0};
+    key_name(name, sizeof(name), key);
+    if (key % 5 == 0 && (n.payload = pheap_alloc(h, PAYLOAD)) != 0) {
+        ph_test_fill(pheap_direct(h, n.payload), PAYLOAD, key);
+        pheap_persist(h, pheap_direct(h, n.payload), PAYLOAD);
+    }
+    if (!pheap_alloc_named_init(h, name, sizeof(node), 0, node_init, &n))
+        ph_test_fail(__FILE__, __LINE__, "alloc_named %s: %s", name, pheap_errmsg());
+}
+
+static void delete_named(pheap *h, uint64_t key)
+{
+    char name[32];
+    key_name(name, sizeof(name), key);
+    pheap_off o = pheap_lookup(h, name);
+    if (!o) {
+        ph_test_fail(__FILE__, __LINE__, "delete %s: not found", name);
+        return;
+    }
+    pheap_off payload = ((node *)pheap_direct(h, o))->payload;
+    if (pheap_free_named(h, name) != 0 || (payload && pheap_free(h, payload) != 0))
+        ph_test_fail(__FILE__, __LINE__, "delete %s: %s", name, pheap_errmsg());
+}
+
 static void insert(pheap *h, const shape *s, uint64_t key)
 {
+    if (s->kind == NAMES) {
+        insert_named(h, key);
+        return;
+    }
     pheap_off o = pheap_alloc(h, sizeof(node));
     if (!o) {
         ph_test_fail(__FILE__, __LINE__, "alloc: %s", pheap_errmsg());
@@ -105,6 +151,10 @@ static void insert(pheap *h, const shape *s, uint64_t key)
 /* Deletes `key`, which the previous operation inserted. */
 static void delete(pheap *h, const shape *s, uint64_t key)
 {
+    if (s->kind == NAMES) {
+        delete_named(h, key);
+        return;
+    }
     pheap_off *slot = &root_words(h)[s->kind == HASH ? key % BUCKETS : 0];
     for (unsigned depth = 0; s->kind == TREE && *slot && at(h, *slot, s)->key != key &&
                              depth < NOPS; depth++) /* the key's own link */
@@ -216,8 +266,19 @@ static void judge_heap(pheap *h, const shape *s, unsigned done, const char *when
         return;
     }
     seen v = {.n = 0};
-    for (unsigned i = 0; i < (s->kind == HASH ? BUCKETS : 1u); i++)
+    for (unsigned i = 0; s->kind != NAMES && i < (s->kind == HASH ? BUCKETS : 1u); i++)
         visit(h, s, top[i], &v, 0);
+    pheap_name_info info;
+    for (const char *after = NULL; s->kind == NAMES && pheap_name_next(h, after, &info) == 0;
+         after = info.name) {
+        node *n = pheap_direct(h, info.off);
+        char want[32];
+        key_name(want, sizeof(want), n->key);
+        if (strcmp(want, info.name) != 0)
+            ph_test_fail(__FILE__, __LINE__, "%s: %s holds key %llu", when, info.name,
+                         (unsigned long long)n->key);
+        visit(h, s, info.off, &v, 0);
+    }
     uint64_t want[2] = {0, 0};
     for (unsigned k = 1; k <= NOPS; k++) {
         want[0] |= (uint64_t)present(k, done) << k;
@@ -230,15 +291,22 @@ static void judge_heap(pheap *h, const shape *s, unsigned done, const char *when
     ph_test_disjoint(v.b, v.n);
     struct pheap_stats st;
     pheap_stats(h, &st);
-    if (st.live_blocks != v.n + 1)
-        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks, the structure has %u (+1 top)",
-                     when, (unsigned long long)st.live_blocks, v.n);
+    if (st.live_blocks != v.n + 1 + st.name_segments)
+        ph_test_fail(__FILE__, __LINE__, "%s: %llu live blocks, the structure has %u (+1 top, "
+                     "+%llu name segments)", when, (unsigned long long)st.live_blocks, v.n,
+                     (unsigned long long)st.name_segments);
 }
 
 static int recover(pheap *h, const shape *s)
 {
     if (s->filters && pheap_root_set_filter(h, "top", top_filter) != 0)
         return -1;
+    for (uint64_t k = 1; s->filters && s->kind == NAMES && k < 64; k++) {
+        char name[32];
+        key_name(name, sizeof(name), k);
+        if (pheap_root_set_filter(h, name, node_filter) != 0)
+            return -1;
+    }
     return pheap_recover(h);
 }
 
@@ -448,6 +516,16 @@ TEST(hash_tagged_links_filters)
 /* The end of a GC run: churn, then pheap_close crashed at each of its
  * fences (cache and batch drains that release slabs, the bitmaps' write-
  * back, the clean mark). */
+TEST(names)
+{
+    enumerate("gc/names", (shape){NAMES, 0, 0});
+}
+
+TEST(names_filters)
+{
+    enumerate("gc/names+filters", (shape){NAMES, 1, 0});
+}
+
 TEST(list_churn_and_close)
 {
     enumerate("gc/list+close", (shape){LIST, 0, 0, 1});

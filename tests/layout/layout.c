@@ -9,6 +9,7 @@
 #include "format/header.h"
 #include "alloc/sizeclass.h"
 #include "format/layout.h"
+#include "heap/names.h"
 #include "harness.h"
 
 TEST(struct_sizes)
@@ -25,7 +26,7 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 3);
+    CHECK_EQ(PH_FORMAT_MINOR, 4);
     CHECK_EQ(sizeof(ph_txlog_anchor), 64);
     CHECK_EQ(sizeof(ph_txseg_header), 64);
     CHECK_EQ(sizeof(ph_txrec), 32);
@@ -33,8 +34,28 @@ TEST(struct_sizes)
     CHECK_EQ(PH_TXLOG_ANCHORS, 1048576);
     CHECK_EQ(PH_TXLOG_RECORDS, 1048576 + 65536);
     CHECK_EQ(PH_TX_SEQ_BLOCK, 1u << 20);
+    CHECK_EQ(sizeof(ph_names_header), 64);
+    CHECK_EQ(sizeof(ph_names_seg), 64);
+    CHECK_EQ(sizeof(ph_name_line), 64);
+    CHECK_EQ(PH_NAMES_DIR0, 4096);
+    CHECK_EQ(PH_NAMES_DIR1, 4096 + 65536);
+    CHECK_EQ(PH_NAMES_DIR_MAX, 8192);
+    CHECK_EQ(PH_NAME_MAX, 255);
+    CHECK_EQ(PHEAP_NAME_MAX, PH_NAME_MAX);
+    CHECK_EQ(PH_LOG_BIND, 3);
+    CHECK_EQ(PH_LOG_UNBIND, 4);
+    CHECK_EQ(PH_LOG_VERSIONED(PH_LOG_BIND, 0x0005000000000002ull, 0x0006000000000001ull),
+             3 | 5ull << 8 | 6ull << 24 | 1ull << 40);
     CHECK_EQ(PHEAP_FORMAT_MAJOR, PH_FORMAT_MAJOR);
     CHECK_EQ(PHEAP_FORMAT_MINOR, PH_FORMAT_MINOR);
+}
+
+/* The name hash lays out the directory: a change is a format change. */
+TEST(name_hash_is_stable)
+{
+    CHECK_EQ(ph_names_hash(0, "a", 1), 0xadb23828f5c455cfull);
+    CHECK_EQ(ph_names_hash(0x123456789abcdefull, "object-12345", 12), 0x49cce27b96784fc6ull);
+    CHECK(ph_names_hash(1, "a", 1) != ph_names_hash(2, "a", 1)); /* seeded */
 }
 
 TEST(header_offsets)
@@ -91,12 +112,13 @@ TEST(feature_bits)
     CHECK_EQ(PH_FEAT_INCOMPAT_TAGGED_LOGS, 0x1);    /* 1.1 */
     CHECK_EQ(PH_FEAT_INCOMPAT_EXTLOG_HIGH, 0x2);    /* 1.2 */
     CHECK_EQ(PH_FEAT_INCOMPAT_TX, 0x4);             /* 1.3 */
-    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x7);
+    CHECK_EQ(PH_FEAT_INCOMPAT_NAMES, 0x8);          /* 1.4 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0xf);
     CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0);
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
-    CHECK_EQ(h.feat_incompat, 0x7);
-    CHECK_EQ(h.minor, 3);
+    CHECK_EQ(h.feat_incompat, 0xf);
+    CHECK_EQ(h.minor, 4);
 }
 
 TEST(region_plan_16m)

@@ -1,0 +1,394 @@
+/*
+ * names.c -- named objects: pheap_alloc_named, pheap_lookup,
+ * pheap_free_named, iteration in hash order (pheap_name_next), and the
+ * directory's part of pheap_check, pheap_stats and tracing.  The
+ * directory itself is names_dir.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap/names.h"
+#include "heap/tx_int.h"
+#include "util/error.h"
+
+#define OFF_MASK 0x0000fffffffffff8ull
+
+static int name_check(const char *name, const char *call, size_t *len)
+{
+    if (!name || !*name)
+        return ph_err(PHEAP_ENAME, "%s: the name is empty", call);
+    *len = strnlen(name, PH_NAME_MAX + 1);
+    if (*len > PH_NAME_MAX)
+        return ph_err(PHEAP_ENAME, "%s: the name '%.20s...' is longer than %u bytes", call, name,
+                      PH_NAME_MAX);
+    return 0;
+}
+
+static int no_names(const char *call)
+{
+    return ph_err(PHEAP_ENOTSUP, "%s: the heap was made by a build older than format 1.4, "
+                  "whose heaps have no name directory", call);
+}
+
+/* The caller's record for a call that changes names; NULL with the error
+ * set when it cannot. */
+static ph_thread *name_writer(pheap *h, const char *name, const char *call, size_t *len)
+{
+    ph_thread *t = ph_heap_writer(h, call);
+    if (!t || name_check(name, call, len))
+        return NULL;
+    if (!h->names) {
+        no_names(call);
+        return NULL;
+    }
+    if (t->tx && t->tx->depth) {
+        ph_err(PHEAP_ENOTSUP, "%s: not inside a transaction (names are not transactional "
+               "yet): call it before pheap_tx_begin or after the commit", call);
+        return NULL;
+    }
+    return t;
+}
+
+ph_export pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t size,
+                                           unsigned flags, pheap_init_fn init, void *arg)
+{
+    const char *call = "pheap_alloc_named";
+    size_t len;
+    ph_thread *t = name_writer(h, name, call, &len);
+    ph_user_init u;
+    ph_block_init bi;
+    if (!t || ph_heap_block_init(h, flags, init, arg, &u, &bi, call))
+        return 0;
+    if (size == 0) {
+        ph_err(PHEAP_EINVAL, "%s: size 0", call);
+        return 0;
+    }
+    uint64_t hash = ph_names_hash(h->names->seed, name, len), off = 0;
+    ph_name_ref ref;
+    pthread_rwlock_wrlock(&h->names->lock);
+    int rc = ph_names_find(h, hash, name, len, &ref)
+                 ? ph_err(PHEAP_EEXIST, "%s: the name '%s' exists already", call, name)
+                 : ph_names_insert(h, t, hash, name, len, size, &bi, &off);
+    pthread_rwlock_unlock(&h->names->lock);
+    return rc ? 0 : off;
+}
+
+ph_export pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size)
+{
+    return pheap_alloc_named_init(h, name, size, 0, NULL, NULL);
+}
+
+ph_export pheap_off pheap_lookup(pheap *h, const char *name)
+{
+    size_t len;
+    if (!h) {
+        ph_err(PHEAP_EINVAL, "pheap_lookup: heap is NULL");
+        return 0;
+    }
+    if (ph_heap_inherited(h)) {
+        ph_heap_forked("pheap_lookup");
+        return 0;
+    }
+    if (name_check(name, "pheap_lookup", &len))
+        return 0;
+    uint64_t off = 0;
+    ph_names *n = h->names;
+    if (n) {
+        uint64_t hash = ph_names_hash(n->seed, name, len);
+        ph_name_ref ref;
+        pthread_rwlock_rdlock(&n->lock);
+        if (ph_names_find(h, hash, name, len, &ref))
+            off = ph_load(&ref.head->xref) & OFF_MASK;
+        pthread_rwlock_unlock(&n->lock);
+    }
+    if (!off)
+        ph_err(PHEAP_ENOENT, "no object named '%s'", name);
+    return off;
+}
+
+ph_export int pheap_free_named(pheap *h, const char *name)
+{
+    size_t len;
+    ph_thread *t = name_writer(h, name, "pheap_free_named", &len);
+    if (!t)
+        return pheap_errno();
+    uint64_t hash = ph_names_hash(h->names->seed, name, len);
+    ph_name_ref ref;
+    pthread_rwlock_wrlock(&h->names->lock);
+    int rc = ph_names_find(h, hash, name, len, &ref)
+                 ? ph_names_remove(h, t, &ref)
+                 : ph_err(PHEAP_ENOENT, "pheap_free_named: no object named '%s'", name);
+    pthread_rwlock_unlock(&h->names->lock);
+    return rc;
+}
+
+/* ---- iteration ------------------------------------------------------------------------ */
+
+/* Order of names: hash, then length, then bytes. */
+static int key_cmp(uint64_t ha, const char *a, size_t la, uint64_t hb, const char *b, size_t lb)
+{
+    if (ha != hb)
+        return ha < hb ? -1 : 1;
+    if (la != lb)
+        return la < lb ? -1 : 1;
+    return memcmp(a, b, la);
+}
+
+/* The least entry of s above the cursor (none: every entry qualifies),
+ * searched from line `from`: clusters are in hash order, so the search
+ * ends with the cluster where the first candidate is. */
+static int least_above(ph_names_seg *s, uint32_t from, const char *cur, size_t clen, uint64_t ch,
+                       int any, pheap_name_info *out)
+{
+    ph_name_line *L = ph_names_lines(s);
+    char name[PH_NAME_MAX + 1];
+    int found = 0;
+    for (uint32_t i = from, total = ph_names_total(s); i < total; i++) {
+        uint64_t r = ph_load(&L[i].xref);
+        if (r == 0 && found)
+            break;
+        if (ph_name_kind(r) != PH_NAME_HEAD)
+            continue;
+        ph_names_copy_name(s, i, name);
+        size_t len = strlen(name);
+        uint64_t hash = L[i].hash;
+        if (!any && key_cmp(hash, name, len, ch, cur, clen) <= 0)
+            continue;
+        if (found && key_cmp(hash, name, len, out->hash, out->name, out->len) >= 0)
+            continue;
+        memcpy(out->name, name, len + 1);
+        out->len = len;
+        out->hash = hash;
+        out->off = r & OFF_MASK;
+        out->size = L[i].size;
+        found = 1;
+    }
+    return found;
+}
+
+ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
+{
+    size_t clen = 0;
+    if (!h || !out)
+        return ph_err(PHEAP_EINVAL, "pheap_name_next: NULL argument");
+    if (ph_heap_inherited(h))
+        return ph_heap_forked("pheap_name_next");
+    if (after && name_check(after, "pheap_name_next", &clen))
+        return pheap_errno();
+    char cur[PH_NAME_MAX + 1]; /* `after` may be out->name, which the search overwrites */
+    if (after)
+        after = memcpy(cur, after, clen + 1);
+    ph_names *n = h->names;
+    if (!n)
+        return ph_err(PHEAP_ENOENT, "pheap_name_next: no more names");
+    uint64_t ch = after ? ph_names_hash(n->seed, after, clen) : 0, so;
+    int found = 0;
+    pthread_rwlock_rdlock(&n->lock);
+    unsigned d = ph_names_depth(n);
+    ph_names_seg *s = ph_names_seg_of(h, ch, &so);
+    if (s) {
+        found = least_above(s, after ? ph_names_home(s, ch) : 0, after, clen, ch, !after, out);
+        while (!found) { /* the segments after it hold greater hashes only */
+            uint64_t next = (s->prefix + 1) << (d - s->depth);
+            if (next >= (1ull << d))
+                break;
+            s = ph_space_at(&h->sp, ph_load(&ph_names_dir(n)[next]));
+            found = least_above(s, 0, NULL, 0, 0, 1, out);
+        }
+    }
+    pthread_rwlock_unlock(&n->lock);
+    return found ? 0 : ph_err(PHEAP_ENOENT, "pheap_name_next: no more names");
+}
+
+/* ---- check, roots, figures -------------------------------------------------------------- */
+
+typedef struct check_ctx {
+    pheap *h;
+    unsigned errors;
+    uint64_t names, *offs, noffs, cap;
+    char *err;
+    size_t errlen;
+} check_ctx;
+
+static void problem(check_ctx *k, const char *fmt, const char *name, uint64_t a)
+{
+    char msg[400];
+    snprintf(msg, sizeof(msg), fmt, name, (unsigned long long)a);
+    if (k->errors++ == 0)
+        snprintf(k->err, k->errlen, "names: %s", msg);
+}
+
+/* One head: its block, its hash, checksum and place. */
+static void check_head(check_ctx *k, ph_names_seg *s, uint32_t i)
+{
+    pheap *h = k->h;
+    ph_name_line *L = ph_names_lines(s);
+    char name[PH_NAME_MAX + 1];
+    unsigned len = ph_name_len(&L[i]), lines = ph_name_nlines(&L[i]);
+    uint32_t total = ph_names_total(s);
+    if (len == 0 || len > PH_NAME_MAX || lines != ph_names_entry_lines(len) || i + lines > total) {
+        problem(k, "entry%s at line %llu has a bad length or line count", "", i);
+        return;
+    }
+    ph_names_copy_name(s, i, name);
+    uint64_t off = ph_load(&L[i].xref) & OFF_MASK, bytes;
+    if (strlen(name) != len)
+        problem(k, "name '%s' (line %llu) holds a NUL byte", name, i);
+    else if ((uint32_t)(L[i].meta >> 32) != ph_names_entry_crc(s, i))
+        problem(k, "name '%s': entry checksum mismatch (line %llu)", name, i);
+    else if (L[i].hash != ph_names_hash(h->names->seed, name, len) ||
+             (s->depth && (L[i].hash >> (64 - s->depth)) != s->prefix))
+        problem(k, "name '%s' is in the wrong segment or has a wrong hash (line %llu)", name, i);
+    else if (ph_names_home(s, L[i].hash) > i)
+        problem(k, "name '%s' sits before its home line (line %llu)", name, i);
+    for (uint32_t j = ph_names_home(s, L[i].hash); j < i; j++)
+        if (ph_load(&L[j].xref) == 0) {
+            problem(k, "name '%s': an empty line cuts it off its home (line %llu)", name, j);
+            break;
+        }
+    for (unsigned j = 1; j < lines; j++) {
+        uint64_t r = ph_load(&L[i + j].xref);
+        if (ph_name_kind(r) != PH_NAME_CONT || (r >> 3 & 0x1fff) != i)
+            problem(k, "name '%s': continuation line %llu does not belong to it", name, i + j);
+    }
+    if (off < h->sp.data_off || off >= ph_space_size(&h->sp))
+        problem(k, "name '%s' names %llu, outside the data region", name, off);
+    else if (!h->needs_recovery && ph_engine_usable(h->engine, off, &bytes) != 0)
+        problem(k, "name '%s' names %llu, which is not a live block (freed with pheap_free?)",
+                name, off);
+    /* the same name again, later in its cluster */
+    for (uint32_t j = i + 1; j < total && ph_load(&L[j].xref) != 0; j++)
+        if (ph_names_is_head(s, j) && L[j].hash == L[i].hash && ph_name_len(&L[j]) == len) {
+            char other[PH_NAME_MAX + 1];
+            ph_names_copy_name(s, j, other);
+            if (strcmp(other, name) == 0)
+                problem(k, "name '%s' is in the directory twice (line %llu)", name, j);
+        }
+    if (k->noffs == k->cap) {
+        uint64_t cap = k->cap ? 2 * k->cap : 1024, *v = realloc(k->offs, cap * sizeof(*v));
+        if (!v)
+            return;
+        k->offs = v;
+        k->cap = cap;
+    }
+    k->offs[k->noffs++] = off;
+    k->names++;
+}
+
+static int check_seg(void *arg, ph_names_seg *s, uint64_t seg_off)
+{
+    check_ctx *k = arg;
+    ph_names *n = k->h->names;
+    unsigned d = ph_names_depth(n);
+    if (s->magic != PH_NAMES_SEG_MAGIC || s->depth > d || s->home_bits < PH_NAMES_HOME_MIN_BITS ||
+        s->home_bits > PH_NAMES_HOME_MAX_BITS) {
+        problem(k, "segment%s at %llu has a bad header", "", seg_off);
+        return 0;
+    }
+    const uint64_t *dir = ph_names_dir(n);
+    for (uint64_t i = s->prefix << (d - s->depth); i < (s->prefix + 1) << (d - s->depth); i++)
+        if (ph_load(&dir[i]) != seg_off) {
+            problem(k, "directory entry%s %llu does not name the segment of its prefix", "", i);
+            break;
+        }
+    for (uint32_t i = 0, total = ph_names_total(s); i < total; i++)
+        if (ph_names_is_head(s, i))
+            check_head(k, s, i);
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen)
+{
+    check_ctx k = {.h = h, .err = err, .errlen = errlen};
+    *nnames = 0;
+    ph_names *n = h->names;
+    if (!n)
+        return 0;
+    pthread_rwlock_rdlock(&n->lock);
+    /* A read-only view of a crashed heap may hold an unfinished rebuild. */
+    int settled = !h->held_elsewhere && (!h->readonly || !h->was_unclean || h->snapshot) &&
+                  !h->needs_recovery;
+    if (settled && (ph_load(&n->hdr->xold) || ph_load(&n->hdr->xnew[0]) ||
+                    ph_load(&n->hdr->xnew[1])))
+        problem(&k, "a segment rebuild is unfinished%s (old segment %llu)", "",
+                ph_load(&n->hdr->xold));
+    ph_names_each_segment(h, check_seg, &k);
+    pthread_rwlock_unlock(&n->lock);
+    qsort(k.offs, k.noffs, sizeof(*k.offs), cmp_u64);
+    for (uint64_t i = 1; i < k.noffs; i++)
+        if (k.offs[i] == k.offs[i - 1]) {
+            problem(&k, "two names%s name the block %llu", "", k.offs[i]);
+            break;
+        }
+    free(k.offs);
+    *nnames = k.names;
+    return k.errors;
+}
+
+typedef struct roots_ctx {
+    ph_names_root_fn fn;
+    void *arg;
+} roots_ctx;
+
+static int seg_roots(void *arg, ph_names_seg *s, uint64_t seg_off)
+{
+    roots_ctx *r = arg;
+    char name[PH_NAME_MAX + 1];
+    r->fn(r->arg, seg_off, NULL);
+    ph_name_line *L = ph_names_lines(s);
+    for (uint32_t i = 0, total = ph_names_total(s); i < total; i++)
+        if (ph_names_is_head(s, i)) {
+            ph_names_copy_name(s, i, name);
+            r->fn(r->arg, ph_load(&L[i].xref) & OFF_MASK, name);
+        }
+    return 0;
+}
+
+void ph_names_roots(pheap *h, ph_names_root_fn fn, void *arg)
+{
+    ph_names *n = h->names;
+    if (!n)
+        return;
+    roots_ctx r = {fn, arg};
+    pthread_rwlock_rdlock(&n->lock);
+    for (unsigned i = 0; i < 2; i++)
+        if (ph_load(&n->hdr->xnew[i]))
+            fn(arg, ph_load(&n->hdr->xnew[i]), NULL);
+    if (ph_load(&n->hdr->xold) > 1)
+        fn(arg, ph_load(&n->hdr->xold), NULL);
+    ph_names_each_segment(h, seg_roots, &r);
+    pthread_rwlock_unlock(&n->lock);
+}
+
+typedef struct stats_ctx {
+    uint64_t names, segments;
+} stats_ctx;
+
+static int seg_stats(void *arg, ph_names_seg *s, uint64_t seg_off)
+{
+    stats_ctx *st = arg;
+    (void)seg_off;
+    st->segments++;
+    for (uint32_t i = 0, total = ph_names_total(s); i < total; i++)
+        st->names += (uint64_t)ph_names_is_head(s, i);
+    return 0;
+}
+
+void ph_names_stats(pheap *h, uint64_t *names, uint64_t *segments)
+{
+    stats_ctx st = {0, 0};
+    if (h->names) {
+        pthread_rwlock_rdlock(&h->names->lock);
+        ph_names_each_segment(h, seg_stats, &st);
+        pthread_rwlock_unlock(&h->names->lock);
+    }
+    *names = st.names;
+    *segments = st.segments;
+}

@@ -1,0 +1,134 @@
+/*
+ * names.h -- the named-object directory (format: format/layout.h, "named-
+ * object directory").  names_dir.c owns the structure: hashing, segments,
+ * searching, placing entries, rebuilding segments and finishing a rebuild
+ * after a crash; names.c holds the public calls, iteration, the check and
+ * the roots the tracer follows.
+ *
+ * Locking: one read-write lock per open heap.  Lookups and iteration read;
+ * creating, removing and rebuilding write.  Every durable step runs under
+ * the write lock.
+ */
+#ifndef PH_HEAP_NAMES_H
+#define PH_HEAP_NAMES_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "format/layout.h"
+#include "heap/heap.h"
+
+typedef struct ph_names {
+    pthread_rwlock_t lock;
+    ph_names_header *hdr;       /* in the mapping */
+    uint64_t *dirs[2];          /* the two directory arrays, in the mapping */
+    uint64_t seed;              /* hash seed, from the heap's uuid */
+    uint64_t stamp;             /* this open's identity, for the segments' count hints */
+    uint64_t lazy[PH_LANES_MAX / 64]; /* lanes that bound a name since the last segment
+                                     was freed: their entries may not be retired durably */
+} ph_names;
+
+/* A found entry: its segment and head line. */
+typedef struct ph_name_ref {
+    ph_names_seg *seg;
+    uint64_t seg_off;
+    uint32_t line;              /* index of the head among the segment's lines */
+    ph_name_line *head;
+} ph_name_ref;
+
+/* ---- names_dir.c ---- */
+/* Sets up h->names for a heap with PH_FEAT_INCOMPAT_NAMES (else leaves it
+ * NULL) and checks every segment the directory names: PHEAP_ECORRUPT with
+ * the place when one is damaged. */
+int ph_names_open(pheap *h);
+void ph_names_close(pheap *h);
+
+/* Finishes or undoes a rebuild a crash interrupted (read-write opens: LOG
+ * mode at open, GC mode after pheap_recover). */
+int ph_names_recover(pheap *h, ph_thread *t);
+
+uint64_t ph_names_hash(uint64_t seed, const char *name, size_t len);
+
+/* Current depth and array. */
+unsigned ph_names_depth(const ph_names *n);
+uint64_t *ph_names_dir(const ph_names *n);
+
+/* The segment holding hashes with `hash`'s prefix, or NULL (no name yet). */
+ph_names_seg *ph_names_seg_of(pheap *h, uint64_t hash, uint64_t *seg_off);
+
+static inline ph_name_line *ph_names_lines(ph_names_seg *s)
+{
+    return (ph_name_line *)(s + 1);
+}
+static inline uint32_t ph_names_total(const ph_names_seg *s)
+{
+    return (1u << s->home_bits) + PH_NAMES_SPILL;
+}
+uint32_t ph_names_home(const ph_names_seg *s, uint64_t hash);
+
+/* Lines an entry of `len` name bytes takes. */
+static inline unsigned ph_names_entry_lines(size_t len)
+{
+    return len <= PH_NAME_HEAD_BYTES
+               ? 1u
+               : 1u + (unsigned)((len - PH_NAME_HEAD_BYTES + PH_NAME_CONT_BYTES - 1) /
+                                 PH_NAME_CONT_BYTES);
+}
+
+static inline unsigned ph_name_kind(uint64_t xref)
+{
+    return (unsigned)(xref & 7);
+}
+static inline uint64_t ph_name_next_version(uint64_t xref)
+{
+    return ((xref >> 48) + 1) << 48;
+}
+
+/* 1 when line i is a head of a live entry. */
+int ph_names_is_head(ph_names_seg *s, uint32_t i);
+/* Name length of a head line, its line count. */
+static inline unsigned ph_name_len(const ph_name_line *l)
+{
+    return (unsigned)(l->meta & 0xffff);
+}
+static inline unsigned ph_name_nlines(const ph_name_line *l)
+{
+    return (unsigned)(l->meta >> 16 & 0xff);
+}
+/* Copies the name of the head at line i into buf (PH_NAME_MAX + 1 bytes). */
+void ph_names_copy_name(ph_names_seg *s, uint32_t i, char *buf);
+/* CRC-32C of a head's entry as written at line i (meta's high half). */
+uint32_t ph_names_entry_crc(ph_names_seg *s, uint32_t i);
+
+/* Searches for `name`: 1 and *ref when found. */
+int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name_ref *ref);
+
+/* Creates the entry (write lock held; the name is known absent): makes
+ * room (rebuilding the segment when needed), writes it, and binds a new
+ * block of `size` bytes with `init`.  0 and *block, or an error with
+ * nothing changed that a reader can see. */
+int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, size_t len,
+                    size_t size, const ph_block_init *init, uint64_t *block);
+
+/* Removes the entry at `ref` and frees its block (write lock held).  When
+ * the block is no longer live (freed by pheap_free), only the name goes:
+ * PHEAP_ENOTLIVE. */
+int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref);
+
+/* Calls fn for every distinct segment of the directory, in hash order. */
+typedef int (*ph_names_seg_fn)(void *arg, ph_names_seg *s, uint64_t seg_off);
+int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg);
+
+/* ---- names.c ---- */
+/* pheap_check's part: 0 or the number of problems, the first in err. */
+unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen);
+
+/* The tracer's roots: every directory segment (fn with name NULL: a block
+ * whose words are no references) and every named block (with its name). */
+typedef void (*ph_names_root_fn)(void *arg, uint64_t off, const char *name);
+void ph_names_roots(pheap *h, ph_names_root_fn fn, void *arg);
+
+/* Named objects and directory segments, for pheap_stats. */
+void ph_names_stats(pheap *h, uint64_t *names, uint64_t *segments);
+
+#endif /* PH_HEAP_NAMES_H */

@@ -1,0 +1,635 @@
+/*
+ * names_dir.c -- the named-object directory's structure: the hash, the
+ * directory of segments, searching and placing entries in a segment, and
+ * rebuilding a segment that fills up (grown, compacted, or split in two),
+ * crash-safe at every step.  Format and crash protocols: format/layout.h.
+ *
+ * A rebuild copies one segment (at most PH_NAMES_HOME_MAX lines), so the
+ * pause it adds to one create is bounded whatever the number of names.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "heap/names.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+
+#define OFF_MASK 0x0000fffffffffff8ull /* a HEAD's block offset */
+#define CONT_HEAD(x) ((uint32_t)((x) >> 3 & 0x1fff))
+
+/* ---- hashing ---------------------------------------------------------------------- */
+
+static inline uint64_t mix(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Part of the format: the directory is laid out by it. */
+uint64_t ph_names_hash(uint64_t seed, const char *name, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)name;
+    uint64_t h = mix(seed ^ (len * 0x9e3779b97f4a7c15ull));
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w = 0;
+        for (unsigned i = 0; i < 8; i++)
+            w |= (uint64_t)p[i] << (8 * i);
+        h = mix(h ^ w) + 0x9e3779b97f4a7c15ull;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < len; i++)
+        w |= (uint64_t)p[i] << (8 * i);
+    return mix(h ^ w ^ 0xa0761d6478bd642full);
+}
+
+/* ---- the directory ------------------------------------------------------------------ */
+
+unsigned ph_names_depth(const ph_names *n)
+{
+    return (unsigned)(ph_load(&n->hdr->xdir) >> 1);
+}
+
+uint64_t *ph_names_dir(const ph_names *n)
+{
+    return n->dirs[ph_load(&n->hdr->xdir) & 1];
+}
+
+static uint64_t dir_index(uint64_t hash, unsigned depth)
+{
+    return depth ? hash >> (64 - depth) : 0;
+}
+
+ph_names_seg *ph_names_seg_of(pheap *h, uint64_t hash, uint64_t *seg_off)
+{
+    ph_names *n = h->names;
+    uint64_t off = ph_load(&ph_names_dir(n)[dir_index(hash, ph_names_depth(n))]);
+    if (!off)
+        return NULL;
+    *seg_off = off;
+    return ph_space_at(&h->sp, off);
+}
+
+uint32_t ph_names_home(const ph_names_seg *s, uint64_t hash)
+{
+    uint64_t rest = s->depth ? hash << s->depth : hash;
+    return (uint32_t)(rest >> (64 - s->home_bits));
+}
+
+static uint64_t seg_bytes(unsigned home_bits)
+{
+    return sizeof(ph_names_seg) + ((1ull << home_bits) + PH_NAMES_SPILL) * PH_LINE_SIZE;
+}
+
+int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg)
+{
+    ph_names *n = h->names;
+    unsigned d = ph_names_depth(n);
+    const uint64_t *dir = ph_names_dir(n);
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < (1ull << d); i++) {
+        uint64_t off = ph_load(&dir[i]);
+        if (!off || off == prev)
+            continue;
+        prev = off;
+        int rc = fn(arg, ph_space_at(&h->sp, off), off);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- lines ------------------------------------------------------------------------- */
+
+static int cont_owned(ph_names_seg *s, uint32_t i)
+{
+    ph_name_line *L = ph_names_lines(s);
+    uint32_t hd = CONT_HEAD(ph_load(&L[i].xref));
+    return hd < i && ph_name_kind(ph_load(&L[hd].xref)) == PH_NAME_HEAD &&
+           hd + ph_name_nlines(&L[hd]) > i;
+}
+
+int ph_names_is_head(ph_names_seg *s, uint32_t i)
+{
+    return ph_name_kind(ph_load(&ph_names_lines(s)[i].xref)) == PH_NAME_HEAD;
+}
+
+static int line_free(ph_names_seg *s, uint32_t i)
+{
+    uint64_t r = ph_load(&ph_names_lines(s)[i].xref);
+    switch (ph_name_kind(r)) {
+    case PH_NAME_HEAD: return 0;
+    case PH_NAME_CONT: return !cont_owned(s, i);
+    default: return 1;
+    }
+}
+
+/* The name bytes of the entry whose head is line i, in order: the head's
+ * 32, then 56 per line after it. */
+static const uint8_t *name_part(ph_names_seg *s, uint32_t i, size_t at, size_t *n)
+{
+    ph_name_line *L = ph_names_lines(s);
+    if (at < PH_NAME_HEAD_BYTES) {
+        *n = PH_NAME_HEAD_BYTES - at;
+        return L[i].name + at;
+    }
+    size_t j = (at - PH_NAME_HEAD_BYTES) / PH_NAME_CONT_BYTES;
+    size_t k = (at - PH_NAME_HEAD_BYTES) % PH_NAME_CONT_BYTES;
+    *n = PH_NAME_CONT_BYTES - k;
+    return (const uint8_t *)&L[i + 1 + j] + 8 + k;
+}
+
+void ph_names_copy_name(ph_names_seg *s, uint32_t i, char *buf)
+{
+    size_t len = ph_name_len(&ph_names_lines(s)[i]), at = 0, n;
+    len = PH_MIN(len, (size_t)PH_NAME_MAX);
+    while (at < len) {
+        const uint8_t *p = name_part(s, i, at, &n);
+        n = PH_MIN(n, len - at);
+        memcpy(buf + at, p, n);
+        at += n;
+    }
+    buf[len] = '\0';
+}
+
+static uint32_t entry_crc(uint64_t hash, uint64_t size, uint64_t len_lines, const char *name,
+                          size_t len)
+{
+    uint64_t w[3] = {hash, size, len_lines};
+    return ph_crc32c(ph_crc32c(0, w, sizeof(w)), name, len);
+}
+
+uint32_t ph_names_entry_crc(ph_names_seg *s, uint32_t i)
+{
+    char name[PH_NAME_MAX + 1];
+    ph_name_line *l = &ph_names_lines(s)[i];
+    ph_names_copy_name(s, i, name);
+    return entry_crc(l->hash, l->size, l->meta & 0xffffffu, name, strlen(name));
+}
+
+static int same_name(ph_names_seg *s, uint32_t i, const char *name, size_t len)
+{
+    ph_name_line *l = &ph_names_lines(s)[i];
+    if (ph_name_len(l) != len || i + ph_names_entry_lines(len) > ph_names_total(s))
+        return 0;
+    size_t at = 0, n;
+    while (at < len) {
+        const uint8_t *p = name_part(s, i, at, &n);
+        n = PH_MIN(n, len - at);
+        if (memcmp(p, name + at, n) != 0)
+            return 0;
+        at += n;
+    }
+    return 1;
+}
+
+int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name_ref *ref)
+{
+    uint64_t so;
+    ph_names_seg *s = ph_names_seg_of(h, hash, &so);
+    if (!s)
+        return 0;
+    ph_name_line *L = ph_names_lines(s);
+    for (uint32_t i = ph_names_home(s, hash), total = ph_names_total(s); i < total; i++) {
+        uint64_t r = ph_load(&L[i].xref);
+        if (r == 0)
+            return 0; /* EMPTY: the end of the name's cluster */
+        if (ph_name_kind(r) == PH_NAME_HEAD && L[i].hash == hash && same_name(s, i, name, len)) {
+            *ref = (ph_name_ref){s, so, i, &L[i]};
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The first line at or after `home` where k free lines start: the
+ * entry's place (EMPTY lines skipped before it become FREE fillers). */
+static int place(ph_names_seg *s, uint32_t home, unsigned k, uint32_t *pos)
+{
+    uint32_t total = ph_names_total(s);
+    for (uint32_t i = home; i + k <= total; i++) {
+        unsigned j = 0;
+        while (j < k && line_free(s, i + j))
+            j++;
+        if (j == k) {
+            *pos = i;
+            return 1;
+        }
+        i += j; /* line i + j is taken: go on after it */
+    }
+    return 0;
+}
+
+/* The count hints of a segment, recounted when another open wrote them. */
+static void count(ph_names *n, ph_names_seg *s)
+{
+    if (s->hint_stamp == n->stamp)
+        return;
+    uint64_t used = 0, live = 0;
+    ph_name_line *L = ph_names_lines(s);
+    for (uint32_t i = 0, total = ph_names_total(s); i < total; i++) {
+        uint64_t r = ph_load(&L[i].xref);
+        used += r != 0;
+        if (ph_name_kind(r) == PH_NAME_HEAD)
+            live += ph_name_nlines(&L[i]);
+    }
+    s->hint_used = used;
+    s->hint_live = live;
+    s->hint_stamp = n->stamp;
+}
+
+/* Stores the next version of `kind_payload` in a line's xref (flushed
+ * with its line by the caller). */
+static void set_ref(pheap *h, ph_pctx *c, ph_name_line *l, uint64_t kind_payload)
+{
+    ph_persist_write(&h->sp.persist, c, &l->xref,
+                     ph_name_next_version(ph_load(&l->xref)) | kind_payload);
+}
+
+static void write_words(pheap *h, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        ph_persist_write(&h->sp.persist, c, &dst[i], src[i]);
+}
+
+/* Writes everything of an entry at `pos` but the head's xref: fillers,
+ * the lines after the head, the head's words; flushes them.  Returns the
+ * lines that were EMPTY. */
+static unsigned write_body(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t pos, uint64_t hash,
+                           const char *name, size_t len, uint64_t size)
+{
+    ph_persist *p = &h->sp.persist;
+    ph_name_line *L = ph_names_lines(s);
+    unsigned k = ph_names_entry_lines(len), newly = 0;
+    for (uint32_t i = ph_names_home(s, hash); i < pos; i++)
+        if (ph_load(&L[i].xref) == 0) {
+            set_ref(h, c, &L[i], PH_NAME_FREE);
+            ph_persist_flush(p, c, &L[i].xref, 8);
+            newly++;
+        }
+    size_t at = PH_MIN(len, (size_t)PH_NAME_HEAD_BYTES);
+    for (unsigned j = 1; j < k; j++) {
+        uint64_t w[7] = {0};
+        size_t n = PH_MIN(len - at, (size_t)PH_NAME_CONT_BYTES);
+        memcpy(w, name + at, n);
+        at += n;
+        ph_name_line *l = &L[pos + j];
+        newly += ph_load(&l->xref) == 0;
+        write_words(h, c, (uint64_t *)l + 1, w, 7);
+        set_ref(h, c, l, (uint64_t)pos << 3 | PH_NAME_CONT);
+        ph_persist_flush(p, c, l, sizeof(*l));
+    }
+    ph_name_line *hd = &L[pos];
+    newly += ph_load(&hd->xref) == 0;
+    uint64_t lk = len | (uint64_t)k << 16;
+    uint64_t w[7] = {hash, size, lk | (uint64_t)entry_crc(hash, size, lk, name, len) << 32};
+    memcpy(&w[3], name, PH_MIN(len, (size_t)PH_NAME_HEAD_BYTES));
+    write_words(h, c, &hd->hash, w, 7);
+    ph_persist_flush(p, c, hd, sizeof(*hd));
+    return newly;
+}
+
+/* ---- rebuilding a segment ----------------------------------------------------------- */
+
+static unsigned bits_for(uint64_t lines)
+{
+    unsigned b = PH_NAMES_HOME_MIN_BITS;
+    while (b < PH_NAMES_HOME_MAX_BITS && (1ull << b) < 2 * lines)
+        b++;
+    return b;
+}
+
+/* Copies the live entries of `from` whose side (the hash bit after the
+ * new segments' common prefix) is `side` (-1: all) into the zeroed
+ * segment `to`: 0, or PHEAP_ENOSPC when one finds no place. */
+static int copy_entries(pheap *h, ph_pctx *c, ph_names_seg *from, ph_names_seg *to, int side)
+{
+    ph_name_line *F = ph_names_lines(from), *T = ph_names_lines(to);
+    uint64_t used = 0, live = 0;
+    for (uint32_t i = 0, total = ph_names_total(from); i < total; i++) {
+        uint64_t r = ph_load(&F[i].xref);
+        if (ph_name_kind(r) != PH_NAME_HEAD)
+            continue;
+        uint64_t hash = F[i].hash;
+        unsigned k = ph_name_nlines(&F[i]);
+        if (side >= 0 && (int)((hash << from->depth) >> 63) != side)
+            continue;
+        uint32_t home = ph_names_home(to, hash), pos;
+        if (!place(to, home, k, &pos)) {
+            if (getenv("NDBG")) { unsigned fr=0; for (uint32_t q=home;q<ph_names_total(to);q++) fr+=line_free(to,q); fprintf(stderr,"copy fail: home %u k %u total %u free-after %u bits %llu depth %llu from-bits %llu\n", home,k,ph_names_total(to),fr,(unsigned long long)to->home_bits,(unsigned long long)to->depth,(unsigned long long)from->home_bits);}
+            return PHEAP_ENOSPC;
+        }
+        for (uint32_t j = home; j < pos; j++)
+            if (T[j].xref == 0) {
+                T[j].xref = 1ull << 48 | PH_NAME_FREE;
+                used++;
+            }
+        for (unsigned j = 0; j < k; j++) {
+            memcpy(&T[pos + j], &F[i + j], sizeof(T[0]));
+            T[pos + j].xref = 1ull << 48 | (j ? (uint64_t)pos << 3 | PH_NAME_CONT
+                                              : (r & OFF_MASK) | PH_NAME_HEAD);
+        }
+        used += k;
+        live += k;
+    }
+    to->hint_used = used;
+    to->hint_live = live;
+    ph_persist_flush(&h->sp.persist, c, to, seg_bytes((unsigned)to->home_bits));
+    return 0;
+}
+
+/* Doubles the directory: the other array gets each entry twice, then
+ * xdir switches to it (one durable store). */
+static void double_dir(pheap *h, ph_pctx *c)
+{
+    ph_names *n = h->names;
+    ph_persist *p = &h->sp.persist;
+    uint64_t x = ph_load(&n->hdr->xdir);
+    unsigned d = (unsigned)(x >> 1), cur = (unsigned)(x & 1);
+    uint64_t *a = n->dirs[cur], *b = n->dirs[!cur];
+    for (uint64_t i = 0; i < (2ull << d); i++)
+        ph_persist_write(p, c, &b[i], ph_load(&a[i >> 1]));
+    ph_persist_range(p, c, b, (2ull << d) * 8);
+    ph_persist_store64(p, c, &n->hdr->xdir, (uint64_t)(d + 1) << 1 | !cur);
+}
+
+/* Points the directory at the committed rebuild's new segments, then
+ * clears xnew[0], then xnew[1] (idempotent: recovery repeats it). */
+static void apply(pheap *h, ph_pctx *c)
+{
+    ph_names *n = h->names;
+    ph_names_header *hd = n->hdr;
+    ph_persist *p = &h->sp.persist;
+    uint64_t n0 = ph_load(&hd->xnew[0]), n1 = ph_load(&hd->xnew[1]);
+    if (!n0) { /* applied, and xnew[0] cleared, before the crash */
+        if (n1)
+            ph_persist_store64(p, c, &hd->xnew[1], 0);
+        return;
+    }
+    const ph_names_seg *s0 = ph_space_at(&h->sp, n0);
+    unsigned nd = (unsigned)s0->depth, split = n1 != 0, od = nd - split;
+    uint64_t op = s0->prefix >> split;
+    if (nd > ph_names_depth(n))
+        double_dir(h, c);
+    unsigned d = ph_names_depth(n);
+    uint64_t *dir = ph_names_dir(n);
+    uint64_t lo = op << (d - od), hi = (op + 1) << (d - od);
+    for (uint64_t i = lo; i < hi; i++)
+        ph_persist_write(p, c, &dir[i], split && (i >> (d - nd) & 1) ? n1 : n0);
+    ph_persist_range(p, c, &dir[lo], (hi - lo) * 8);
+    /* xnew[0] first: with xold set, xnew[0] == 0 means "applied" (it is
+     * never 0 while xnew[1] is set before the commit). */
+    ph_persist_store64(p, c, &hd->xnew[0], 0);
+    if (n1)
+        ph_persist_store64(p, c, &hd->xnew[1], 0);
+}
+
+/* Frees the replaced segment, after the lanes that bound names since the
+ * last such free retired their entries durably: a stale BIND entry must
+ * never be replayed over a freed segment's memory. */
+static int finish(pheap *h, ph_thread *t)
+{
+    ph_names *n = h->names;
+    ph_pctx *c = &t->pctx;
+    for (unsigned w = 0; w < PH_ARRAY_LEN(n->lazy); w++) {
+        for (uint64_t m = n->lazy[w]; m; m &= m - 1)
+            ph_lane_flush_states(&h->engine->lanes, c, w * 64 + (unsigned)__builtin_ctzll(m));
+        n->lazy[w] = 0;
+    }
+    uint64_t old = ph_load(&n->hdr->xold);
+    if (old == 1) {
+        ph_persist_store64(&h->sp.persist, c, &n->hdr->xold, 0);
+        return 0;
+    }
+    return old ? ph_engine_free_from(h->engine, &t->tc, c, &n->hdr->xold) : 0;
+}
+
+/* Replaces segment s (NULL: there is none yet) with one or two new ones
+ * that leave room for an entry of k more lines, with at least 2^min_bits
+ * home lines (more than s has when its load was low but the entry found
+ * no place: a cluster ran into the segment's end). */
+static int rebuild(pheap *h, ph_thread *t, ph_names_seg *s, uint64_t so, unsigned k,
+                   unsigned min_bits)
+{
+    ph_names *n = h->names;
+    ph_names_header *hd = n->hdr;
+    ph_pctx *c = &t->pctx;
+    unsigned depth = s ? (unsigned)s->depth : 0;
+    uint64_t prefix = s ? s->prefix : 0, side[2] = {0, 0}, all = 0;
+    if (s) {
+        ph_name_line *L = ph_names_lines(s);
+        for (uint32_t i = 0, total = ph_names_total(s); i < total; i++)
+            if (ph_names_is_head(s, i)) {
+                unsigned m = ph_name_nlines(&L[i]);
+                all += m;
+                side[(L[i].hash << depth) >> 63] += m;
+            }
+    }
+    unsigned nseg = 1, bits[2];
+    const uint64_t max_lines = 1ull << PH_NAMES_HOME_MAX_BITS;
+    if (2 * (all + k) <= max_lines && min_bits <= PH_NAMES_HOME_MAX_BITS) {
+        bits[0] = PH_MAX(bits_for(all + k), min_bits);
+    } else if (depth < PH_NAMES_DEPTH_MAX) {
+        nseg = 2;
+        bits[0] = bits_for(side[0] + k);
+        bits[1] = bits_for(side[1] + k);
+    } else if (4 * (all + k) <= 3 * max_lines && min_bits <= PH_NAMES_HOME_MAX_BITS) {
+        bits[0] = PH_NAMES_HOME_MAX_BITS;
+    } else {
+        return ph_err(PHEAP_ENOSPC, "the name directory is full: %llu entry lines share one "
+                      "hash prefix of the deepest directory", (unsigned long long)all);
+    }
+    int rc = 0;
+    unsigned made = 0;
+    for (; made < nseg && !rc; made++) {
+        rc = ph_engine_alloc_to(h->engine, &t->tc, c, seg_bytes(bits[made]), &hd->xnew[made],
+                                NULL);
+        if (!rc)
+            ph_persist_flush(&h->sp.persist, c, &hd->xnew[made], 8); /* GC mode stores only */
+    }
+    for (unsigned i = 0; i < nseg && !rc; i++) {
+        ph_names_seg *ns = ph_space_at(&h->sp, ph_load(&hd->xnew[i]));
+        memset(ns, 0, seg_bytes(bits[i]));
+        *ns = (ph_names_seg){PH_NAMES_SEG_MAGIC, depth + (nseg - 1),
+                             nseg == 2 ? prefix << 1 | i : prefix, bits[i], n->stamp, 0, 0, 0};
+        if (s && (rc = copy_entries(h, c, s, ns, nseg == 2 ? (int)i : -1)) != 0)
+            rc = ph_err(rc, "no room to rebuild a name segment (%llu entry lines)",
+                        (unsigned long long)all);
+        else
+            ph_persist_flush(&h->sp.persist, c, ns, seg_bytes(bits[i]));
+    }
+    if (rc) { /* nothing committed: the new segments go back */
+        for (unsigned i = 0; i < 2; i++)
+            if (ph_load(&hd->xnew[i]))
+                (void)ph_engine_free_from(h->engine, &t->tc, c, &hd->xnew[i]);
+        return rc;
+    }
+    ph_persist_fence(&h->sp.persist, c);
+    ph_persist_store64(&h->sp.persist, c, &hd->xold, s ? so : 1); /* the commit */
+    apply(h, c);
+    return finish(h, t);
+}
+
+int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, size_t len,
+                    size_t size, const ph_block_init *init, uint64_t *block)
+{
+    ph_names *n = h->names;
+    unsigned k = ph_names_entry_lines(len), rebuilds = 0, min_bits = PH_NAMES_HOME_MIN_BITS;
+    ph_names_seg *s;
+    uint32_t pos = 0;
+    for (;;) {
+        uint64_t so = 0;
+        s = ph_names_seg_of(h, hash, &so);
+        if (s) {
+            count(n, s);
+            int loaded = 4 * (s->hint_used + k) > 3 * (1ull << s->home_bits);
+            if (!loaded && place(s, ph_names_home(s, hash), k, &pos))
+                break;
+            if (!loaded) /* room, but not where this name goes: more lines */
+                min_bits = (unsigned)s->home_bits + 1;
+        }
+        if (rebuilds++ == 8)
+            return ph_err(PHEAP_ENOSPC, "no room for the name in its directory segment");
+        int rc = rebuild(h, t, s, so, k, min_bits);
+        if (rc)
+            return rc;
+    }
+    s->hint_used += write_body(h, &t->pctx, s, pos, hash, name, len, size);
+    ph_name_line *hd = &ph_names_lines(s)[pos];
+    int rc = ph_engine_alloc_bind(h->engine, &t->tc, &t->pctx, size, init, &hd->xref,
+                                  ph_name_next_version(ph_load(&hd->xref)) | PH_NAME_HEAD, block);
+    if (rc)
+        return rc;
+    s->hint_live += k;
+    int lane = t->tc.lane.index;
+    if (!h->gc && lane >= 0)
+        n->lazy[lane / 64] |= 1ull << (lane % 64);
+    return 0;
+}
+
+int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref)
+{
+    ph_name_line *hd = ref->head;
+    uint64_t r = ph_load(&hd->xref), off = r & OFF_MASK;
+    uint64_t nv = ph_name_next_version(r) | PH_NAME_FREE;
+    count(h->names, ref->seg);
+    unsigned k = ph_name_nlines(hd);
+    int rc = ph_engine_free_unbind(h->engine, &t->tc, &t->pctx, off, &hd->xref, nv);
+    if (rc == PHEAP_EDOUBLEFREE || rc == PHEAP_ENOTALLOC || rc == PHEAP_EINTERIOR ||
+        rc == PHEAP_ENOTLIVE) {
+        ph_persist_store64(&h->sp.persist, &t->pctx, &hd->xref, nv);
+        ref->seg->hint_live -= k;
+        return ph_err(PHEAP_ENOTLIVE, "pheap_free_named: the block %llu the name named was "
+                      "already freed (by pheap_free?): the name alone was removed",
+                      (unsigned long long)off);
+    }
+    if (!rc)
+        ref->seg->hint_live -= k;
+    return rc;
+}
+
+/* ---- open and recovery -------------------------------------------------------------- */
+
+/* 0 when the directory entry i (depth d) names a sound segment. */
+static int check_segment(pheap *h, uint64_t i, unsigned d, uint64_t off, char *why, size_t n)
+{
+    uint64_t end = ph_space_size(&h->sp);
+    if (off < h->sp.data_off || off % PH_PAGE_SIZE || off > end - sizeof(ph_names_seg)) {
+        snprintf(why, n, "names offset %llu, outside the data region or unaligned",
+                 (unsigned long long)off);
+        return -1;
+    }
+    const ph_names_seg *s = ph_space_at(&h->sp, off);
+    if (s->magic != PH_NAMES_SEG_MAGIC || s->depth > d || s->home_bits < PH_NAMES_HOME_MIN_BITS ||
+        s->home_bits > PH_NAMES_HOME_MAX_BITS || off + seg_bytes((unsigned)s->home_bits) > end ||
+        (s->depth && s->prefix != i >> (d - s->depth)) || (!s->depth && s->prefix)) {
+        snprintf(why, n, "names offset %llu, which holds no segment for it (bad magic, depth, "
+                 "prefix or size)", (unsigned long long)off);
+        return -1;
+    }
+    return 0;
+}
+
+int ph_names_open(pheap *h)
+{
+    if (!(h->sp.features & PH_FEAT_INCOMPAT_NAMES))
+        return 0;
+    ph_names *n = calloc(1, sizeof(*n));
+    if (!n)
+        return ph_err(PHEAP_ENOMEM, "out of memory for the name directory");
+    pthread_rwlock_init(&n->lock, NULL);
+    char *region = ph_space_at(&h->sp, h->sp.names_region);
+    n->hdr = (ph_names_header *)region;
+    n->dirs[0] = (uint64_t *)(region + PH_NAMES_DIR0);
+    n->dirs[1] = (uint64_t *)(region + PH_NAMES_DIR1);
+    uint64_t seed[2];
+    memcpy(seed, h->hdr.uuid, sizeof(seed));
+    n->seed = seed[0] ^ seed[1];
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    n->stamp = mix((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uintptr_t)n ^ h->id) | 1;
+    h->names = n;
+    ph_names_header *hd = n->hdr;
+    uint64_t x = ph_load(&hd->xdir);
+    char why[160] = "";
+    if ((x >> 1) > PH_NAMES_DEPTH_MAX)
+        snprintf(why, sizeof(why), "depth %llu is beyond %u", (unsigned long long)(x >> 1),
+                 PH_NAMES_DEPTH_MAX);
+    unsigned d = (unsigned)(x >> 1);
+    const uint64_t *dir = ph_names_dir(n);
+    for (uint64_t i = 0, prev = 0; !why[0] && i < (1ull << d); i++) {
+        uint64_t off = ph_load(&dir[i]);
+        if (off == prev && i)
+            continue;
+        prev = off;
+        if (!off && d == 0)
+            break; /* no name yet */
+        char w[120];
+        if (!off)
+            snprintf(why, sizeof(why), "entry %llu is empty", (unsigned long long)i);
+        else if (check_segment(h, i, d, off, w, sizeof(w)))
+            snprintf(why, sizeof(why), "entry %llu %s", (unsigned long long)i, w);
+    }
+    for (unsigned i = 0; !why[0] && i < 3; i++) {
+        uint64_t v = ph_load(i < 2 ? &hd->xnew[i] : &hd->xold);
+        if (v > 1 && (v < h->sp.data_off || v >= ph_space_size(&h->sp)))
+            snprintf(why, sizeof(why), "the rebuild word %u holds %llu, outside the data region",
+                     i, (unsigned long long)v);
+    }
+    if (why[0]) {
+        ph_names_close(h);
+        return ph_err(PHEAP_ECORRUPT, "the name directory is damaged: %s", why);
+    }
+    return 0;
+}
+
+void ph_names_close(pheap *h)
+{
+    if (!h->names)
+        return;
+    pthread_rwlock_destroy(&h->names->lock);
+    free(h->names);
+    h->names = NULL;
+}
+
+int ph_names_recover(pheap *h, ph_thread *t)
+{
+    ph_names *n = h->names;
+    if (!n)
+        return 0;
+    ph_names_header *hd = n->hdr;
+    if (ph_load(&hd->xold)) { /* committed: finish it */
+        apply(h, &t->pctx);
+        return finish(h, t);
+    }
+    int rc = 0;
+    for (unsigned i = 0; i < 2 && !rc; i++) /* not committed: undo it */
+        if (ph_load(&hd->xnew[i]))
+            rc = ph_engine_free_from(h->engine, &t->tc, &t->pctx, &hd->xnew[i]);
+    return rc;
+}
