@@ -320,10 +320,8 @@ static int copy_entries(pheap *h, ph_pctx *c, ph_names_seg *from, ph_names_seg *
         if (side >= 0 && (int)((hash << from->depth) >> 63) != side)
             continue;
         uint32_t home = ph_names_home(to, hash), pos;
-        if (!place(to, home, k, &pos)) {
-            if (getenv("NDBG")) { unsigned fr=0; for (uint32_t q=home;q<ph_names_total(to);q++) fr+=line_free(to,q); fprintf(stderr,"copy fail: home %u k %u total %u free-after %u bits %llu depth %llu from-bits %llu\n", home,k,ph_names_total(to),fr,(unsigned long long)to->home_bits,(unsigned long long)to->depth,(unsigned long long)from->home_bits);}
+        if (!place(to, home, k, &pos))
             return PHEAP_ENOSPC;
-        }
         for (uint32_t j = home; j < pos; j++)
             if (T[j].xref == 0) {
                 T[j].xref = 1ull << 48 | PH_NAME_FREE;
@@ -341,6 +339,38 @@ static int copy_entries(pheap *h, ph_pctx *c, ph_names_seg *from, ph_names_seg *
     to->hint_live = live;
     ph_persist_flush(&h->sp.persist, c, to, seg_bytes((unsigned)to->home_bits));
     return 0;
+}
+
+/* The smallest home bits, from `bits` up, with which a segment of depth
+ * `depth` takes the live entries of s on `side` (-1: all) -- placed in
+ * the order copy_entries places them -- at most three quarters full
+ * with k more lines; PH_NAMES_HOME_MAX_BITS + 1 when none does. */
+static unsigned fitting_bits(ph_names_seg *s, int side, unsigned depth, unsigned bits, unsigned k)
+{
+    static __thread uint8_t taken[(1u << PH_NAMES_HOME_MAX_BITS) + PH_NAMES_SPILL];
+    for (; s && bits <= PH_NAMES_HOME_MAX_BITS; bits++) {
+        uint32_t total = (1u << bits) + PH_NAMES_SPILL, lines = k;
+        ph_names_seg probe = {.depth = depth, .home_bits = bits};
+        ph_name_line *L = ph_names_lines(s);
+        int fits = 1;
+        memset(taken, 0, total);
+        for (uint32_t i = 0, n = ph_names_total(s); i < n && fits; i++) {
+            if (!ph_names_is_head(s, i) ||
+                (side >= 0 && (int)((L[i].hash << s->depth) >> 63) != side))
+                continue;
+            unsigned m = ph_name_nlines(&L[i]), j = 0;
+            uint32_t pos = ph_names_home(&probe, L[i].hash);
+            while (pos + m <= total && j < m)
+                j = taken[pos + j] ? (pos += j + 1, 0) : j + 1;
+            fits = j == m;
+            if (fits)
+                memset(&taken[pos], 1, m);
+            lines += m;
+        }
+        if (fits && 4 * lines <= 3 * (1ull << bits))
+            return bits;
+    }
+    return s ? bits : PH_MAX(bits, PH_NAMES_HOME_MIN_BITS);
 }
 
 /* Doubles the directory: the other array gets each entry twice, then
@@ -430,20 +460,22 @@ static int rebuild(pheap *h, ph_thread *t, ph_names_seg *s, uint64_t so, unsigne
                 side[(L[i].hash << depth) >> 63] += m;
             }
     }
+    /* One segment when the entries fit in at most PH_NAMES_HOME_MAX home
+     * lines at half load, else two; each sized for where its entries
+     * really go (after removals in hash order they may crowd one end). */
     unsigned nseg = 1, bits[2];
     const uint64_t max_lines = 1ull << PH_NAMES_HOME_MAX_BITS;
-    if (2 * (all + k) <= max_lines && min_bits <= PH_NAMES_HOME_MAX_BITS) {
-        bits[0] = PH_MAX(bits_for(all + k), min_bits);
-    } else if (depth < PH_NAMES_DEPTH_MAX) {
+    bits[0] = 2 * (all + k) <= max_lines ? PH_MAX(bits_for(all + k), min_bits)
+                                         : PH_NAMES_HOME_MAX_BITS + 1;
+    bits[0] = fitting_bits(s, -1, depth, bits[0], k);
+    if (bits[0] > PH_NAMES_HOME_MAX_BITS && depth < PH_NAMES_DEPTH_MAX) {
         nseg = 2;
-        bits[0] = bits_for(side[0] + k);
-        bits[1] = bits_for(side[1] + k);
-    } else if (4 * (all + k) <= 3 * max_lines && min_bits <= PH_NAMES_HOME_MAX_BITS) {
-        bits[0] = PH_NAMES_HOME_MAX_BITS;
-    } else {
+        bits[0] = fitting_bits(s, 0, depth + 1, bits_for(side[0] + k), k);
+        bits[1] = fitting_bits(s, 1, depth + 1, bits_for(side[1] + k), k);
+    }
+    if (bits[0] > PH_NAMES_HOME_MAX_BITS || (nseg == 2 && bits[1] > PH_NAMES_HOME_MAX_BITS))
         return ph_err(PHEAP_ENOSPC, "the name directory is full: %llu entry lines share one "
                       "hash prefix of the deepest directory", (unsigned long long)all);
-    }
     int rc = 0;
     unsigned made = 0;
     for (; made < nseg && !rc; made++) {
