@@ -159,6 +159,38 @@ TEST(misuse)
     pheap_close(h);
 }
 
+/* The fence budget: a create two (LOG mode), a lookup none, a remove
+ * three; a rebuild is not among these (the first segment is made first). */
+TEST(fences_per_call)
+{
+    pheap *h = ph_test_create(ph_test_path("names-fences.heap"), 16u << 20);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "warm-up", 24)); /* the first segment, the lane, a slab */
+    char name[64];
+    struct pheap_stats a, b;
+    REQUIRE_OK(pheap_stats(h, &a));
+    for (unsigned i = 0; i < 100; i++) {
+        name_of(name, sizeof(name), i);
+        REQUIRE(pheap_alloc_named(h, name, 24));
+    }
+    REQUIRE_OK(pheap_stats(h, &b));
+    CHECK_EQ(b.fences - a.fences, 200);
+    CHECK_EQ(b.name_segments, 1);
+    for (unsigned i = 0; i < 100; i++) {
+        name_of(name, sizeof(name), i);
+        REQUIRE(pheap_lookup(h, name));
+    }
+    REQUIRE_OK(pheap_stats(h, &a));
+    CHECK_EQ(a.fences, b.fences);
+    for (unsigned i = 0; i < 100; i++) {
+        name_of(name, sizeof(name), i);
+        REQUIRE_OK(pheap_free_named(h, name));
+    }
+    REQUIRE_OK(pheap_stats(h, &b));
+    CHECK_EQ(b.fences - a.fences, 300);
+    pheap_close(h);
+}
+
 /* Many names through several segment rebuilds (grow, split, directory
  * doubling), every one found, iteration complete and ordered, the check
  * clean; again after a reopen; then most removed. */

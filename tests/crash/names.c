@@ -159,15 +159,20 @@ static const char *make_base(const char *file, unsigned base)
     return path;
 }
 
+static void enumerate(const char *name, const char *file, workload_def *w)
+{
+    const char *base = make_base(file, w->base);
+    REQUIRE(base);
+    ph_crash_stats st = ph_crash_enumerate(name, base, workload, verify, w);
+    CHECK_EQ(st.violations, 0);
+    CHECK(st.images > 3 * st.fences);
+}
+
 /* One segment of 256 home lines, nearly full: the second create grows it. */
 TEST(create_remove_grow)
 {
     static workload_def w = {grow_ops, PH_ARRAY_N(grow_ops), 190};
-    const char *base = make_base("names-grow.heap", w.base);
-    REQUIRE(base);
-    ph_crash_stats st = ph_crash_enumerate("names/grow", base, workload, verify, &w);
-    CHECK_EQ(st.violations, 0);
-    CHECK(st.images > 3 * st.fences);
+    enumerate("names/grow", "names-grow.heap", &w);
 }
 
 /* One segment of 4096 home lines, three quarters full: the second create
@@ -175,9 +180,5 @@ TEST(create_remove_grow)
 TEST(create_remove_split)
 {
     static workload_def w = {split_ops, PH_ARRAY_N(split_ops), 3071};
-    const char *base = make_base("names-split.heap", w.base);
-    REQUIRE(base);
-    ph_crash_stats st = ph_crash_enumerate("names/split", base, workload, verify, &w);
-    CHECK_EQ(st.violations, 0);
-    CHECK(st.images > 3 * st.fences);
+    enumerate("names/split", "names-split.heap", &w);
 }
