@@ -148,7 +148,7 @@ static int least_above(ph_names_seg *s, uint32_t from, const char *cur, size_t c
         uint64_t r = ph_load(&L[i].xref);
         if (r == 0 && found)
             break;
-        if (ph_name_kind(r) != PH_NAME_HEAD)
+        if (!ph_names_is_head(s, i))
             continue;
         ph_names_copy_name(s, i, name);
         size_t len = strlen(name);
@@ -293,8 +293,8 @@ static int check_seg(void *arg, ph_names_seg *s, uint64_t seg_off)
             break;
         }
     for (uint32_t i = 0, total = ph_names_total(s); i < total; i++)
-        if (ph_names_is_head(s, i))
-            check_head(k, s, i);
+        if (ph_name_kind(ph_load(&ph_names_lines(s)[i].xref)) == PH_NAME_HEAD)
+            check_head(k, s, i); /* damaged heads too: reported */
     return 0;
 }
 

@@ -116,7 +116,13 @@ static int cont_owned(ph_names_seg *s, uint32_t i)
 
 int ph_names_is_head(ph_names_seg *s, uint32_t i)
 {
-    return ph_name_kind(ph_load(&ph_names_lines(s)[i].xref)) == PH_NAME_HEAD;
+    const ph_name_line *l = &ph_names_lines(s)[i];
+    unsigned len = ph_name_len(l);
+    /* A head whose length and line count disagree, or whose lines run
+     * past the segment, is damage: never followed (pheap_check reports it). */
+    return ph_name_kind(ph_load(&l->xref)) == PH_NAME_HEAD && len >= 1 && len <= PH_NAME_MAX &&
+           ph_name_nlines(l) == ph_names_entry_lines(len) &&
+           i + ph_name_nlines(l) <= ph_names_total(s);
 }
 
 static int line_free(ph_names_seg *s, uint32_t i)
@@ -199,7 +205,7 @@ int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name
         uint64_t r = ph_load(&L[i].xref);
         if (r == 0)
             return 0; /* EMPTY: the end of the name's cluster */
-        if (ph_name_kind(r) == PH_NAME_HEAD && L[i].hash == hash && same_name(s, i, name, len)) {
+        if (L[i].hash == hash && ph_names_is_head(s, i) && same_name(s, i, name, len)) {
             *ref = (ph_name_ref){s, so, i, &L[i]};
             return 1;
         }
@@ -235,7 +241,7 @@ static void count(ph_names *n, ph_names_seg *s)
     for (uint32_t i = 0, total = ph_names_total(s); i < total; i++) {
         uint64_t r = ph_load(&L[i].xref);
         used += r != 0;
-        if (ph_name_kind(r) == PH_NAME_HEAD)
+        if (ph_names_is_head(s, i))
             live += ph_name_nlines(&L[i]);
     }
     s->hint_used = used;
@@ -313,8 +319,8 @@ static int copy_entries(pheap *h, ph_pctx *c, ph_names_seg *from, ph_names_seg *
     uint64_t used = 0, live = 0;
     for (uint32_t i = 0, total = ph_names_total(from); i < total; i++) {
         uint64_t r = ph_load(&F[i].xref);
-        if (ph_name_kind(r) != PH_NAME_HEAD)
-            continue;
+        if (!ph_names_is_head(from, i))
+            continue; /* a damaged head is not carried over */
         uint64_t hash = F[i].hash;
         unsigned k = ph_name_nlines(&F[i]);
         if (side >= 0 && (int)((hash << from->depth) >> 63) != side)

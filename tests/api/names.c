@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "format/layout.h"
 #include "harness.h"
 
 static void name_of(char *buf, size_t n, unsigned i)
@@ -383,4 +387,89 @@ TEST(gc_mode_names)
     CHECK_EQ(r.names, N / 2);
     REQUIRE(pheap_alloc_named(h, "new", 8));
     REQUIRE_OK(pheap_close(h));
+}
+
+/* Reads or writes the 8-byte word at `off` of a closed heap file. */
+static uint64_t file_word(const char *path, uint64_t off, const uint64_t *set)
+{
+    uint64_t v = 0;
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return 0;
+    if (set ? pwrite(fd, set, 8, (off_t)off) != 8 : pread(fd, &v, 8, (off_t)off) != 8)
+        v = 0;
+    close(fd);
+    return set ? *set : v;
+}
+
+/* The file offset of line i of the only segment of a heap with one. */
+static uint64_t line_at(const char *path, unsigned i)
+{
+    uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
+    uint64_t seg = file_word(path, names + PH_NAMES_DIR0, NULL);
+    return seg ? seg + sizeof(ph_names_seg) + (uint64_t)i * PH_LINE_SIZE : 0;
+}
+
+/* Damage in the directory is refused or stepped over, never followed. */
+TEST(damaged_directory)
+{
+    const char *path = ph_test_path("names-damage.heap");
+    static char copy[512];
+    snprintf(copy, sizeof(copy), "%s", ph_test_path("names-damage-copy.heap"));
+    pheap *h = ph_test_create(path, 8u << 20);
+    REQUIRE(h);
+    char name[64];
+    for (unsigned i = 0; i < 40; i++) {
+        name_of(name, sizeof(name), i);
+        REQUIRE(pheap_alloc_named(h, name, 16));
+    }
+    REQUIRE_OK(pheap_close(h));
+    /* a head whose line count runs far past its length (and the segment) */
+    unsigned victim = 0;
+    for (unsigned i = 0; i < 256 && !victim; i++)
+        if ((file_word(path, line_at(path, i), NULL) & 7) == PH_NAME_HEAD)
+            victim = i + 1;
+    REQUIRE(victim);
+    REQUIRE_OK(ph_test_copy_file(path, copy));
+    uint64_t meta_at = line_at(copy, victim - 1) + offsetof(ph_name_line, meta);
+    uint64_t meta = file_word(copy, meta_at, NULL) | 0xff0000u;
+    file_word(copy, meta_at, &meta);
+    REQUIRE_OK(pheap_open(copy, NULL, &h));
+    pheap_check_report r;
+    CHECK_EQ(pheap_check(h, &r), PHEAP_ECORRUPT);
+    CHECK(strstr(r.first_error, "line count") != NULL);
+    pheap_name_info info;
+    unsigned listed = 0;
+    for (int rc = pheap_name_next(h, NULL, &info); rc == 0; rc = pheap_name_next(h, info.name, &info))
+        listed++;
+    CHECK_EQ(listed, 39); /* the damaged one is skipped */
+    for (unsigned i = 0, found = 0; i < 40; i++) {
+        name_of(name, sizeof(name), i);
+        found += pheap_lookup(h, name) != 0;
+        if (i == 39)
+            CHECK_EQ(found, 39);
+    }
+    pheap_close(h);
+    /* a directory entry that names no segment: refused at open */
+    REQUIRE_OK(ph_test_copy_file(path, copy));
+    uint64_t bad = 12345;
+    file_word(copy, ph_test_region_offset(copy, PH_REGION_NAMES) + PH_NAMES_DIR0, &bad);
+    CHECK_EQ(pheap_open(copy, NULL, &h), PHEAP_ECORRUPT);
+    CHECK(strstr(pheap_errmsg(), "name directory") != NULL);
+    /* a segment whose magic is gone: refused at open */
+    REQUIRE_OK(ph_test_copy_file(path, copy));
+    uint64_t seg = file_word(copy, ph_test_region_offset(copy, PH_REGION_NAMES) + PH_NAMES_DIR0,
+                             NULL), zero = 0;
+    file_word(copy, seg, &zero);
+    CHECK_EQ(pheap_open(copy, NULL, &h), PHEAP_ECORRUPT);
+    /* a depth beyond the directory's arrays: refused at open */
+    REQUIRE_OK(ph_test_copy_file(path, copy));
+    uint64_t deep = 40ull << 1;
+    file_word(copy, ph_test_region_offset(copy, PH_REGION_NAMES), &deep);
+    CHECK_EQ(pheap_open(copy, NULL, &h), PHEAP_ECORRUPT);
+    /* the untouched heap is fine */
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    REQUIRE_OK(pheap_check(h, &r));
+    CHECK_EQ(r.names, 40);
+    pheap_close(h);
 }
