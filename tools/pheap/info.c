@@ -16,9 +16,10 @@ int cmd_info(int argc, char **argv)
     pheap *h;
     static const char usage[] =
         "usage: pheap info PATH [--json]\n"
-        "  Format, uuid, sizes, consistency mode, state and roots of the heap.  Read-only: the file is\n"
-        "  never written.  A heap another process holds open read-write is shown as a\n"
-        "  snapshot taken while it may change.\n"
+        "  Format, uuid, sizes, consistency mode, state, the number of named objects\n"
+        "  and the roots of the heap.  Read-only: the file is never written.  A heap\n"
+        "  another process holds open read-write is shown as a snapshot taken while\n"
+        "  it may change.\n"
         "  --json   one JSON object instead of text (an error object on failure)\n";
     if (cli_help_asked(argc, argv))
         return cli_help(usage);
@@ -53,7 +54,7 @@ int cmd_info(int argc, char **argv)
         cli_json_string(file);
         printf(", \"last_open\": ");
         cli_json_time(st.last_open);
-        printf(", \"roots\": [");
+        printf(", \"names\": %llu, \"roots\": [", (unsigned long long)st.names);
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "%s%s%s"
@@ -61,7 +62,7 @@ int cmd_info(int argc, char **argv)
                "consistency: %s\n"
                "state:       %s (opened %llu time%s, %llu unclean)\nlast open:   %s\n"
                "flush:       %s%s (%s)\n"
-               "durability:  %s\nroots:       %u\n",
+               "durability:  %s\nnames:       %llu\nroots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                strcmp(file, path) ? "file:        " : "", strcmp(file, path) ? file : "",
                strcmp(file, path) ? "\n" : "", (unsigned long long)st.size, (unsigned long long)st.max_size,
@@ -77,7 +78,7 @@ int cmd_info(int argc, char **argv)
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
                (unsigned long long)st.unclean_count, cli_time(when, st.last_open),
                pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),
-               cli_durability(&st), n);
+               cli_durability(&st), (unsigned long long)st.names, n);
     }
     for (unsigned i = 0; i < n; i++) {
         char name[PHEAP_ROOT_NAME_MAX + 1];
