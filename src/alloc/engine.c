@@ -607,7 +607,8 @@ int ph_engine_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
  * a fence) or a PH_LOG_BIND word (*dest := block | nv_bits, a versioned
  * word: retired at the lane's next fence, see format/layout.h). */
 static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *dest,
-                        const ph_block_init *init, uint64_t op, uint64_t nv_bits, uint64_t *out)
+                        const ph_block_init *init, uint64_t op, uint64_t old, uint64_t nv_bits,
+                        uint64_t *out)
 {
     ph_space *sp = e->sp;
     uint64_t dest_off = (uint64_t)((char *)dest - sp->base), off, contents = 0;
@@ -624,7 +625,7 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
         }
         if (init)
             contents = contents_check(e, off, bytes);
-        ph_lane_begin(&e->lanes, c, &t->lane, op, off, bytes, dest_off, ph_load(dest), contents);
+        ph_lane_begin(&e->lanes, c, &t->lane, op, off, bytes, dest_off, old, contents);
         ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, dest, off | nv_bits);
     } else {
         unsigned cls = ph_sizeclass(size);
@@ -638,8 +639,8 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
         if (init)
             contents = contents_check(e, off, ph_class_size[cls]);
         if (!ph_plant("alloc-to-no-log")) /* planted: the log entry forgotten */
-            ph_lane_begin(&e->lanes, c, &t->lane, op, off, ph_class_size[cls], dest_off,
-                          ph_load(dest), contents);
+            ph_lane_begin(&e->lanes, c, &t->lane, op, off, ph_class_size[cls], dest_off, old,
+                          contents);
         if (ph_plant("lane-retire-first")) /* planted: retired before the changes */
             ph_lane_end(&e->lanes, c, &t->lane);
         ph_slab *s = ph_engine_chunk_slab(e, off);
@@ -672,12 +673,12 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
         ph_store(dest, off);
         return 0;
     }
-    return alloc_logged(e, t, c, size, dest, init, PH_LOG_ALLOC_TO, 0, &off);
+    return alloc_logged(e, t, c, size, dest, init, PH_LOG_ALLOC_TO, ph_load(dest), 0, &off);
 }
 
 int ph_engine_alloc_bind(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
                          const ph_block_init *init, uint64_t *dest, uint64_t nv_bits,
-                         uint64_t *block)
+                         unsigned body_lines, uint64_t *block)
 {
     if (e->gc) { /* the word, durable, is what makes the block reachable */
         uint64_t bytes;
@@ -689,8 +690,14 @@ int ph_engine_alloc_bind(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
         ph_persist_store64(&e->sp->persist, c, dest, *block | nv_bits);
         return 0;
     }
-    return alloc_logged(e, t, c, size, dest, init, PH_LOG_VERSIONED(PH_LOG_BIND, ph_load(dest),
-                                                                    nv_bits), nv_bits, block);
+    /* The entry carries the CRC of the body (its lines flushed by the
+     * caller): recovery must not publish a body that did not reach media
+     * with the entry (see PH_LOG_BIND). */
+    uint64_t cur = ph_load(dest);
+    uint32_t crc = ph_crc32c(0, dest + 1, (size_t)body_lines * PH_LINE_SIZE - 8);
+    return alloc_logged(e, t, c, size, dest, init,
+                        PH_LOG_VERSIONED(PH_LOG_BIND, cur, nv_bits) | (uint64_t)body_lines << 43,
+                        (cur & 0xffff) | (uint64_t)crc << 16, nv_bits, block);
 }
 
 /* The logged free behind pheap_free_from and the names' unbind: `op` is
@@ -872,10 +879,17 @@ static void roll_forward(void *arg, const ph_lane_op *le)
     unsigned kind = (unsigned)(le->op & 0xff);
     uint64_t oldv = le->old, nv = kind == PH_LOG_ALLOC_TO ? le->block : 0, cur = ph_load(dest);
     if (kind == PH_LOG_BIND || kind == PH_LOG_UNBIND) {
+        if (kind == PH_LOG_BIND)
+            oldv &= 0xffff; /* the body's CRC above */
         oldv |= (le->op >> 8 & 0xffff) << 48;
         nv = (le->op >> 24 & 0xffff) << 48 | (le->op >> 40 & 7) | (kind == PH_LOG_BIND ? le->block : 0);
         if (cur != oldv && cur != nv)
             return; /* superseded by a later operation on the same word */
+        uint64_t body = (le->op >> 43 & 31) * PH_LINE_SIZE;
+        if (kind == PH_LOG_BIND && cur == oldv &&
+            (body < PH_LINE_SIZE || le->dest + body > size ||
+             ph_crc32c(0, dest + 1, body - 8) != (uint32_t)(le->old >> 16)))
+            return; /* committed before its body was durable: not done */
     }
     int alloc = kind == PH_LOG_ALLOC_TO || kind == PH_LOG_BIND;
     if (alloc && (le->contents & PH_LOG_CONTENTS) && !(kind == PH_LOG_BIND && cur == nv) &&

@@ -87,7 +87,9 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
 int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src);
 /* The names' failure-atomic steps (heap/names.c).  *dest is a versioned
  * word (format/layout.h, PH_LOG_BIND): bind allocates a block (*block) and
- * stores block | nv_bits there, durable on return -- LOG mode: two fences,
+ * stores block | nv_bits there, durable on return; the body -- the rest of
+ * dest's line and body_lines - 1 lines after it, written and flushed by
+ * the caller -- is published with it or not at all -- LOG mode: two fences,
  * the entry retired at the thread's next fence; GC mode: two, nothing
  * logged: a fence for what the caller flushed (the rest of the entry) and
  * the block's initialised contents, then the word's.  Unbind
@@ -96,7 +98,7 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src);
  * ph_engine_alloc_to and ph_engine_free_from; nothing changes on error. */
 int ph_engine_alloc_bind(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
                          const ph_block_init *init, uint64_t *dest, uint64_t nv_bits,
-                         uint64_t *block);
+                         unsigned body_lines, uint64_t *block);
 int ph_engine_free_unbind(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uint64_t *src,
                           uint64_t nv);
 int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes);

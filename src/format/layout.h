@@ -203,7 +203,13 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
  * and does nothing when it holds neither (a later operation superseded
  * it), so a BIND's entry needs no fence of its own to retire: it is
  * retired at its lane holder's next fence (the second fence of a BIND
- * publishes it; its retirement rides on the next operation's first). */
+ * publishes it; its retirement rides on the next operation's first).
+ * A BIND also covers a body: the rest of dest's line and the next
+ * `lines` - 1 lines (op bits 43..47), written and flushed before the
+ * entry's fence; `old` holds the old value's low 16 bits and, in bits
+ * 16..47, the body's CRC-32C.  The entry may reach media before its body
+ * (eviction before the fence): recovery redoes it from the old value only
+ * when the body has that CRC. */
 #define PH_LOG_BIND 3u
 #define PH_LOG_UNBIND 4u
 #define PH_LOG_VERSIONED(kind, old, nv) \

@@ -102,6 +102,12 @@ ph_export pheap_off pheap_lookup(pheap *h, const char *name)
             off = ph_load(&ref.head->xref) & OFF_MASK;
         pthread_rwlock_unlock(&n->lock);
     }
+    if (off && !ph_names_off_ok(h, off)) {
+        ph_err(PHEAP_ECORRUPT, "pheap_lookup: the directory entry of '%s' names %llu, outside "
+               "the data region: the directory is damaged (see pheap_check)", name,
+               (unsigned long long)off);
+        return 0;
+    }
     if (!off)
         ph_err(PHEAP_ENOENT, "no object named '%s'", name);
     return off;

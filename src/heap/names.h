@@ -24,8 +24,9 @@ typedef struct ph_names {
     uint64_t *dirs[2];          /* the two directory arrays, in the mapping */
     uint64_t seed;              /* hash seed, from the heap's uuid */
     uint64_t stamp;             /* this open's identity, for the segments' count hints */
-    uint64_t lazy[PH_LANES_MAX / 64]; /* lanes that bound a name since the last segment
-                                     was freed: their entries may not be retired durably */
+    uint64_t lazy[PH_LANES_MAX / 64]; /* lanes that bound a name since their entries were
+                                     last retired durably (names_dir.c, flush_lazy) */
+    unsigned changes;           /* creates and removes since then */
 } ph_names;
 
 /* A found entry: its segment and head line. */
@@ -48,6 +49,9 @@ void ph_names_close(pheap *h);
 int ph_names_recover(pheap *h, ph_thread *t);
 
 uint64_t ph_names_hash(uint64_t seed, const char *name, size_t len);
+
+/* 1 when a head's block offset can be a block of the data region. */
+int ph_names_off_ok(const pheap *h, uint64_t off);
 
 /* Current depth and array. */
 unsigned ph_names_depth(const ph_names *n);

@@ -425,6 +425,35 @@ static void apply(pheap *h, ph_pctx *c)
         ph_persist_store64(p, c, &hd->xnew[1], 0);
 }
 
+/* Flushes the commit words of the lanes that bound names since the last
+ * call: their lazily retired entries are retired durably at the caller's
+ * next fence. */
+static void flush_lazy(pheap *h, ph_pctx *c)
+{
+    ph_names *n = h->names;
+    for (unsigned w = 0; w < PH_ARRAY_LEN(n->lazy); w++) {
+        for (uint64_t m = n->lazy[w]; m; m &= m - 1)
+            ph_lane_flush_states(&h->engine->lanes, c, w * 64 + (unsigned)__builtin_ctzll(m));
+        n->lazy[w] = 0;
+    }
+    n->changes = 0;
+}
+
+/* Every PH_NAMES_RETIRE_EVERY changes of names, the lazily retired BIND
+ * entries are retired durably: a stale entry must never outlive 2^16
+ * stores to its word, after which the word's version could come back. */
+#define PH_NAMES_RETIRE_EVERY 4096u
+_Static_assert(PH_NAMES_RETIRE_EVERY < (1u << 16), "retired before a version wraps");
+
+static void count_change(pheap *h, ph_pctx *c)
+{
+    ph_names *n = h->names;
+    if (!h->gc && ++n->changes >= PH_NAMES_RETIRE_EVERY) {
+        flush_lazy(h, c);
+        ph_persist_fence(&h->sp.persist, c);
+    }
+}
+
 /* Frees the replaced segment, after the lanes that bound names since the
  * last such free retired their entries durably: a stale BIND entry must
  * never be replayed over a freed segment's memory. */
@@ -432,11 +461,7 @@ static int finish(pheap *h, ph_thread *t)
 {
     ph_names *n = h->names;
     ph_pctx *c = &t->pctx;
-    for (unsigned w = 0; w < PH_ARRAY_LEN(n->lazy); w++) {
-        for (uint64_t m = n->lazy[w]; m; m &= m - 1)
-            ph_lane_flush_states(&h->engine->lanes, c, w * 64 + (unsigned)__builtin_ctzll(m));
-        n->lazy[w] = 0;
-    }
+    flush_lazy(h, c); /* durable at the free's first fence */
     uint64_t old = ph_load(&n->hdr->xold);
     if (old == 1) {
         ph_persist_store64(&h->sp.persist, c, &n->hdr->xold, 0);
@@ -540,13 +565,15 @@ int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, siz
     s->hint_used += write_body(h, &t->pctx, s, pos, hash, name, len, size);
     ph_name_line *hd = &ph_names_lines(s)[pos];
     int rc = ph_engine_alloc_bind(h->engine, &t->tc, &t->pctx, size, init, &hd->xref,
-                                  ph_name_next_version(ph_load(&hd->xref)) | PH_NAME_HEAD, block);
+                                  ph_name_next_version(ph_load(&hd->xref)) | PH_NAME_HEAD, k,
+                                  block);
     if (rc)
         return rc;
     s->hint_live += k;
     int lane = t->tc.lane.index;
     if (!h->gc && lane >= 0)
         n->lazy[lane / 64] |= 1ull << (lane % 64);
+    count_change(h, &t->pctx);
     return 0;
 }
 
@@ -555,6 +582,10 @@ int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref)
     ph_name_line *hd = ref->head;
     uint64_t r = ph_load(&hd->xref), off = r & OFF_MASK;
     uint64_t nv = ph_name_next_version(r) | PH_NAME_FREE;
+    if (!ph_names_off_ok(h, off))
+        return ph_err(PHEAP_ECORRUPT, "pheap_free_named: the directory entry names %llu, outside "
+                      "the data region: the directory is damaged (see pheap_check)",
+                      (unsigned long long)off);
     count(h->names, ref->seg);
     unsigned k = ph_name_nlines(hd);
     int rc = ph_engine_free_unbind(h->engine, &t->tc, &t->pctx, off, &hd->xref, nv);
@@ -562,12 +593,14 @@ int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref)
         rc == PHEAP_ENOTLIVE) {
         ph_persist_store64(&h->sp.persist, &t->pctx, &hd->xref, nv);
         ref->seg->hint_live -= k;
+        count_change(h, &t->pctx);
         return ph_err(PHEAP_ENOTLIVE, "pheap_free_named: the block %llu the name named was "
                       "already freed (by pheap_free?): the name alone was removed",
                       (unsigned long long)off);
     }
     if (!rc)
         ref->seg->hint_live -= k;
+    count_change(h, &t->pctx);
     return rc;
 }
 
@@ -585,12 +618,50 @@ static int check_segment(pheap *h, uint64_t i, unsigned d, uint64_t off, char *w
     const ph_names_seg *s = ph_space_at(&h->sp, off);
     if (s->magic != PH_NAMES_SEG_MAGIC || s->depth > d || s->home_bits < PH_NAMES_HOME_MIN_BITS ||
         s->home_bits > PH_NAMES_HOME_MAX_BITS || off + seg_bytes((unsigned)s->home_bits) > end ||
-        (s->depth && s->prefix != i >> (d - s->depth)) || (!s->depth && s->prefix)) {
+        (s->depth && s->prefix != i >> (d - s->depth)) || s->prefix >> s->depth) {
         snprintf(why, n, "names offset %llu, which holds no segment for it (bad magic, depth, "
                  "prefix or size)", (unsigned long long)off);
         return -1;
     }
     return 0;
+}
+
+/* The rebuild words: 0, or (xold also 1) sound segments of one rebuild
+ * that recovery may install or free. */
+static void check_rebuild(pheap *h, char *why, size_t n)
+{
+    ph_names_header *hd = h->names->hdr;
+    uint64_t v[3] = {ph_load(&hd->xnew[0]), ph_load(&hd->xnew[1]), ph_load(&hd->xold)};
+    const ph_names_seg *seg[3] = {NULL, NULL, NULL};
+    char w[120];
+    for (unsigned i = 0; i < 3; i++) {
+        if (v[i] == 0 || (i == 2 && v[i] == 1))
+            continue;
+        /* as a directory entry of a depth-13 directory whose index has the
+         * segment's own prefix */
+        seg[i] = ph_space_at(&h->sp, v[i]);
+        uint64_t idx = v[i] >= h->sp.data_off && v[i] < ph_space_size(&h->sp) &&
+                               seg[i]->depth <= PH_NAMES_DEPTH_MAX
+                           ? seg[i]->prefix << (PH_NAMES_DEPTH_MAX - seg[i]->depth)
+                           : 0;
+        if (check_segment(h, idx, PH_NAMES_DEPTH_MAX, v[i], w, sizeof(w))) {
+            snprintf(why, n, "the rebuild word %u %s", i, w);
+            return;
+        }
+    }
+    unsigned d = ph_names_depth(h->names);
+    if (v[2] && v[0] && /* committed: what apply() will install */
+        ((v[1] && (seg[1]->depth != seg[0]->depth || seg[0]->prefix != (seg[1]->prefix & ~1ull) ||
+                   (seg[0]->prefix & 1) || seg[0]->depth == 0 || seg[0]->depth > d + 1)) ||
+         (!v[1] && seg[0]->depth > d) ||
+         (v[2] > 1 && (seg[2]->depth != seg[0]->depth - (v[1] != 0) ||
+                       seg[2]->prefix != seg[0]->prefix >> (v[1] != 0)))))
+        snprintf(why, n, "the rebuild words name segments that do not replace one another");
+}
+
+int ph_names_off_ok(const pheap *h, uint64_t off)
+{
+    return off >= h->sp.data_off && off < ph_space_size(&h->sp) && off % 8 == 0;
 }
 
 int ph_names_open(pheap *h)
@@ -620,11 +691,8 @@ int ph_names_open(pheap *h)
                  PH_NAMES_DEPTH_MAX);
     unsigned d = (unsigned)(x >> 1);
     const uint64_t *dir = ph_names_dir(n);
-    for (uint64_t i = 0, prev = 0; !why[0] && i < (1ull << d); i++) {
+    for (uint64_t i = 0; !why[0] && i < (1ull << d); i++) { /* each entry: its own prefix */
         uint64_t off = ph_load(&dir[i]);
-        if (off == prev && i)
-            continue;
-        prev = off;
         if (!off && d == 0)
             break; /* no name yet */
         char w[120];
@@ -633,12 +701,8 @@ int ph_names_open(pheap *h)
         else if (check_segment(h, i, d, off, w, sizeof(w)))
             snprintf(why, sizeof(why), "entry %llu %s", (unsigned long long)i, w);
     }
-    for (unsigned i = 0; !why[0] && i < 3; i++) {
-        uint64_t v = ph_load(i < 2 ? &hd->xnew[i] : &hd->xold);
-        if (v > 1 && (v < h->sp.data_off || v >= ph_space_size(&h->sp)))
-            snprintf(why, sizeof(why), "the rebuild word %u holds %llu, outside the data region",
-                     i, (unsigned long long)v);
-    }
+    if (!why[0])
+        check_rebuild(h, why, sizeof(why));
     if (why[0]) {
         ph_names_close(h);
         return ph_err(PHEAP_ECORRUPT, "the name directory is damaged: %s", why);
@@ -667,7 +731,10 @@ int ph_names_recover(pheap *h, ph_thread *t)
     }
     int rc = 0;
     for (unsigned i = 0; i < 2 && !rc; i++) /* not committed: undo it */
-        if (ph_load(&hd->xnew[i]))
-            rc = ph_engine_free_from(h->engine, &t->tc, &t->pctx, &hd->xnew[i]);
+        if (ph_load(&hd->xnew[i]) &&
+            (rc = ph_engine_free_from(h->engine, &t->tc, &t->pctx, &hd->xnew[i])) != 0)
+            rc = ph_err(PHEAP_ECORRUPT, "the name directory's rebuild word %u names %llu, "
+                        "which is no block: %s", i, (unsigned long long)ph_load(&hd->xnew[i]),
+                        pheap_errmsg());
     return rc;
 }

@@ -129,8 +129,8 @@ static int known_op(const ph_lanes *L, uint64_t op)
 {
     if (op == PH_LOG_ALLOC_TO || op == PH_LOG_FREE_FROM)
         return 1;
-    return L->names && ((op & 0xff) == PH_LOG_BIND || (op & 0xff) == PH_LOG_UNBIND) &&
-           op >> 43 == 0;
+    return L->names && (((op & 0xff) == PH_LOG_BIND && op >> 43 != 0) ||
+                        ((op & 0xff) == PH_LOG_UNBIND && op >> 43 == 0));
 }
 
 /* Decodes a committed (ACTIVE, whole, checksum-valid) entry. */
