@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "format/layout.h"
@@ -472,4 +474,201 @@ TEST(damaged_directory)
     REQUIRE_OK(pheap_check(h, &r));
     CHECK_EQ(r.names, 40);
     pheap_close(h);
+}
+/* ---- damaged directories: refused with an error, never a crash or a hang ---- */
+
+
+
+static uint64_t read_word(const char *path, uint64_t off)
+{
+    uint64_t v = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        if (pread(fd, &v, 8, (off_t)off) != 8)
+            v = 0;
+        close(fd);
+    }
+    return v;
+}
+
+static void set_file_word(const char *path, uint64_t off, uint64_t v)
+{
+    int fd = open(path, O_RDWR);
+    if (fd < 0 || pwrite(fd, &v, 8, (off_t)off) != 8)
+        ph_test_fail(__FILE__, __LINE__, "cannot write %s", path);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Runs fn(path) in a child with a time limit: 0 when it returned, else a
+ * description of how it ended (a signal or the time limit) in `how`. */
+static int in_child(void (*fn)(const char *), const char *path, char *how, size_t n)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        fn(path);
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 0;
+    if (WIFSIGNALED(st))
+        snprintf(how, n, "%s", WTERMSIG(st) == SIGALRM ? "hung (killed after 10 s)"
+                                                       : strsignal(WTERMSIG(st)));
+    else
+        snprintf(how, n, "exit %d", WEXITSTATUS(st));
+    return -1;
+}
+
+static void iterate_all(const char *path)
+{
+    pheap *h;
+    if (pheap_open(path, NULL, &h) != 0) {
+        printf("  refused: %s\n", pheap_errmsg());
+        fflush(stdout);
+        return; /* refused: what a damaged directory should get */
+    }
+    pheap_name_info info;
+    unsigned n = 0;
+    const char *after = NULL;
+    char cur[PHEAP_NAME_MAX + 1];
+    while (pheap_name_next(h, after, &info) == 0 && n < 1000) {
+        snprintf(cur, sizeof(cur), "%s", info.name);
+        after = cur;
+        n++;
+    }
+    printf("  opened; iteration gave %u names\n", n);
+    fflush(stdout);
+    if (n >= 1000)
+        _exit(3); /* an iteration that never ends */
+    pheap_close(h);
+}
+
+/* Depth 1 and both directory entries naming one segment, whose header
+ * claims depth 1 (prefix 0): the open checks only the first of equal
+ * consecutive entries, so it accepts the directory; the segment after
+ * prefix 0 is then the same segment again, and pheap_name_next goes round
+ * it for ever.  FAILS: the call never returns. */
+TEST(damaged_directory_duplicate_entry_is_refused)
+{
+    const char *path = ph_test_path("names-dup.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "a", 32));
+    REQUIRE_OK(pheap_free_named(h, "a")); /* the segment stays, empty */
+    REQUIRE_OK(pheap_close(h));
+    uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
+    REQUIRE(names);
+    uint64_t xdir = read_word(path, names);
+    uint64_t dir = names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0);
+    uint64_t seg = read_word(path, dir);
+    REQUIRE_EQ(xdir >> 1, 0);
+    REQUIRE(seg);
+    set_file_word(path, names, 1u << 1 | (xdir & 1));
+    set_file_word(path, dir + 8, seg);
+    set_file_word(path, seg + offsetof(ph_names_seg, depth), 1);
+    char how[64];
+    if (in_child(iterate_all, path, how, sizeof(how)) != 0)
+        ph_test_fail(__FILE__, __LINE__, "pheap_name_next on the damaged directory: %s", how);
+}
+
+static void use_damaged_name(const char *path)
+{
+    pheap *h;
+    if (pheap_open(path, NULL, &h) != 0) {
+        printf("  refused: %s\n", pheap_errmsg());
+        fflush(stdout);
+        return;
+    }
+    pheap_off off = pheap_lookup(h, "a");
+    printf("  lookup 'a': %llu (the data region starts at %llu)\n", (unsigned long long)off,
+           (unsigned long long)ph_test_region_offset(path, PH_REGION_DATA));
+    fflush(stdout);
+    int rc = pheap_free_named(h, "a");
+    printf("  pheap_free_named: %d %s\n", rc, rc ? pheap_errmsg() : "");
+    fflush(stdout);
+    pheap_close(h);
+}
+
+/* A head line whose xref names offset 64 (inside the file header): the
+ * open does not look at entry lines; pheap_lookup returns 64 as the
+ * object's offset, and pheap_free_named hands it to the allocator, which
+ * indexes its chunk map with (64 - data_off) / chunk size.  FAILS: the
+ * process dies in pheap_free_named. */
+TEST(damaged_head_offset_is_refused)
+{
+    const char *path = ph_test_path("names-off.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "a", 32));
+    REQUIRE_OK(pheap_close(h));
+    uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
+    uint64_t xdir = read_word(path, names);
+    uint64_t seg = read_word(path, names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0));
+    REQUIRE(seg);
+    uint64_t line = 0;
+    for (uint64_t i = 0; i < 288 && !line; i++) {
+        uint64_t at = seg + 64 + i * 64;
+        if ((read_word(path, at) & 7) == PH_NAME_HEAD)
+            line = at;
+    }
+    REQUIRE(line);
+    uint64_t x = read_word(path, line);
+    set_file_word(path, line, (x & ~0x0000fffffffffff8ull) | 64);
+    char how[64];
+    if (in_child(use_damaged_name, path, how, sizeof(how)) != 0)
+        ph_test_fail(__FILE__, __LINE__, "a name whose head names offset 64: %s", how);
+}
+
+static void open_and_lookup(const char *path)
+{
+    pheap *h;
+    if (pheap_open(path, NULL, &h) != 0) {
+        printf("  refused: %s\n", pheap_errmsg());
+        fflush(stdout);
+        return;
+    }
+    printf("  opened (recovery finished the rebuild)\n");
+    fflush(stdout);
+    pheap_off off = pheap_lookup(h, "a");
+    printf("  lookup 'a': %llu\n", (unsigned long long)off);
+    fflush(stdout);
+    pheap_close(h);
+}
+
+/* A crashed heap whose names header says a rebuild committed (xold set)
+ * with xnew[0] naming a block that is no segment of a sane shape (here a
+ * block of 32 KiB holding a segment header with 2^20 home lines).  The open checks
+ * the directory's segments, and of the rebuild words only that they lie in
+ * the data region; recovery then installs xnew[0] in the directory
+ * unchecked, and the first lookup reads a home line up to 64 MiB into it, past the end of the file.
+ * FAILS: the process dies in pheap_lookup. */
+TEST(damaged_rebuild_segment_is_refused)
+{
+    const char *path = ph_test_path("names-xnew.heap");
+    pheap *h = ph_test_create(path, 4u << 20);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "a", 32));
+    pheap_off fake = pheap_alloc(h, 32768);
+    REQUIRE(fake);
+    REQUIRE_OK(pheap_root_set(h, "fake", fake));
+    ph_names_seg *s = pheap_direct(h, fake);
+    *s = (ph_names_seg){.magic = PH_NAMES_SEG_MAGIC, .depth = 0, .prefix = 0, .home_bits = 20};
+    REQUIRE_OK(pheap_close(h));
+    /* a crash: the heap left open */
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    const char *img = ph_test_path("names-xnew.image");
+    REQUIRE_OK(pheap_sim_crash(h, img, 1, 0.0));
+    uint64_t names = ph_test_region_offset(img, PH_REGION_NAMES);
+    REQUIRE(names);
+    set_file_word(img, names + offsetof(ph_names_header, xnew), fake);
+    set_file_word(img, names + offsetof(ph_names_header, xold), 1);
+    char how[64];
+    if (in_child(open_and_lookup, img, how, sizeof(how)) != 0)
+        ph_test_fail(__FILE__, __LINE__, "a committed rebuild whose new segment is damaged: %s",
+                     how);
 }
