@@ -1,8 +1,10 @@
 #!/bin/sh
 # run.sh -- the benchmark run: installs the peer allocators and gnuplot when
-# missing, builds pheap_bench and pheap_kvbench in BUILD_DIR-bench, runs
-# every workload for every available allocator (one process each), and writes
+# missing, builds pheap_bench, pheap_kvbench and pheap_namebench in
+# BUILD_DIR-bench, runs every workload for every available allocator (one
+# process each), and writes
 #   bench/results/<run>.json      every result of the run
+#   bench/results/<run>-names.json  the named-objects benchmark (JSON lines)
 #   bench/results/<run>/report.md tables, and the PNG charts beside it
 #   bench/results/SUMMARY.md      the tables of the latest full run
 #   bench/results/charts/*.png    its charts (the README shows them)
@@ -16,7 +18,10 @@
 #
 # After the main run, pheap_kvbench runs the transactional key-value workload
 # (pheap redo, undo, redo without flushes; libpmemobj) and times the recovery
-# of interrupted transactions; then the back-end table runs pheap with each
+# of interrupted transactions; pheap_namebench creates, looks up and removes
+# 10^6 named objects with pheap (flush none and cache-line flushes) and with
+# Boost.Interprocess managed_mapped_file (skipped when libboost-dev cannot be
+# had); then the back-end table runs pheap with each
 # flush back end (msync, none, cache-line flushes) and libpmemobj with and
 # without PMEM_IS_PMEM_FORCE on an ordinary file system, with fewer calls.
 set -eu
@@ -37,7 +42,7 @@ while [ $# -gt 0 ]; do
     --alloc=*) ALLOCS=${1#--alloc=} ;;
     --fs-dir) [ $# -ge 2 ] || usage; FS_DIR=$2; shift ;;
     --fs-dir=*) FS_DIR=${1#--fs-dir=} ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) PASS="$PASS $1" ;;    # options without spaces, passed through as words
     esac
     shift
@@ -54,7 +59,7 @@ fi
 
 # ---- packages: only the missing ones, only when we may install ----------
 missing=""
-for pkg in libpmemobj-dev libmimalloc-dev libjemalloc-dev; do
+for pkg in libpmemobj-dev libmimalloc-dev libjemalloc-dev libboost-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
 done
 command -v gnuplot >/dev/null 2>&1 || missing="$missing gnuplot-nox"
@@ -81,6 +86,20 @@ cmake --build "$BDIR" --target pheap_bench pheap_kvbench -j "$(nproc)" >"$BDIR/b
 }
 BIN="$BDIR/bench/pheap_bench"
 KV_BIN="$BDIR/bench/pheap_kvbench"
+# pheap_namebench needs a C++ compiler and the Boost.Interprocess headers;
+# CMake leaves the target out without them, and the names benchmark is skipped.
+NAMES_BIN=""
+NAMES_SKIP=""
+if grep -Eq '^(PHEAP_BOOST_INTERPROCESS_DIR|CMAKE_CXX_COMPILER):[A-Z]*=(.*-)?NOTFOUND$' "$BDIR/CMakeCache.txt" \
+    || ! grep -q '^PHEAP_BOOST_INTERPROCESS_DIR:' "$BDIR/CMakeCache.txt"; then
+    NAMES_SKIP="no C++ compiler or no Boost.Interprocess headers (libboost-dev)"
+elif cmake --build "$BDIR" --target pheap_namebench -j "$(nproc)" >>"$BDIR/bench-build.log" 2>&1; then
+    NAMES_BIN="$BDIR/bench/pheap_namebench"
+else
+    cat "$BDIR/bench-build.log" >&2
+    echo "run.sh: pheap_namebench does not build" >&2
+    exit 1
+fi
 HEAP_DIR=$(echo "$PASS" | sed -n 's/.*--heap-dir[= ]\([^ ]*\).*/\1/p')
 HEAP_DIR=${HEAP_DIR:-/dev/shm}
 
@@ -123,6 +142,25 @@ case ",$ALLOCS," in *,pheap,*)
     "$KV_BIN" --recovery --heap-dir "$HEAP_DIR" --json "$KV_LINES" || {
         echo "run.sh: pheap_kvbench --recovery exited $?"; failed=1; }
     echo "run.sh: transactions took $(( $(date +%s) - t0 )) s" ;;
+esac
+
+# ---- named objects: pheap against Boost.Interprocess ----------------------
+# pheap_namebench runs pheap with flush none and with the CPU's cache-line
+# flush (chosen per heap through pheap_options, whatever PHEAP_FLUSH says)
+# and Boost's managed_mapped_file, in the same heap location.
+NAMES_MD="$RES/$RUN-names.md"
+NAMES_JSON="$RES/$RUN-names.json"
+: >"$NAMES_MD"
+case ",$ALLOCS," in *,pheap,*)
+    if [ -n "$NAMES_BIN" ]; then
+        t0=$(date +%s)
+        # shellcheck disable=SC2086  # QUICK is empty or one word
+        "$NAMES_BIN" $QUICK --name-kind short,long --heap-dir "$HEAP_DIR" --json "$NAMES_JSON" \
+            --markdown "$NAMES_MD" || { echo "run.sh: pheap_namebench exited $?"; failed=1; }
+        echo "run.sh: named objects took $(( $(date +%s) - t0 )) s"
+    else
+        echo "run.sh: the named-objects benchmark is skipped: $NAMES_SKIP"
+    fi ;;
 esac
 
 # ---- back ends on an ordinary file system ---------------------------------
@@ -180,6 +218,12 @@ python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "
     --meta "libpmemobj=$(ver libpmemobj1)" --meta "mimalloc=$(ver libmimalloc2.0)" \
     --meta "jemalloc=$(ver libjemalloc2)" --meta "glibc=$(ver libc6)"
 rm -f "$LINES" "$FS_LINES" "$KV_LINES"
+# The named-objects tables go at the end of the report (and of the summary).
+if [ -s "$NAMES_MD" ]; then
+    { echo; echo "## Named objects (pheap_namebench)"; cat "$NAMES_MD"; } >>"$RES/$RUN/report.md"
+    [ "$MODE" = full ] && { echo; echo "## Named objects (pheap_namebench)"; cat "$NAMES_MD"; } >>"$RES/SUMMARY.md"
+fi
+rm -f "$NAMES_MD"
 # A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
 if [ "$MODE" = full ]; then
     mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null
