@@ -395,8 +395,9 @@ _Static_assert(sizeof(ph_extlog_entry) == 16, "ph_extlog_entry size");
  * Heaps with PH_FEAT_INCOMPAT_NAMES.  Extendible hashing over a 64-bit
  * hash of the name (ph_names_hash, seeded with the heap's uuid).  The names
  * region (PH_NAMES_SIZE bytes, zero at creation) holds a ph_names_header
- * at offset 0 and two directory arrays of PH_NAMES_DIR_MAX segment offsets
- * at PH_NAMES_DIR0 and PH_NAMES_DIR1.  xdir = depth << 1 | array names the
+ * at offset 0 and two directory arrays of PH_NAMES_DIR_MAX entries (a
+ * segment's offset, depth and home_bits: PH_NAMES_ENTRY) at PH_NAMES_DIR0
+ * and PH_NAMES_DIR1.  xdir = depth << 1 | array names the
  * current array and its depth d: its entry i is the segment that holds
  * every name whose hash has i as its top d bits.
  * Segment: a large block of the data region (allocated with a logged
@@ -452,6 +453,14 @@ _Static_assert(PH_NAMES_DIR1 + PH_NAMES_DIR_MAX * 8u <= PH_NAMES_SIZE, "names di
 #define PH_NAMES_HOME_MAX_BITS 12u           /* 4096 */
 #define PH_NAMES_SPILL 32u                   /* lines after the last home line */
 #define PH_NAMES_SEG_MAGIC 0x474553454d414e50ull /* "PNAMESEG" */
+
+/* A directory entry: the segment's offset (page-aligned) | its depth << 4
+ * | its home_bits, so that a lookup finds the home line without reading
+ * the segment's header.  The header holds the same two values. */
+#define PH_NAMES_ENTRY(off, depth, bits) ((uint64_t)(off) | (uint64_t)(depth) << 4 | (bits))
+#define PH_NAMES_ENTRY_OFF(e) ((e) & ~0xfffull)
+#define PH_NAMES_ENTRY_DEPTH(e) ((unsigned)((e) >> 4 & 15))
+#define PH_NAMES_ENTRY_BITS(e) ((unsigned)((e) & 15))
 
 #define PH_NAME_EMPTY 0u
 #define PH_NAME_HEAD 1u

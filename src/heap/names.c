@@ -199,7 +199,7 @@ ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
             uint64_t next = (s->prefix + 1) << (d - s->depth);
             if (next >= (1ull << d))
                 break;
-            s = ph_space_at(&h->sp, ph_load(&ph_names_dir(n)[next]));
+            s = ph_space_at(&h->sp, PH_NAMES_ENTRY_OFF(ph_load(&ph_names_dir(n)[next])));
             found = least_above(s, 0, NULL, 0, 0, 1, out);
         }
     }
@@ -294,7 +294,7 @@ static int check_seg(void *arg, ph_names_seg *s, uint64_t seg_off)
     }
     const uint64_t *dir = ph_names_dir(n);
     for (uint64_t i = s->prefix << (d - s->depth); i < (s->prefix + 1) << (d - s->depth); i++)
-        if (ph_load(&dir[i]) != seg_off) {
+        if (ph_load(&dir[i]) != PH_NAMES_ENTRY(seg_off, s->depth, s->home_bits)) {
             problem(k, "directory entry%s %llu does not name the segment of its prefix", "", i);
             break;
         }

@@ -65,20 +65,29 @@ static uint64_t dir_index(uint64_t hash, unsigned depth)
     return depth ? hash >> (64 - depth) : 0;
 }
 
-ph_names_seg *ph_names_seg_of(pheap *h, uint64_t hash, uint64_t *seg_off)
+static uint64_t entry_of(pheap *h, uint64_t hash)
 {
     ph_names *n = h->names;
-    uint64_t off = ph_load(&ph_names_dir(n)[dir_index(hash, ph_names_depth(n))]);
-    if (!off)
+    return ph_load(&ph_names_dir(n)[dir_index(hash, ph_names_depth(n))]);
+}
+
+ph_names_seg *ph_names_seg_of(pheap *h, uint64_t hash, uint64_t *seg_off)
+{
+    uint64_t e = entry_of(h, hash);
+    if (!e)
         return NULL;
-    *seg_off = off;
-    return ph_space_at(&h->sp, off);
+    *seg_off = PH_NAMES_ENTRY_OFF(e);
+    return ph_space_at(&h->sp, *seg_off);
+}
+
+static uint32_t home_of(uint64_t hash, unsigned depth, unsigned bits)
+{
+    return (uint32_t)((depth ? hash << depth : hash) >> (64 - bits));
 }
 
 uint32_t ph_names_home(const ph_names_seg *s, uint64_t hash)
 {
-    uint64_t rest = s->depth ? hash << s->depth : hash;
-    return (uint32_t)(rest >> (64 - s->home_bits));
+    return home_of(hash, (unsigned)s->depth, (unsigned)s->home_bits);
 }
 
 static uint64_t seg_bytes(unsigned home_bits)
@@ -93,10 +102,10 @@ int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg)
     const uint64_t *dir = ph_names_dir(n);
     uint64_t prev = 0;
     for (uint64_t i = 0; i < (1ull << d); i++) {
-        uint64_t off = ph_load(&dir[i]);
-        if (!off || off == prev)
+        uint64_t e = ph_load(&dir[i]), off = PH_NAMES_ENTRY_OFF(e);
+        if (!e || e == prev)
             continue;
-        prev = off;
+        prev = e;
         int rc = fn(arg, ph_space_at(&h->sp, off), off);
         if (rc)
             return rc;
@@ -196,12 +205,15 @@ static int same_name(ph_names_seg *s, uint32_t i, const char *name, size_t len)
 
 int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name_ref *ref)
 {
-    uint64_t so;
-    ph_names_seg *s = ph_names_seg_of(h, hash, &so);
-    if (!s)
+    uint64_t e = entry_of(h, hash), so = PH_NAMES_ENTRY_OFF(e);
+    if (!e)
         return 0;
+    ph_names_seg *s = ph_space_at(&h->sp, so);
     ph_name_line *L = ph_names_lines(s);
-    for (uint32_t i = ph_names_home(s, hash), total = ph_names_total(s); i < total; i++) {
+    unsigned bits = PH_NAMES_ENTRY_BITS(e); /* the header is not read: one miss less */
+    for (uint32_t i = home_of(hash, PH_NAMES_ENTRY_DEPTH(e), bits),
+                  total = (1u << bits) + PH_NAMES_SPILL;
+         i < total; i++) {
         uint64_t r = ph_load(&L[i].xref);
         if (r == 0)
             return 0; /* EMPTY: the end of the name's cluster */
@@ -407,7 +419,9 @@ static void apply(pheap *h, ph_pctx *c)
             ph_persist_store64(p, c, &hd->xnew[1], 0);
         return;
     }
-    const ph_names_seg *s0 = ph_space_at(&h->sp, n0);
+    const ph_names_seg *s0 = ph_space_at(&h->sp, n0), *s1 = n1 ? ph_space_at(&h->sp, n1) : s0;
+    uint64_t e0 = PH_NAMES_ENTRY(n0, s0->depth, s0->home_bits);
+    uint64_t e1 = PH_NAMES_ENTRY(n1, s1->depth, s1->home_bits);
     unsigned nd = (unsigned)s0->depth, split = n1 != 0, od = nd - split;
     uint64_t op = s0->prefix >> split;
     if (nd > ph_names_depth(n))
@@ -416,7 +430,7 @@ static void apply(pheap *h, ph_pctx *c)
     uint64_t *dir = ph_names_dir(n);
     uint64_t lo = op << (d - od), hi = (op + 1) << (d - od);
     for (uint64_t i = lo; i < hi; i++)
-        ph_persist_write(p, c, &dir[i], split && (i >> (d - nd) & 1) ? n1 : n0);
+        ph_persist_write(p, c, &dir[i], split && (i >> (d - nd) & 1) ? e1 : e0);
     ph_persist_range(p, c, &dir[lo], (hi - lo) * 8);
     /* xnew[0] first: with xold set, xnew[0] == 0 means "applied" (it is
      * never 0 while xnew[1] is set before the commit). */
@@ -626,8 +640,9 @@ static int check_segment(pheap *h, uint64_t i, unsigned d, uint64_t off, char *w
     return 0;
 }
 
-/* The rebuild words: 0, or (xold also 1) sound segments of one rebuild
- * that recovery may install or free. */
+/* The rebuild words of a committed rebuild (xold set, xnew[0] not yet
+ * cleared): sound segments that recovery installs and frees.  (Before the
+ * commit, xnew[] are blocks being filled, which recovery frees.) */
 static void check_rebuild(pheap *h, char *why, size_t n)
 {
     ph_names_header *hd = h->names->hdr;
@@ -635,7 +650,7 @@ static void check_rebuild(pheap *h, char *why, size_t n)
     const ph_names_seg *seg[3] = {NULL, NULL, NULL};
     char w[120];
     for (unsigned i = 0; i < 3; i++) {
-        if (v[i] == 0 || (i == 2 && v[i] == 1))
+        if (v[i] == 0 || (i == 2 && v[i] == 1) || !v[0] || !v[2])
             continue;
         /* as a directory entry of a depth-13 directory whose index has the
          * segment's own prefix */
@@ -692,14 +707,18 @@ int ph_names_open(pheap *h)
     unsigned d = (unsigned)(x >> 1);
     const uint64_t *dir = ph_names_dir(n);
     for (uint64_t i = 0; !why[0] && i < (1ull << d); i++) { /* each entry: its own prefix */
-        uint64_t off = ph_load(&dir[i]);
-        if (!off && d == 0)
+        uint64_t e = ph_load(&dir[i]), off = PH_NAMES_ENTRY_OFF(e);
+        if (!e && d == 0)
             break; /* no name yet */
         char w[120];
-        if (!off)
+        const ph_names_seg *s = ph_space_at(&h->sp, off);
+        if (!e)
             snprintf(why, sizeof(why), "entry %llu is empty", (unsigned long long)i);
         else if (check_segment(h, i, d, off, w, sizeof(w)))
             snprintf(why, sizeof(why), "entry %llu %s", (unsigned long long)i, w);
+        else if (PH_NAMES_ENTRY_DEPTH(e) != s->depth || PH_NAMES_ENTRY_BITS(e) != s->home_bits)
+            snprintf(why, sizeof(why), "entry %llu gives another depth or size than the "
+                     "segment it names", (unsigned long long)i);
     }
     if (!why[0])
         check_rebuild(h, why, sizeof(why));

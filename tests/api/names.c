@@ -408,7 +408,7 @@ static uint64_t file_word(const char *path, uint64_t off, const uint64_t *set)
 static uint64_t line_at(const char *path, unsigned i)
 {
     uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
-    uint64_t seg = file_word(path, names + PH_NAMES_DIR0, NULL);
+    uint64_t seg = PH_NAMES_ENTRY_OFF(file_word(path, names + PH_NAMES_DIR0, NULL));
     return seg ? seg + sizeof(ph_names_seg) + (uint64_t)i * PH_LINE_SIZE : 0;
 }
 
@@ -460,8 +460,9 @@ TEST(damaged_directory)
     CHECK(strstr(pheap_errmsg(), "name directory") != NULL);
     /* a segment whose magic is gone: refused at open */
     REQUIRE_OK(ph_test_copy_file(path, copy));
-    uint64_t seg = file_word(copy, ph_test_region_offset(copy, PH_REGION_NAMES) + PH_NAMES_DIR0,
-                             NULL), zero = 0;
+    uint64_t seg = PH_NAMES_ENTRY_OFF(file_word(
+                 copy, ph_test_region_offset(copy, PH_REGION_NAMES) + PH_NAMES_DIR0, NULL)),
+             zero = 0;
     file_word(copy, seg, &zero);
     CHECK_EQ(pheap_open(copy, NULL, &h), PHEAP_ECORRUPT);
     /* a depth beyond the directory's arrays: refused at open */
@@ -564,11 +565,13 @@ TEST(damaged_directory_duplicate_entry_is_refused)
     REQUIRE(names);
     uint64_t xdir = read_word(path, names);
     uint64_t dir = names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0);
-    uint64_t seg = read_word(path, dir);
+    uint64_t entry = read_word(path, dir), seg = PH_NAMES_ENTRY_OFF(entry);
     REQUIRE_EQ(xdir >> 1, 0);
     REQUIRE(seg);
+    uint64_t deeper = PH_NAMES_ENTRY(seg, 1, PH_NAMES_ENTRY_BITS(entry)); /* consistent, but twice */
     set_file_word(path, names, 1u << 1 | (xdir & 1));
-    set_file_word(path, dir + 8, seg);
+    set_file_word(path, dir, deeper);
+    set_file_word(path, dir + 8, deeper);
     set_file_word(path, seg + offsetof(ph_names_seg, depth), 1);
     char how[64];
     if (in_child(iterate_all, path, how, sizeof(how)) != 0)
@@ -607,7 +610,8 @@ TEST(damaged_head_offset_is_refused)
     REQUIRE_OK(pheap_close(h));
     uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
     uint64_t xdir = read_word(path, names);
-    uint64_t seg = read_word(path, names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0));
+    uint64_t seg =
+        PH_NAMES_ENTRY_OFF(read_word(path, names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0)));
     REQUIRE(seg);
     uint64_t line = 0;
     for (uint64_t i = 0; i < 288 && !line; i++) {
