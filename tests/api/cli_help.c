@@ -11,9 +11,11 @@
 
 #define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
 
-static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc", "ls"};
+static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc", "ls",
+                                       "names", "dump"};
 /* What each command's usage names first. */
-static const char *const operand[] = {"PATH", "PATH", "PATH", "PATH", "PATH", "PATH", "[DIR]"};
+static const char *const operand[] = {"PATH", "PATH", "PATH", "PATH", "PATH",
+                                      "PATH", "[DIR]", "PATH", "PATH"};
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 TEST(every_command_takes_help)

@@ -121,6 +121,7 @@ int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off);
 typedef struct ph_tool_result {
     int code;        /* exit status; -1 if it did not exit normally */
     char out[32768]; /* stdout, NUL-terminated (truncated if longer) */
+    size_t out_len;  /* bytes of it: binary output may hold NULs */
     char err[8192];  /* stderr */
 } ph_tool_result;
 

@@ -12,18 +12,21 @@
 
 #include "harness.h"
 
-static void slurp(const char *path, char *buf, size_t cap)
+/* Reads the file into buf (NUL-terminated, cut at cap - 1 bytes); returns
+ * the bytes read. */
+static size_t slurp(const char *path, char *buf, size_t cap)
 {
     buf[0] = '\0';
     int fd = open(path, O_RDONLY);
     if (fd < 0)
-        return;
+        return 0;
     size_t n = 0;
     ssize_t r;
     while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
         n += (size_t)r;
     buf[n] = '\0';
     close(fd);
+    return n;
 }
 
 ph_tool_result *ph_test_run_tool(const char *prog, const char *arg, ...)
@@ -56,7 +59,7 @@ ph_tool_result *ph_test_run_tool(const char *prog, const char *arg, ...)
     r.code = -1;
     if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
         r.code = WEXITSTATUS(status);
-    slurp(out_path, r.out, sizeof(r.out));
+    r.out_len = slurp(out_path, r.out, sizeof(r.out));
     slurp(err_path, r.err, sizeof(r.err));
     return &r;
 }

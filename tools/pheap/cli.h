@@ -16,6 +16,8 @@ int cmd_stats(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
+int cmd_names(int argc, char **argv);
+int cmd_dump(int argc, char **argv);
 
 /* 1 when an argument is --help or -h: the subcommand then prints its usage
  * on stdout and exits 0 (cli_help). */
@@ -60,6 +62,11 @@ int cli_parse_path(int argc, char **argv, const char *cmd, const char *usage, co
 int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, unsigned flags,
                   const char **path, int *json, pheap **h);
 
+/* Opens the heap `path` with `flags` (a snapshot of a heap in use is
+ * tried again when it reads as corrupt).  Returns 0, or 1 after printing
+ * why (an error object with `json`). */
+int cli_open(const char *path, unsigned flags, int json, pheap **h);
+
 /* The line the read-only commands print for a snapshot of a heap that
  * another process holds read-write (PHEAP_SNAPSHOT, held_elsewhere). */
 #define CLI_HELD_NOTE "snapshot of a heap open elsewhere: read while its owner may change it; no recovery ran"
@@ -67,6 +74,14 @@ int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, uns
 
 /* Prints s as a JSON string (quotes, backslashes and control bytes escaped). */
 void cli_json_string(const char *s);
+
+/* A name (any bytes but NUL) made safe to print as text: backslash,
+ * control bytes (C0, DEL, the C1 range of UTF-8) and bytes that are not
+ * UTF-8 escaped as \\, \t, \n, \r or \xNN; the rest, valid UTF-8, kept.
+ * Into buf, which holds any name of PHEAP_NAME_MAX bytes (a longer string,
+ * from the command line, may be cut); returns buf. */
+#define CLI_TEXT_NAME_MAX (4 * PHEAP_NAME_MAX + 1)
+const char *cli_text_name(char buf[CLI_TEXT_NAME_MAX], const char *s);
 
 /* What survives a crash with the flush kind of `st`, as a phrase. */
 const char *cli_durability(const struct pheap_stats *st);

@@ -21,6 +21,8 @@ static const struct {
     {"recover", cmd_recover, "recover PATH [--threads N] [--json]  (a GC heap after a crash)"},
     {"gc", cmd_gc, "gc PATH [--dry-run] [--threads N] [--json]  (frees blocks no root reaches)"},
     {"ls", cmd_ls, "ls [DIR] [--json]       (the heaps of the heap directory, or of DIR)"},
+    {"names", cmd_names, "names PATH [--prefix P] [--json]  (the named objects, sorted by name)"},
+    {"dump", cmd_dump, "dump PATH NAME [--raw]  (a named object in hex, or its raw bytes)"},
     {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -227,15 +229,18 @@ int cli_open_path(int argc, char **argv, const char *cmd, const char *usage, uns
                   const char **path, int *json, pheap **h)
 {
     int rc = cli_parse_path(argc, argv, cmd, usage, NULL, path, json, NULL);
-    if (rc)
-        return rc;
+    return rc ? rc : cli_open(*path, flags, *json, h);
+}
+
+int cli_open(const char *path, unsigned flags, int json, pheap **h)
+{
     pheap_options o = {.flags = flags};
-    rc = pheap_open(*path, &o, h);
+    int rc = pheap_open(path, &o, h);
     /* A snapshot of a heap in use may read its extent log mid-change and
      * see it contradict itself: try again before calling it damaged. */
     for (int tries = 1; rc == PHEAP_ECORRUPT && (flags & PHEAP_SNAPSHOT) && tries < 3; tries++)
-        rc = pheap_open(*path, &o, h);
-    return rc ? cli_fail_json(*path, rc, *json) : 0;
+        rc = pheap_open(path, &o, h);
+    return rc ? cli_fail_json(path, rc, json) : 0;
 }
 
 /* Length of the well-formed UTF-8 sequence at s (1 to 4), or 0. */
@@ -269,6 +274,34 @@ void cli_json_string(const char *str)
         s += n ? n : 1;
     }
     putchar('"');
+}
+
+const char *cli_text_name(char buf[CLI_TEXT_NAME_MAX], const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t at = 0;
+    /* Stops before an escape that would not fit: a name longer than
+     * PHEAP_NAME_MAX (from the command line) is shown cut. */
+    while (*s && at + 4 < CLI_TEXT_NAME_MAX) {
+        int n = utf8_len(s);
+        int c1 = n == 2 && s[0] == 0xc2 && s[1] < 0xa0; /* U+0080..U+009F: terminal controls */
+        if (*s == '\\') {
+            at += (size_t)sprintf(buf + at, "\\\\");
+        } else if (*s == '\t' || *s == '\n' || *s == '\r') {
+            at += (size_t)sprintf(buf + at, "\\%c", *s == '\t' ? 't' : *s == '\n' ? 'n' : 'r');
+        } else if (*s < 0x20 || *s == 0x7f || n == 0 || c1) {
+            at += (size_t)sprintf(buf + at, "\\x%02x", *s);
+            n = 1; /* the second byte of a C1 control is escaped in its turn */
+        } else {
+            if (at + (size_t)n >= CLI_TEXT_NAME_MAX)
+                break;
+            memcpy(buf + at, s, (size_t)n);
+            at += (size_t)n;
+        }
+        s += n;
+    }
+    buf[at] = '\0';
+    return buf;
 }
 
 const char *cli_time(char buf[32], uint64_t secs)
