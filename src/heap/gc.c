@@ -240,7 +240,7 @@ static void share(pheap_tracer *tr)
     }
     memcpy(mk->pool + mk->npool, tr->stack, give * sizeof(work));
     memmove(tr->stack, tr->stack + give, (tr->n - give) * sizeof(work));
-    mk->npool += give;
+    ph_store_relaxed(&mk->npool, mk->npool + give); /* read unlocked in mark_loop */
     tr->n -= give;
     pthread_cond_broadcast(&mk->cond);
     pthread_mutex_unlock(&mk->lock);
@@ -273,7 +273,7 @@ static int refill(pheap_tracer *tr)
         }
     }
     if (take) {
-        mk->npool -= take;
+        ph_store_relaxed(&mk->npool, mk->npool - take); /* read unlocked in mark_loop */
         memcpy(tr->stack + tr->n, mk->pool + mk->npool, take * sizeof(work));
         tr->n += take;
     }

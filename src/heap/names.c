@@ -327,7 +327,7 @@ unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen)
                 ph_load(&n->hdr->xold));
     ph_names_each_segment(h, check_seg, &k);
     pthread_rwlock_unlock(&n->lock);
-    if (k.noffs)
+    if (k.noffs > 1) /* k.offs is NULL when no name was found: qsort must not see it */
         qsort(k.offs, k.noffs, sizeof(*k.offs), cmp_u64);
     for (uint64_t i = 1; i < k.noffs; i++)
         if (k.offs[i] == k.offs[i - 1]) {

@@ -418,3 +418,33 @@ TEST(stale_word_keeps_a_block_conservatively)
     check_ok(h);
     pheap_sim_crash(h, NULL, 0, 0.0);
 }
+
+/* A root block holding thousands of offsets: the marking thread that scans
+ * it shares half its stack with the others again and again, while they
+ * take from the pool (run under TSan: the pool's count is read outside
+ * its lock).  Every block is marked once, none freed. */
+TEST(marking_threads_share_a_wide_root)
+{
+    enum { N = 20000 };
+    pheap *h = ph_test_create(ph_test_path("gc-wide.heap"), 16u << 20);
+    REQUIRE(h);
+    pheap_off arr = pheap_alloc(h, N * sizeof(pheap_off));
+    REQUIRE(arr);
+    for (unsigned i = 0; i < N; i++) {
+        pheap_off o = pheap_alloc(h, 32);
+        REQUIRE(o);
+        memset(pheap_direct(h, o), 0, 32);
+        ((pheap_off *)pheap_direct(h, arr))[i] = o;
+    }
+    REQUIRE_OK(pheap_root_set(h, "wide", arr));
+    pheap_gc_options o = {.threads = 4};
+    for (unsigned round = 0; round < 20; round++) {
+        pheap_gc_report rep;
+        REQUIRE_OK(pheap_gc_ex(h, &o, &rep));
+        CHECK_EQ(rep.marked_blocks, N + 1);
+        CHECK_EQ(rep.freed_blocks, 0);
+    }
+    CHECK_EQ(live(h), N + 1);
+    check_ok(h);
+    REQUIRE_OK(pheap_close(h));
+}

@@ -195,6 +195,24 @@ TEST(fences_per_call)
     REQUIRE_OK(pheap_stats(h, &b));
     CHECK_EQ(b.fences - a.fences, 300);
     pheap_close(h);
+
+/* pheap_check of a heap with no name, then with a directory whose last
+ * name was removed: nothing to compare (run under UBSan: no sort of an
+ * empty, unallocated list). */
+TEST(check_without_names)
+{
+    pheap *h = ph_test_create(ph_test_path("names-none.heap"), 8u << 20);
+    REQUIRE(h);
+    pheap_check_report r;
+    REQUIRE_OK(pheap_check(h, &r));
+    CHECK_EQ(r.names, 0);
+    REQUIRE(pheap_alloc_named(h, "only", 32));
+    REQUIRE_OK(pheap_check(h, &r));
+    CHECK_EQ(r.names, 1);
+    REQUIRE_OK(pheap_free_named(h, "only"));
+    REQUIRE_OK(pheap_check(h, &r));
+    CHECK_EQ(r.names, 0);
+    REQUIRE_OK(pheap_close(h));
 }
 
 /* Many names through several segment rebuilds (grow, split, directory
