@@ -195,6 +195,7 @@ TEST(fences_per_call)
     REQUIRE_OK(pheap_stats(h, &b));
     CHECK_EQ(b.fences - a.fences, 300);
     pheap_close(h);
+}
 
 /* pheap_check of a heap with no name, then with a directory whose last
  * name was removed: nothing to compare (run under UBSan: no sort of an
