@@ -325,7 +325,7 @@ static unsigned bits_for(uint64_t lines)
 /* Copies the live entries of `from` whose side (the hash bit after the
  * new segments' common prefix) is `side` (-1: all) into the zeroed
  * segment `to`: 0, or PHEAP_ENOSPC when one finds no place. */
-static int copy_entries(pheap *h, ph_pctx *c, ph_names_seg *from, ph_names_seg *to, int side)
+static int copy_entries(ph_names_seg *from, ph_names_seg *to, int side)
 {
     ph_name_line *F = ph_names_lines(from), *T = ph_names_lines(to);
     uint64_t used = 0, live = 0;
@@ -355,8 +355,7 @@ static int copy_entries(pheap *h, ph_pctx *c, ph_names_seg *from, ph_names_seg *
     }
     to->hint_used = used;
     to->hint_live = live;
-    ph_persist_flush(&h->sp.persist, c, to, seg_bytes((unsigned)to->home_bits));
-    return 0;
+    return 0; /* the caller flushes the whole segment */
 }
 
 /* The smallest home bits, from `bits` up, with which a segment of depth
@@ -534,7 +533,7 @@ static int rebuild(pheap *h, ph_thread *t, ph_names_seg *s, uint64_t so, unsigne
         memset(ns, 0, seg_bytes(bits[i]));
         *ns = (ph_names_seg){PH_NAMES_SEG_MAGIC, depth + (nseg - 1),
                              nseg == 2 ? prefix << 1 | i : prefix, bits[i], n->stamp, 0, 0, 0};
-        if (s && (rc = copy_entries(h, c, s, ns, nseg == 2 ? (int)i : -1)) != 0)
+        if (s && (rc = copy_entries(s, ns, nseg == 2 ? (int)i : -1)) != 0)
             rc = ph_err(rc, "no room to rebuild a name segment (%llu entry lines)",
                         (unsigned long long)all);
         else
