@@ -7,6 +7,16 @@
  * eviction may or may not write back).  A non-temporal store is a pending
  * snapshot of its own words only.
  *
+ * Writes to one location reach media in the order they were made: a line
+ * never goes back to older contents once newer ones are durable.  Each
+ * snapshot (and each write-back at a store) takes a stamp from a clock
+ * under the lock, and each word of the durable image keeps the stamp of
+ * what it holds; a fence copies a word of a snapshot only over an older
+ * one.  Without that, a snapshot fenced late -- a thread that flushed a
+ * line and fenced after another thread flushed and fenced newer contents
+ * of the same line, or after the line was written back at a store --
+ * would take those newer contents back out of the durable image.
+ *
  * Durable stores (ph_persist_write, the words of non-temporal stores) are
  * counted: a crash can be taken just after any of them, and at each one
  * the stored line may be written back on its own (eviction at a store), so
@@ -32,6 +42,7 @@ typedef struct ph_sim_line {
                                        flush, its words for a non-temporal
                                        store */
     uint32_t nt;                    /* a non-temporal store */
+    uint64_t stamp;                 /* when it was taken (s->stamp) */
     uint8_t data[PH_CACHE_LINE];    /* contents at flush time */
 } ph_sim_line;
 
@@ -51,7 +62,9 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     s->durable = ph_os_alloc_pages(capacity);
     s->changed = calloc((capacity / PH_SIM_PAGE + 63) / 64, sizeof(uint64_t));
     s->xnt = ph_os_alloc_pages(PH_ALIGN_UP(capacity / 64, 4096));
-    if (!s->durable || !s->changed || !s->xnt) {
+    s->stamps = ph_os_alloc_pages(PH_ALIGN_UP(capacity, 4096));
+    if (!s->durable || !s->changed || !s->xnt || !s->stamps) {
+        ph_os_free_pages(s->stamps, PH_ALIGN_UP(capacity, 4096));
         ph_os_free_pages(s->xnt, PH_ALIGN_UP(capacity / 64, 4096));
         free(s->changed);
         free(s);
@@ -64,6 +77,7 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     if (rc) {
         ph_os_free_pages(s->durable, capacity);
         ph_os_free_pages(s->xnt, PH_ALIGN_UP(capacity / 64, 4096));
+        ph_os_free_pages(s->stamps, PH_ALIGN_UP(capacity, 4096));
         free(s->changed);
         free(s);
         return rc;
@@ -82,6 +96,7 @@ void ph_sim_destroy(ph_sim *s)
         return;
     ph_os_free_pages(s->durable, s->capacity);
     ph_os_free_pages(s->xnt, PH_ALIGN_UP(s->capacity / 64, 4096));
+    ph_os_free_pages(s->stamps, PH_ALIGN_UP(s->capacity, 4096));
     free(s->changed);
     free(s->crash_image);
     free(s->crash_site);
@@ -310,8 +325,10 @@ static void stored(ph_sim *s, uint64_t at, uint64_t v, int nt)
     pthread_mutex_lock(&s->lock);
     if (evict) {
         uint64_t from = nt ? at : at & ~(uint64_t)(PH_CACHE_LINE - 1);
-        uint64_t len = nt ? 8 : PH_CACHE_LINE;
+        uint64_t len = nt ? 8 : PH_CACHE_LINE, stamp = ++s->stamp;
         memcpy(s->durable + from, s->working + from, len);
+        for (uint64_t w = from / 8; w < (from + len) / 8; w++)
+            s->stamps[w] = stamp;
         changed(s, from, len);
     }
     if (n == s->crash.store)
@@ -335,6 +352,9 @@ void ph_sim_store(struct ph_sim *s, ph_pctx *c, uint64_t *dst, uint64_t v)
 static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
 {
     ph_sim *s = p->sim;
+    /* Stamps and contents taken together: a later snapshot of a line has
+     * the higher stamp and contents at least as new. */
+    pthread_mutex_lock(&s->lock);
     for (uint64_t i = 0; i < n; i++, line += PH_CACHE_LINE) {
         if (!in_working(s, line))
             continue;
@@ -343,9 +363,11 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
         sl->from = 0;
         sl->len = PH_CACHE_LINE;
         sl->nt = 0;
+        sl->stamp = ++s->stamp;
         memcpy(sl->data, (const void *)line, PH_CACHE_LINE);
         trace(s, EV_FLUSH, sl->index, 0);
     }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Non-temporal stores reach memory by themselves: only their own words
@@ -365,6 +387,9 @@ static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_
     sl->len = n * (uint32_t)sizeof(*src);
     sl->nt = 1;
     memcpy(sl->data + sl->from, src, sl->len);
+    pthread_mutex_lock(&s->lock); /* after the stores: newer than any snapshot without them */
+    sl->stamp = ++s->stamp;
+    pthread_mutex_unlock(&s->lock);
     for (unsigned i = 0; i < n; i++) {
         uint64_t word = at / 8 + i;
         __atomic_fetch_or(&s->xnt[word / 64], 1ull << (word % 64), __ATOMIC_RELAXED);
@@ -421,7 +446,13 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
         dump_locked(s);
     for (size_t i = 0; mine && i < q->n; i++) {
         const ph_sim_line *sl = &q->lines[i];
-        memcpy(s->durable + sl->index * PH_CACHE_LINE + sl->from, sl->data + sl->from, sl->len);
+        for (uint32_t k = sl->from; k < sl->from + sl->len; k += 8) {
+            uint64_t w = sl->index * (PH_CACHE_LINE / 8) + k / 8;
+            if (s->stamps[w] < sl->stamp) { /* never over newer contents */
+                memcpy(s->durable + 8 * w, sl->data + k, 8);
+                s->stamps[w] = sl->stamp;
+            }
+        }
         changed(s, sl->index * PH_CACHE_LINE + sl->from, sl->len);
         for (uint64_t w = (sl->index * PH_CACHE_LINE + sl->from) / 8; sl->nt && w <
              (sl->index * PH_CACHE_LINE + sl->from + sl->len) / 8; w++)

@@ -45,6 +45,10 @@ typedef struct ph_sim {
                                     from the file it was read from */
     uint64_t *xnt;               /* bit per 8-byte word: stored non-temporally,
                                     not yet fenced (atomic) */
+    uint64_t *stamps;            /* per 8-byte word of durable[]: the stamp of
+                                    the snapshot or write-back it holds (0:
+                                    the file's) */
+    uint64_t stamp;              /* the last stamp taken (under lock) */
     uint64_t size;               /* file length the program sees */
     uint64_t durable_size;       /* file length a crash keeps */
     uint64_t capacity;           /* bytes reserved for durable[] */

@@ -10,13 +10,19 @@
  * against what holds whatever the schedule: every partition's sum is
  * intact, every slot is 0 or a live block holding its own fill, no blocks
  * overlap, and the live blocks are exactly the reachable ones.
+ * Partitions share cache lines (a part is 160 bytes), so one thread's
+ * flush may snapshot another's uncommitted bytes and fence them after that
+ * thread's commit; the second test takes that schedule on purpose.
  */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "harness.h"
+#include "heap/heap.h"
+#include "persist/sim.h"
 
 enum { THREADS = 3, ACCOUNTS = 8, SLOTS = 12, OPS = 40 };
 #define TOTAL 1000u
@@ -206,4 +212,105 @@ TEST(three_threads_in_transactions_sampled_fences)
     ph_crash_report("tx/three_threads", &st);
     CHECK(st.images > points / 2);
     CHECK(points > 10);
+}
+
+/* One schedule of the test above, held in place: partition 0's thread
+ * applies a redo write to a slot and flushes its line, which also holds
+ * accounts of partition 1, in the middle of partition 1's undo transfer
+ * (one account changed in place, the other not yet); it waits before its
+ * fence while partition 1's transfer commits, then fences.  The line's
+ * older snapshot must not take back the committed transfer: the image
+ * holds both transactions whole. */
+static __thread int hold_me;
+static int was_held;
+static sem_t held, release;
+static pheap_off *held_slot, held_value;
+
+static void hold_after_apply(void *arg)
+{
+    (void)arg;
+    if (!hold_me || ph_load_relaxed(held_slot) != held_value)
+        return;
+    hold_me = 0;
+    was_held = 1;
+    sem_post(&held);
+    sem_wait(&release);
+}
+
+typedef struct slot_writer {
+    pheap *h;
+    pheap_off *slot;
+    int rc;
+} slot_writer;
+
+static void *write_slot(void *arg)
+{
+    slot_writer *w = arg;
+    int rc = pheap_tx_begin(w->h);
+    pheap_off b = rc ? 0 : pheap_tx_alloc(w->h, 64);
+    if (b) {
+        ph_test_fill(pheap_direct(w->h, b), 64, b);
+        held_value = b;
+        hold_me = 1; /* at the commit's fence after the slot is written: F2 */
+        rc = pheap_tx_write(w->h, w->slot, &b, sizeof(b));
+    }
+    if (!rc)
+        rc = b ? pheap_tx_commit(w->h) : pheap_errno();
+    if (!was_held) /* failed or never held: release the main thread */
+        sem_post(&held);
+    hold_me = 0;
+    w->rc = rc;
+    return NULL;
+}
+
+TEST(older_snapshot_of_a_shared_line_fenced_after_a_commit)
+{
+    const char *base = make_base();
+    REQUIRE(base);
+    pheap_options so = {.flags = PHEAP_SIMULATE};
+    pheap *h = ph_test_open(base, &so);
+    REQUIRE(h);
+    part *p = pheap_direct(h, pheap_root_get(h, "parts"));
+    uintptr_t line = (uintptr_t)&p[1].account[0] / 64;
+    unsigned k = 0;
+    while (k < SLOTS && (uintptr_t)&p[0].slot[k] / 64 != line)
+        k++;
+    REQUIRE(k < SLOTS && (uintptr_t)&p[1].account[1] / 64 == line);
+    sem_init(&held, 0, 0);
+    sem_init(&release, 0, 0);
+    h->sp.sim->before_fence = hold_after_apply;
+    held_slot = &p[0].slot[k];
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE_OK(pheap_tx_add(h, &p[1].account[0], sizeof(uint64_t)));
+    REQUIRE_OK(pheap_tx_add(h, &p[1].account[1], sizeof(uint64_t)));
+    p[1].account[0] -= 4;
+    slot_writer w = {h, &p[0].slot[k], 0};
+    pthread_t t;
+    pthread_create(&t, NULL, write_slot, &w);
+    sem_wait(&held);
+    p[1].account[1] += 4;
+    int rc = pheap_tx_commit(h);
+    sem_post(&release);
+    pthread_join(t, NULL);
+    h->sp.sim->before_fence = NULL;
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(w.rc, 0);
+    pheap_off b = held_value;
+    const char *image = ph_test_path("tx-threads-held.image");
+    REQUIRE_OK(pheap_sim_crash(h, image, 0, 0.0)); /* the durable image alone */
+    sem_destroy(&held);
+    sem_destroy(&release);
+    ph_crash_stats st = {0};
+    ph_crash_ctx *c = calloc(1, sizeof(*c));
+    ph_crash_judge("tx/shared_line_held", image, "after both commits", 0, verify, c, &st);
+    free(c);
+    ph_crash_report("tx/shared_line_held", &st);
+    pheap_options o = {.flags = PHEAP_SIMULATE};
+    pheap *r = ph_test_open(image, &o);
+    REQUIRE(r);
+    part *q = pheap_direct(r, pheap_root_get(r, "parts"));
+    CHECK_EQ(q[1].account[0], TOTAL - 4);
+    CHECK_EQ(q[1].account[1], 4);
+    CHECK_EQ(q[0].slot[k], b);
+    pheap_sim_crash(r, NULL, 0, 0.0);
 }

@@ -4,7 +4,9 @@
  * at a given fence, and the close of a simulated heap.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
@@ -510,4 +512,74 @@ TEST(unfenced_nt_words_lag_behind)
     CHECK_EQ(got[2], 0);
     CHECK_EQ(got[3], 0);
     CHECK_EQ(got[5], 0x66);
+}
+
+/* Writes to one line reach media in the order they were made: a flush's
+ * snapshot, fenced late, never takes back what a later flush of the line
+ * made durable first.  Thread A flushes the line and waits before its
+ * fence; the main thread stores another word of the line and persists it;
+ * then A fences. */
+static sem_t flushed, go_on;
+
+static void *flush_then_wait(void *arg)
+{
+    pheap *h = arg;
+    uint64_t *w = pheap_direct(h, data_off(h));
+    w[0] = 0x1111;
+    pheap_flush(h, w, 8); /* the line with w[1] still 0 */
+    sem_post(&flushed);
+    sem_wait(&go_on);
+    pheap_drain(h);
+    return NULL;
+}
+
+TEST(late_fence_of_an_older_flush_keeps_newer_line)
+{
+    pheap *h = open_sim(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    sem_init(&flushed, 0, 0);
+    sem_init(&go_on, 0, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, flush_then_wait, h);
+    sem_wait(&flushed);
+    w[1] = 0x2222;
+    pheap_persist(h, &w[1], 8); /* the line with both words, durable */
+    sem_post(&go_on);
+    pthread_join(t, NULL);
+    const char *img = ph_test_path("late-fence");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
+    uint64_t v[2];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 0x1111);
+    CHECK_EQ(v[1], 0x2222); /* not the older snapshot's 0 */
+    sem_destroy(&flushed);
+    sem_destroy(&go_on);
+}
+
+/* The same within one thread: a line written back at a durable store
+ * (eviction) after a flush of it holds newer contents than that flush's
+ * snapshot, which its fence must not bring back; nor may it undo a
+ * non-temporal store made after the flush. */
+TEST(fence_keeps_line_written_back_after_its_flush)
+{
+    pheap_options o = {.sim_store_evict_probability = 1.0, .sim_store_seed = 9};
+    pheap *h = open_sim(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    ph_pctx *c = ph_heap_pctx(h);
+    w[0] = 0x1111;
+    pheap_flush(h, w, 8);                             /* snapshot: w[1] = w[2] = 0 */
+    ph_persist_write(&h->sp.persist, c, &w[1], 0x22); /* the line written back */
+    ph_persist_store_nt(&h->sp.persist, c, &w[2], 0x33);
+    pheap_drain(h);
+    const char *img = ph_test_path("evicted-after-flush");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
+    uint64_t v[3];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 0x1111);
+    CHECK_EQ(v[1], 0x22);
+    CHECK_EQ(v[2], 0x33);
 }
