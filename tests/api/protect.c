@@ -392,3 +392,45 @@ TEST(simulated_heap_is_protected)
     REQUIRE_OK(pheap_check(h, NULL));
     pheap_close(h);
 }
+
+/* Growth maps the new space in both views, data writable and metadata
+ * still read-only; every flush back end takes the program's addresses. */
+TEST(growth_and_flush_back_ends)
+{
+    static const unsigned kinds[] = {PHEAP_FLUSH_MSYNC, PHEAP_FLUSH_NONE, PHEAP_FLUSH_AUTO};
+    for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        const char *path = ph_test_path("grow.heap");
+        unlink(path);
+        pheap_options c = {.size = 4 * MiB, .max_size = 128 * MiB, .flush = kinds[k],
+                           .flags = PHEAP_CREATE | PHEAP_EXCL};
+        pheap *h = ph_test_open(path, &c);
+        REQUIRE(h);
+        pheap_off big = pheap_alloc(h, 40 * MiB); /* beyond the first size: growth */
+        REQUIRE(big);
+        char *p = pheap_direct(h, big);
+        memset(p, 0x3c, 40 * MiB);
+        pheap_persist(h, p, 40 * MiB);
+        REQUIRE_OK(pheap_root_set(h, "big", big));
+        char name[32];
+        for (unsigned i = 0; i < 2000; i++) { /* segments, some in the grown space */
+            snprintf(name, sizeof(name), "g%u", i);
+            REQUIRE(pheap_alloc_named(h, name, 16) != 0);
+        }
+        struct pheap_stats st;
+        REQUIRE_OK(pheap_stats(h, &st));
+        CHECK(st.guarded_blocks >= 1);
+        char *view = view_of(h);
+        CHECK_EQ(store_traps(view + ph_test_region_offset(path, PH_REGION_SLABS) + 64, 1), 1);
+        CHECK_EQ(store_traps(p + 40 * MiB - 1, 0x3c), 0); /* shared: the same byte again */
+        REQUIRE_OK(pheap_check(h, NULL));
+        REQUIRE_OK(pheap_close(h));
+        h = ph_test_open(path, NULL);
+        REQUIRE(h);
+        REQUIRE_EQ(pheap_root_get(h, "big"), big);
+        const unsigned char *q = pheap_direct(h, big);
+        CHECK(q[0] == 0x3c && q[40 * MiB - 1] == 0x3c);
+        CHECK(pheap_lookup(h, "g1999") != 0);
+        REQUIRE_OK(pheap_check(h, NULL));
+        pheap_close(h);
+    }
+}
