@@ -162,8 +162,8 @@ const char *pheap_flush_source_name(unsigned source);
  * addresses in it); a stray store there is a SIGSEGV, not damage.
  *   ALIAS  (AUTO's choice) pheap writes its metadata through a second shared
  *          mapping of the same file at an address it never hands out.  No
- *          system call and no instruction per operation; twice the address
- *          space (reserved, not memory).
+ *          system call per operation; twice the address space (reserved,
+ *          not memory).
  *   KEYS   memory protection keys (one mapping, the metadata pages tagged
  *          with a key whose writes only pheap's calls enable): reserved for
  *          CPUs that have them; this build refuses it (PHEAP_ENOTSUP).
@@ -992,8 +992,10 @@ struct pheap_stats {
                                  PHEAP_SNAPSHOT, whose private view is not
                                  protected, reports what a read-write open with
                                  the same options and environment would use) */
-    uint64_t guarded_blocks;  /* blocks of the data region holding metadata,
-                                 read-only in the program's view now */
+    uint64_t guarded_blocks;  /* blocks of the data region holding pheap's own
+                                 metadata now (name-directory and transaction-log
+                                 segments): refused by the program's calls, and
+                                 read-only in its view when protection is on */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

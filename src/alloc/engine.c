@@ -480,6 +480,18 @@ static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c)
     return n > 0;
 }
 
+/* After an initialiser, which may call pheap: the destination word must
+ * not have become pheap's own meanwhile (its block freed by the program,
+ * and made a segment). */
+static int dest_still_ok(ph_engine *e, uint64_t dest_off)
+{
+    if (ph_likely(!ph_space_guarded_overlap(e->sp, dest_off, 8)))
+        return 0;
+    return ph_err(PHEAP_EINVAL, "the destination word at %llu is in a block that holds pheap's "
+                  "own metadata now (the initialiser freed its block?): allocation canceled",
+                  (unsigned long long)dest_off);
+}
+
 /* Fills a block that is not committed yet (see ph_block_init) and flushes
  * its lines without a fence: the fence that commits the allocation makes
  * them durable, so no crash image holds the block allocated (or published)
@@ -619,7 +631,9 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
         uint64_t bytes = PH_ALIGN_UP(size, PH_PAGE_SIZE);
         if ((rc = ph_engine_reserve_large(e, t, c, size, &off)) != 0)
             return rc;
-        if (init && (rc = init_block(e, c, init, off, bytes)) != 0) {
+        if (init && (rc = init_block(e, c, init, off, bytes)) == 0 && init->program_dest)
+            rc = dest_still_ok(e, dest_off);
+        if (rc) {
             ph_extent_cancel(e->ext, off);
             return rc;
         }
@@ -632,7 +646,10 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
         off = ph_tcache_pop(t, cls);
         if (!off && !(off = ph_engine_refill(e, t, c, cls)))
             return pheap_errno();
-        if (init && (rc = init_block(e, c, init, off, ph_class_size[cls])) != 0) {
+        if (init && (rc = init_block(e, c, init, off, ph_class_size[cls])) == 0 &&
+            init->program_dest)
+            rc = dest_still_ok(e, dest_off);
+        if (rc) {
             ph_engine_cache_block(e, t, c, cls, off);
             return rc;
         }

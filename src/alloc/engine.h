@@ -75,6 +75,8 @@ typedef struct ph_block_init {
     int zero;
     int (*fn)(void *arg, void *block, size_t usable);
     void *arg;
+    int program_dest;   /* the destination word is the program's: after fn (which
+                           may call pheap), it must not be in a guarded block */
 } ph_block_init;
 
 /* The operations behind pheap_alloc & co; arguments already validated

@@ -144,8 +144,9 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
         if (!s) {
             if (v[k].kind == PH_TXREC_ALLOC)
                 ph_extent_commit_staged(e->ext, c, v[k].off);
-            else
-                v[k].skip = ph_extent_free_staged(e->ext, c, v[k].off, PH_EXT_LARGE, NULL, 0) != 0;
+            else /* a block the program freed twice may be pheap's own now: never freed */
+                v[k].skip = ph_space_guarded_overlap(e->sp, v[k].off, 1) ||
+                            ph_extent_free_staged(e->ext, c, v[k].off, PH_EXT_LARGE, NULL, 0) != 0;
             continue;
         }
         uint64_t w = ph_load_relaxed(&s->bits[v[k].word]), a = 1ull << v[k].shift;

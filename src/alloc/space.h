@@ -109,15 +109,15 @@ int ph_space_extend_map(ph_space *s, uint64_t cur, uint64_t want);
 
 /* Records the block [off, off+len) of the data region (whole pages) as
  * one that holds pheap's own metadata -- the program's calls may not free
- * it or write through it (ph_space_guarded_at) -- and makes it read-only in
+ * it or write through it (ph_space_guarded_overlap) -- and makes it read-only in
  * the program's view (ALIAS).  A
  * block given already is left as it is.  Best effort: when memory or the
  * kernel refuses, the block stays as it was. */
 void ph_space_guard(ph_space *s, uint64_t off, uint64_t len);
 
-/* 1 when offset `off` lies in a guarded block.  No system call; a lock
- * only while some block is guarded. */
-int ph_space_guarded_at(ph_space *s, uint64_t off);
+/* 1 when [off, off+len) overlaps a guarded block.  No system call and no
+ * lock: a few loads. */
+int ph_space_guarded_overlap(ph_space *s, uint64_t off, uint64_t len);
 
 /* Gives the block at `off` back to the program's access if ph_space_guard
  * took it; nothing otherwise.  Every free of a large block calls it, so

@@ -13,12 +13,16 @@
 #include "pheap.h"
 #include "util/error.h"
 
-/* The guarded blocks: offsets and lengths, sorted by offset. */
+/* The guarded blocks: offsets and lengths, sorted by offset, in a table
+ * that never moves (reserved whole, touched as it fills), so that readers
+ * need no lock: a seqlock tells them to look again when a writer (under
+ * the lock, rarely: a segment made or freed) moved entries meanwhile. */
+#define PH_GUARDED_MAX (1u << 20)
 struct ph_protected {
-    pthread_mutex_t lock;
-    uint64_t n, cap;
-    uint64_t (*v)[2];
-    uint64_t xcount;   /* n, read without the lock */
+    pthread_mutex_t lock; /* writers */
+    uint64_t xseq;        /* odd while a writer moves entries */
+    uint64_t xcount;      /* entries */
+    uint64_t (*v)[2];     /* PH_GUARDED_MAX entries reserved */
 };
 
 static uint64_t os_page(void)
@@ -64,8 +68,6 @@ static unsigned resolve(unsigned protect, int kind, int simulated)
         return PHEAP_PROTECT_READONLY;
     if (kind == PH_MAP_PRIVATE)
         return PHEAP_PROTECT_OFF; /* a copy-on-write view cannot be aliased */
-    if (protect == PHEAP_PROTECT_KEYS)
-        return (unsigned)-1;
     if (protect == PHEAP_PROTECT_AUTO && simulated)
         return PHEAP_PROTECT_OFF; /* see ph_space_map */
     return protect == PHEAP_PROTECT_OFF ? PHEAP_PROTECT_OFF : PHEAP_PROTECT_ALIAS;
@@ -74,12 +76,16 @@ static unsigned resolve(unsigned protect, int kind, int simulated)
 int ph_space_map(ph_space *s, int kind, int simulated, unsigned protect, int *dax)
 {
     s->wfd = -1;
-    s->protect = resolve(protect, kind, simulated);
-    s->protect_rw = resolve(protect, PH_MAP_SHARED, simulated);
-    if (s->protect == (unsigned)-1)
+    if (protect == PHEAP_PROTECT_KEYS) /* whatever the kind of open */
         return ph_err(PHEAP_ENOTSUP, "protection keys (PHEAP_PROTECT=keys) are not available in "
                       "this build: use alias");
+    s->protect = resolve(protect, kind, simulated);
+    s->protect_rw = resolve(protect, PH_MAP_SHARED, simulated);
     s->guarded = calloc(1, sizeof(*s->guarded));
+    if (s->guarded && !(s->guarded->v = ph_os_alloc_pages(PH_GUARDED_MAX * sizeof(*s->guarded->v)))) {
+        free(s->guarded);
+        s->guarded = NULL;
+    }
     if (!s->guarded)
         return ph_err(PHEAP_ENOMEM, "out of memory");
     pthread_mutex_init(&s->guarded->lock, NULL);
@@ -120,7 +126,7 @@ void ph_space_unmap(ph_space *s)
     s->wfd = -1;
     if (s->guarded) {
         pthread_mutex_destroy(&s->guarded->lock);
-        free(s->guarded->v);
+        ph_os_free_pages(s->guarded->v, PH_GUARDED_MAX * sizeof(*s->guarded->v));
         free(s->guarded);
         s->guarded = NULL;
     }
@@ -137,13 +143,14 @@ int ph_space_extend_map(ph_space *s, uint64_t cur, uint64_t want)
     return map_range(s, cur, want - cur, PH_MAP_SHARED, NULL);
 }
 
-/* First index whose offset is >= off. */
-static uint64_t find(const ph_protected *p, uint64_t off)
+/* First index whose offset is >= off, among the first n (readers: of a
+ * copy that may change under them; the seqlock tells). */
+static uint64_t find(const ph_protected *p, uint64_t n, uint64_t off)
 {
-    uint64_t lo = 0, hi = p->n;
+    uint64_t lo = 0, hi = n;
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (p->v[mid][0] < off)
+        if (ph_load_relaxed(&p->v[mid][0]) < off)
             lo = mid + 1;
         else
             hi = mid;
@@ -151,28 +158,39 @@ static uint64_t find(const ph_protected *p, uint64_t off)
     return lo;
 }
 
+/* Writers (under the lock): the sequence is odd while entries move. */
+static void write_begin(ph_protected *p)
+{
+    ph_store_relaxed(&p->xseq, p->xseq + 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void write_end(ph_protected *p)
+{
+    __atomic_store_n(&p->xseq, p->xseq + 1, __ATOMIC_RELEASE);
+}
+
+static void set_entry(ph_protected *p, uint64_t i, uint64_t off, uint64_t len)
+{
+    ph_store_relaxed(&p->v[i][0], off);
+    ph_store_relaxed(&p->v[i][1], len);
+}
+
 void ph_space_guard(ph_space *s, uint64_t off, uint64_t len)
 {
     ph_protected *p = s->guarded;
     pthread_mutex_lock(&p->lock);
-    uint64_t i = find(p, off);
-    if (i < p->n && p->v[i][0] == off)
-        goto out;
-    if (p->n == p->cap) {
-        uint64_t cap = p->cap ? p->cap * 2 : 64;
-        void *v = realloc(p->v, cap * sizeof(*p->v));
-        if (!v)
-            goto out; /* stays writable: best effort */
-        p->v = v;
-        p->cap = cap;
-    }
+    uint64_t n = p->xcount, i = find(p, n, off);
+    if ((i < n && p->v[i][0] == off) || n == PH_GUARDED_MAX)
+        goto out; /* given already; or, past the table, stays writable (best effort) */
     if (protects(s) && view_readonly(s, off, len, 1) != 0)
         goto out;
-    memmove(&p->v[i + 1], &p->v[i], (p->n - i) * sizeof(*p->v));
-    p->v[i][0] = off;
-    p->v[i][1] = len;
-    p->n++;
-    ph_store(&p->xcount, p->n);
+    write_begin(p);
+    for (uint64_t k = n; k > i; k--)
+        set_entry(p, k, p->v[k - 1][0], p->v[k - 1][1]);
+    set_entry(p, i, off, len);
+    ph_store_relaxed(&p->xcount, n + 1);
+    write_end(p);
 out:
     pthread_mutex_unlock(&p->lock);
 }
@@ -180,30 +198,39 @@ out:
 void ph_space_unguard(ph_space *s, uint64_t off)
 {
     ph_protected *p = s->guarded;
-    if (!p || !ph_load_relaxed(&p->xcount))
+    if (!p || !ph_space_guarded_overlap(s, off, 1))
         return;
     pthread_mutex_lock(&p->lock);
-    uint64_t i = find(p, off);
-    if (i < p->n && p->v[i][0] == off) {
+    uint64_t n = p->xcount, i = find(p, n, off);
+    if (i < n && p->v[i][0] == off) {
         if (protects(s))
             (void)view_readonly(s, off, p->v[i][1], 0);
-        memmove(&p->v[i], &p->v[i + 1], (p->n - i - 1) * sizeof(*p->v));
-        p->n--;
-        ph_store(&p->xcount, p->n);
+        write_begin(p);
+        for (uint64_t k = i; k + 1 < n; k++)
+            set_entry(p, k, p->v[k + 1][0], p->v[k + 1][1]);
+        ph_store_relaxed(&p->xcount, n - 1);
+        write_end(p);
     }
     pthread_mutex_unlock(&p->lock);
 }
 
-int ph_space_guarded_at(ph_space *s, uint64_t off)
+int ph_space_guarded_overlap(ph_space *s, uint64_t off, uint64_t len)
 {
     ph_protected *p = s->guarded;
     if (!p || !ph_load_relaxed(&p->xcount))
         return 0;
-    pthread_mutex_lock(&p->lock);
-    uint64_t i = find(p, off + 1); /* the first block starting after off */
-    int in = i > 0 && off - p->v[i - 1][0] < p->v[i - 1][1];
-    pthread_mutex_unlock(&p->lock);
-    return in;
+    for (;;) {
+        uint64_t seq = __atomic_load_n(&p->xseq, __ATOMIC_ACQUIRE);
+        if (seq & 1)
+            continue; /* a writer moves entries: a few stores */
+        uint64_t n = PH_MIN(ph_load_relaxed(&p->xcount), (uint64_t)PH_GUARDED_MAX);
+        /* The last block starting before off + len, if it reaches off. */
+        uint64_t i = find(p, n, off + len);
+        int in = i > 0 && ph_load_relaxed(&p->v[i - 1][0]) + ph_load_relaxed(&p->v[i - 1][1]) > off;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (ph_load_relaxed(&p->xseq) == seq)
+            return in;
+    }
 }
 
 uint64_t ph_space_guarded_count(const ph_space *s)

@@ -40,8 +40,7 @@ ph_thread *ph_heap_writer(pheap *h, const char *call)
 
 int ph_heap_guarded(pheap *h, uint64_t off, uint64_t len, const char *call)
 {
-    if (ph_likely(!ph_space_guarded_count(&h->sp)) ||
-        (!ph_space_guarded_at(&h->sp, off) && !ph_space_guarded_at(&h->sp, off + len - 1)))
+    if (ph_likely(!ph_space_guarded_overlap(&h->sp, off, len)))
         return 0;
     return ph_err(PHEAP_EINVAL, "%s: %llu is in a block that holds pheap's own metadata (a "
                   "name-directory or transaction-log segment), never one of the program's",
@@ -164,6 +163,7 @@ ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsign
         return ph_err(PHEAP_EINVAL, "pheap_alloc_to_init: size 0");
     if ((rc = word_in_heap(h, &dest, "pheap_alloc_to_init")) != 0)
         return rc;
+    bi.program_dest = 1;
     return ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest, &bi);
 }
 

@@ -621,7 +621,11 @@ int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref)
                       (unsigned long long)off);
     count(h->names, ref->seg);
     unsigned k = ph_name_nlines(hd);
-    int rc = ph_engine_free_unbind(h->engine, &t->tc, &t->pctx, off, &hd->xref, nv);
+    /* A block the program freed behind the name may be pheap's own now (a
+     * segment): never freed on the name's behalf. */
+    int rc = ph_space_guarded_overlap(&h->sp, off, 1)
+                 ? PHEAP_ENOTLIVE
+                 : ph_engine_free_unbind(h->engine, &t->tc, &t->pctx, off, &hd->xref, nv);
     if (rc == PHEAP_EDOUBLEFREE || rc == PHEAP_ENOTALLOC || rc == PHEAP_EINTERIOR ||
         rc == PHEAP_ENOTLIVE) {
         ph_persist_store64(&h->sp.persist, &t->pctx, &hd->xref, nv);

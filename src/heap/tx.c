@@ -141,6 +141,8 @@ static void rollback(pheap *h, ph_thread *t, ph_tx *tx)
 {
     for (size_t i = tx->undos.n; i-- > 0;) {
         undo *u = &tx->undos.v[i];
+        if (ph_space_guarded_overlap(&h->sp, u->off, u->len))
+            continue; /* freed by the program since, and pheap's own now */
         void *dst = ph_space_at(&h->sp, u->off);
         memcpy(dst, u->data, u->len);
         ph_persist_flush(ph_tx_persist(h), &t->pctx, dst, u->len);
@@ -344,6 +346,8 @@ static void commit_redo(pheap *h, ph_thread *t, ph_tx *tx)
     ph_engine_tx_lock(h->engine, tx->changes.v, tx->changes.n); /* nothing in flight */
     for (size_t i = 0; i < tx->redos.n; i++) {
         redo *r = &tx->redos.v[i];
+        if (ph_space_guarded_overlap(&h->sp, r->off, r->len))
+            continue; /* freed by the program since, and pheap's own now */
         void *dst = ph_space_at(&h->sp, r->off);
         memcpy(dst, r->data, r->len);
         ph_persist_flush(p, &t->pctx, dst, r->len);

@@ -6,6 +6,7 @@
  * more) leaves the allocator intact; the program's calls refuse to free or
  * write through a metadata block; PHEAP_PROTECT=off turns it all off.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "format/layout.h"
 #include "harness.h"
+#include "heap/heap.h"
 
 #define MiB (1024u * 1024u)
 #define STRAYS 1000 /* stray stores per region */
@@ -182,6 +184,10 @@ TEST(protection_options_and_kinds)
     pheap_options o = {.protect = PHEAP_PROTECT_READONLY};
     CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
     o.protect = PHEAP_PROTECT_KEYS;
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOTSUP);
+    o.flags = PHEAP_SNAPSHOT; /* refused for every kind of open */
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOTSUP);
+    o.flags = PHEAP_RDONLY;
     CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOTSUP);
     setenv("PHEAP_PROTECT", "sometimes", 1);
     CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EINVAL);
@@ -433,4 +439,145 @@ TEST(growth_and_flush_back_ends)
         REQUIRE_OK(pheap_check(h, NULL));
         pheap_close(h);
     }
+}
+
+/* ---- a program's use after free never reaches pheap's own blocks --------
+ * Each case frees a block of the program's while a call still holds it (an
+ * open transaction's range, a FREE record, a name, an initialiser's
+ * destination), then the block becomes the first name-directory segment;
+ * when the call goes on, it must leave the segment alone. */
+
+#define SEG_BYTES 20480 /* a first segment: 256 home lines */
+
+static void *make_first_name(void *arg)
+{
+    return (void *)(uintptr_t)(pheap_alloc_named(arg, "first", 16) != 0);
+}
+
+/* Makes the first segment from another thread (this one may be in a
+ * transaction); 1 if it took the block at `b`. */
+static int segment_takes(pheap *h, pheap_off b)
+{
+    pthread_t t;
+    void *ok = NULL;
+    if (pthread_create(&t, NULL, make_first_name, h) != 0 || pthread_join(t, &ok) != 0 || !ok)
+        return 0;
+    return ph_space_guarded_overlap(&h->sp, b, 1);
+}
+
+/* The segment intact: names work, check passes, and so does a reopen. */
+static void directory_intact(pheap *h, const char *path)
+{
+    CHECK(pheap_lookup(h, "first") != 0);
+    CHECK(pheap_alloc_named(h, "second", 16) != 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    h = ph_test_open(path, NULL);
+    REQUIRE(h);
+    CHECK(pheap_lookup(h, "second") != 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+TEST(abort_never_restores_over_a_segment)
+{
+    const char *path = ph_test_path("uaf-undo.heap");
+    pheap *h = ph_test_create(path, 8 * MiB);
+    REQUIRE(h);
+    pheap_off b = pheap_alloc(h, SEG_BYTES);
+    REQUIRE(b);
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE_OK(pheap_tx_add(h, pheap_direct(h, b), 4096));
+    REQUIRE_OK(pheap_free(h, b)); /* the program's bug */
+    REQUIRE(segment_takes(h, b));
+    REQUIRE_OK(pheap_tx_abort(h));
+    directory_intact(h, path);
+}
+
+TEST(commit_never_writes_into_a_segment)
+{
+    const char *path = ph_test_path("uaf-redo.heap");
+    pheap *h = ph_test_create(path, 8 * MiB);
+    REQUIRE(h);
+    pheap_off b = pheap_alloc(h, SEG_BYTES);
+    REQUIRE(b);
+    char junk[64];
+    memset(junk, 0x6b, sizeof(junk));
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE_OK(pheap_tx_write(h, pheap_direct(h, b), junk, sizeof(junk)));
+    REQUIRE_OK(pheap_free(h, b));
+    REQUIRE(segment_takes(h, b));
+    REQUIRE_OK(pheap_tx_commit(h));
+    directory_intact(h, path);
+}
+
+TEST(commit_never_frees_a_segment)
+{
+    const char *path = ph_test_path("uaf-free.heap");
+    pheap *h = ph_test_create(path, 8 * MiB);
+    REQUIRE(h);
+    pheap_off b = pheap_alloc(h, SEG_BYTES);
+    REQUIRE(b);
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE_OK(pheap_tx_free(h, b));
+    REQUIRE_OK(pheap_free(h, b)); /* freed twice: once now, once at commit */
+    REQUIRE(segment_takes(h, b));
+    REQUIRE_OK(pheap_tx_commit(h));
+    CHECK(ph_space_guarded_overlap(&h->sp, b, 1));
+    CHECK(pheap_alloc(h, SEG_BYTES) != b);
+    directory_intact(h, path);
+}
+
+TEST(free_named_never_frees_a_segment)
+{
+    const char *path = ph_test_path("uaf-named.heap");
+    pheap *h = ph_test_create(path, 8 * MiB);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc_named(h, "a", SEG_BYTES); /* also makes the first segment */
+    REQUIRE(a);
+    REQUIRE_OK(pheap_free(h, a)); /* the program's bug: the name stays */
+    char name[32];
+    /* Names until a rebuild puts a segment where a was. */
+    for (unsigned i = 0; i < 400 && !ph_space_guarded_overlap(&h->sp, a, 1); i++) {
+        snprintf(name, sizeof(name), "n%u", i);
+        REQUIRE(pheap_alloc_named(h, name, 16) != 0);
+        if (i % 2)
+            REQUIRE_OK(pheap_free_named(h, name));
+    }
+    REQUIRE(ph_space_guarded_overlap(&h->sp, a, 1));
+    struct pheap_stats before, after;
+    REQUIRE_OK(pheap_stats(h, &before));
+    CHECK_EQ(pheap_free_named(h, "a"), PHEAP_ENOTLIVE); /* the name alone goes */
+    CHECK_EQ(pheap_lookup(h, "a"), 0);
+    REQUIRE_OK(pheap_stats(h, &after));
+    CHECK_EQ(after.guarded_blocks, before.guarded_blocks);
+    CHECK(ph_space_guarded_overlap(&h->sp, a, 1));
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}
+
+static pheap_off holder;
+
+static int free_the_holder(pheap *h, void *block, size_t usable, void *arg)
+{
+    (void)block;
+    (void)usable;
+    (void)arg;
+    pheap_free(h, holder); /* the program's bug: the destination's own block */
+    return pheap_alloc_named(h, "first", 16) ? 0 : -1;
+}
+
+TEST(initialiser_cannot_make_the_destination_a_segment)
+{
+    const char *path = ph_test_path("uaf-dest.heap");
+    pheap *h = ph_test_create(path, 8 * MiB);
+    REQUIRE(h);
+    holder = pheap_alloc(h, SEG_BYTES);
+    REQUIRE(holder);
+    pheap_off *dest = pheap_direct(h, holder);
+    int rc = pheap_alloc_to_init(h, 64, dest, 0, free_the_holder, NULL);
+    REQUIRE(ph_space_guarded_overlap(&h->sp, holder, 1)); /* the case happened */
+    CHECK_EQ(rc, PHEAP_EINVAL);
+    CHECK(strstr(pheap_errmsg(), "destination") != NULL);
+    directory_intact(h, path);
 }
