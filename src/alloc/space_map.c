@@ -150,7 +150,7 @@ static uint64_t find(const ph_protected *p, uint64_t n, uint64_t off)
     uint64_t lo = 0, hi = n;
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (ph_load_relaxed(&p->v[mid][0]) < off)
+        if (__atomic_load_n(&p->v[mid][0], __ATOMIC_ACQUIRE) < off)
             lo = mid + 1;
         else
             hi = mid;
@@ -158,11 +158,13 @@ static uint64_t find(const ph_protected *p, uint64_t n, uint64_t off)
     return lo;
 }
 
-/* Writers (under the lock): the sequence is odd while entries move. */
+/* Writers (under the lock): the sequence is odd while entries move.
+ * Entries are stored with release and read with acquire, so that a reader
+ * that sees a moved entry also sees the odd sequence (no fences: the
+ * pattern thread sanitizers follow). */
 static void write_begin(ph_protected *p)
 {
     ph_store_relaxed(&p->xseq, p->xseq + 1);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
 static void write_end(ph_protected *p)
@@ -172,8 +174,8 @@ static void write_end(ph_protected *p)
 
 static void set_entry(ph_protected *p, uint64_t i, uint64_t off, uint64_t len)
 {
-    ph_store_relaxed(&p->v[i][0], off);
-    ph_store_relaxed(&p->v[i][1], len);
+    __atomic_store_n(&p->v[i][0], off, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->v[i][1], len, __ATOMIC_RELEASE);
 }
 
 void ph_space_guard(ph_space *s, uint64_t off, uint64_t len)
@@ -189,7 +191,7 @@ void ph_space_guard(ph_space *s, uint64_t off, uint64_t len)
     for (uint64_t k = n; k > i; k--)
         set_entry(p, k, p->v[k - 1][0], p->v[k - 1][1]);
     set_entry(p, i, off, len);
-    ph_store_relaxed(&p->xcount, n + 1);
+    __atomic_store_n(&p->xcount, n + 1, __ATOMIC_RELEASE);
     write_end(p);
 out:
     pthread_mutex_unlock(&p->lock);
@@ -208,7 +210,7 @@ void ph_space_unguard(ph_space *s, uint64_t off)
         write_begin(p);
         for (uint64_t k = i; k + 1 < n; k++)
             set_entry(p, k, p->v[k + 1][0], p->v[k + 1][1]);
-        ph_store_relaxed(&p->xcount, n - 1);
+        __atomic_store_n(&p->xcount, n - 1, __ATOMIC_RELEASE);
         write_end(p);
     }
     pthread_mutex_unlock(&p->lock);
@@ -223,11 +225,11 @@ int ph_space_guarded_overlap(ph_space *s, uint64_t off, uint64_t len)
         uint64_t seq = __atomic_load_n(&p->xseq, __ATOMIC_ACQUIRE);
         if (seq & 1)
             continue; /* a writer moves entries: a few stores */
-        uint64_t n = PH_MIN(ph_load_relaxed(&p->xcount), (uint64_t)PH_GUARDED_MAX);
+        uint64_t n = PH_MIN(__atomic_load_n(&p->xcount, __ATOMIC_ACQUIRE), (uint64_t)PH_GUARDED_MAX);
         /* The last block starting before off + len, if it reaches off. */
         uint64_t i = find(p, n, off + len);
-        int in = i > 0 && ph_load_relaxed(&p->v[i - 1][0]) + ph_load_relaxed(&p->v[i - 1][1]) > off;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        int in = i > 0 && __atomic_load_n(&p->v[i - 1][0], __ATOMIC_ACQUIRE) +
+                                  __atomic_load_n(&p->v[i - 1][1], __ATOMIC_ACQUIRE) > off;
         if (ph_load_relaxed(&p->xseq) == seq)
             return in;
     }
