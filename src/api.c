@@ -136,6 +136,9 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->last_open = ph_load(&h->sp.state->xlast_open);
     out->roots = pheap_root_count(h);
     ph_names_stats(h, &out->names, &out->name_segments);
+    out->mode = (unsigned)pheap_get_mode(h);
+    out->owner_known = (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) != 0;
+    out->owner_uid = out->owner_known ? h->hdr.owner_uid : 0;
     ph_engine_stats st;
     ph_heap_engine_stats(h, &st, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);
     out->live_blocks = st.live_blocks;

@@ -11,8 +11,9 @@ static inline __attribute__((always_inline)) int writable(pheap *h, const char *
         return ph_err(PHEAP_EINVAL, "%s: heap is NULL", call);
     if (ph_heap_inherited(h))
         return ph_heap_forked(call);
-    if (ph_unlikely(h->readonly))
-        return ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call);
+    if (ph_unlikely(h->readonly | ph_load_relaxed(&h->xromode)))
+        return h->readonly ? ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call)
+                           : ph_mode_refuse(call);
     if (ph_unlikely(h->needs_recovery))
         return ph_err(PHEAP_ERECOVER, "%s: the heap (GC mode) was not closed cleanly: call "
                       "pheap_recover first", call);

@@ -10,11 +10,17 @@
  *            free entry (root absent); after it, the complete entry.
  *   remove:  store xused = 0; persist.          one 8-byte commit
  * No step needs recovery: the commit word is always one aligned store.
+ * Heaps of format 1.5 (PH_FEAT_RO_COMPAT_OWNER) also keep name_crc, the
+ * CRC-32C of the 64 name bytes, written with the name before the commit:
+ * the name never changes while the entry is used, so the CRC always holds
+ * for a used entry, and a lookup refuses an entry whose name was damaged
+ * (PHEAP_ECHECKSUM) instead of answering for another name.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "heap/heap.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 
 static int bad_name(const char *name);
@@ -35,6 +41,19 @@ static int bad_name(const char *name)
         return ph_err(PHEAP_ENAME, "root name is empty");
     return ph_err(PHEAP_ENAME, "root name '%.20s...' is longer than %u bytes", name,
                   PH_ROOT_NAME_MAX);
+}
+
+/* 0 when a used entry's name has its CRC (or the heap predates it). */
+static int name_damaged(const pheap *h, const ph_root_entry *e)
+{
+    return (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) &&
+           ph_load(&e->name_crc) != ph_crc32c(0, e->name, sizeof(e->name));
+}
+
+static int damaged(pheap *h, const ph_root_entry *e, const char *call)
+{
+    return ph_err(PHEAP_ECHECKSUM, "%s: root entry %u ('%.*s'): name checksum mismatch (run "
+                  "pheap_check)", call, (unsigned)(e - h->roots), (int)PH_ROOT_NAME_MAX, e->name);
 }
 
 static ph_root_entry *find(pheap *h, const char *name)
@@ -75,6 +94,8 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         return bad_name(name);
     if (h->readonly)
         return ph_err(PHEAP_ERDONLY, "pheap_root_set: heap opened read-only");
+    if (ph_load_relaxed(&h->xromode))
+        return ph_mode_refuse("pheap_root_set");
     if (h->needs_recovery)
         return ph_err(PHEAP_ERECOVER, "pheap_root_set: the heap (GC mode) was not closed cleanly: "
                       "call pheap_recover first");
@@ -88,7 +109,9 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
     ph_pctx *c = ph_heap_pctx(h);
     pthread_mutex_lock(&h->root_lock);
     ph_root_entry *e = find(h, name);
-    if (e && off)
+    if (e && name_damaged(h, e))
+        rc = damaged(h, e, "pheap_root_set");
+    else if (e && off)
         ph_persist_store64(&h->sp.persist, c, &e->xoff, off);
     else if (e)
         ph_persist_store64(&h->sp.persist, c, &e->xused, 0);
@@ -104,6 +127,8 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
             for (unsigned k = 0; k < PH_ARRAY_LEN(w); k++)
                 ph_persist_write(&h->sp.persist, c, (uint64_t *)e->name + k, w[k]);
             ph_persist_write(&h->sp.persist, c, &e->xoff, off);
+            if (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER)
+                ph_persist_write(&h->sp.persist, c, &e->name_crc, ph_crc32c(0, w, sizeof(w)));
             ph_persist_range(&h->sp.persist, c, e, sizeof(*e));
             ph_persist_store64(&h->sp.persist, c, &e->xused, 1);
         }
@@ -128,7 +153,10 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
     }
     pthread_mutex_lock(&h->root_lock);
     ph_root_entry *e = find(h, name);
-    pheap_off off = e ? ph_load(&e->xoff) : 0;
+    int bad = e && name_damaged(h, e);
+    pheap_off off = e && !bad ? ph_load(&e->xoff) : 0;
+    if (bad)
+        damaged(h, e, "pheap_root_get");
     pthread_mutex_unlock(&h->root_lock);
     if (!e)
         ph_err(PHEAP_ENOENT, "no root named '%s'", name);
@@ -189,6 +217,8 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
             continue;
         else if (!e->name[0] || memchr(e->name, 0, sizeof(e->name)) == NULL)
             why = "name is empty or not terminated";
+        else if (name_damaged(h, e))
+            why = "name checksum mismatch";
         else if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
             why = "offset outside the data region";
         else if (off && !h->needs_recovery && /* GC heap: bitmaps of the last clean close */
