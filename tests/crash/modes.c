@@ -32,34 +32,48 @@ static unsigned mode_after(unsigned n)
     return n ? ops[n - 1] : PHEAP_MODE_WRITABLE;
 }
 
-/* Runs the workload on a simulated copy of `base` with `o`; marks[i] is
- * the fence count when op i returned.  Returns the fences in all. */
-static uint64_t workload(const char *base, const char *work, pheap_options *o, uint64_t *marks)
+/* Runs the workload on a simulated copy of `base` with `o`: each switch,
+ * then a fenced write to user data and, in writable mode, an alloc and a
+ * free.  starts[i] and marks[i] are the fence counts before switch i and
+ * when it returned.  Returns the fences in all. */
+static uint64_t workload(const char *base, const char *work, pheap_options *o, uint64_t *starts,
+                         uint64_t *marks)
 {
     pheap *h;
     if (ph_test_copy_file(base, work) || pheap_open(work, o, &h)) {
         FAIL("workload open: %s", pheap_errmsg());
         return 0;
     }
+    pheap_off user = pheap_root_get(h, "user");
+    uint64_t *u = pheap_direct(h, user);
+    if (!u) {
+        FAIL("no user block");
+        pheap_close(h);
+        return 0;
+    }
     for (unsigned i = 0; i < NOPS; i++) {
+        starts[i] = pheap_sim_fence_count(h);
         if (pheap_set_mode(h, ops[i]))
             FAIL("op %u: %s", i, pheap_errmsg());
-        /* A write between switches: refused in read-only mode, so the
-         * heap's blocks never change. */
+        marks[i] = pheap_sim_fence_count(h);
+        /* The mode governs calls, not the program's stores. */
+        u[0] = i;
+        pheap_persist(h, u, 8);
+        /* Refused in read-only mode, so the heap's blocks never change. */
         pheap_off x = pheap_alloc(h, 32);
         if ((x != 0) != (ops[i] == PHEAP_MODE_WRITABLE))
             FAIL("op %u: alloc in mode %u gave %llu", i, ops[i], (unsigned long long)x);
         if (x && pheap_free(h, x))
             FAIL("op %u: free: %s", i, pheap_errmsg());
-        marks[i] = pheap_sim_fence_count(h);
     }
     uint64_t fences = pheap_sim_fence_count(h);
     pheap_close(h);
     return fences;
 }
 
-/* Judges one image: `done` switches had returned; the next may show. */
-static void judge(const char *image, unsigned done, uint64_t live, const char *where)
+/* Judges one image: `done` switches had returned; the next may show when
+ * `in_flight` (the crash fell inside it). */
+static void judge(const char *image, unsigned done, int in_flight, uint64_t live, const char *where)
 {
     pheap *h;
     if (pheap_open(image, NULL, &h)) {
@@ -67,7 +81,7 @@ static void judge(const char *image, unsigned done, uint64_t live, const char *w
         return;
     }
     int m = pheap_get_mode(h);
-    unsigned before = mode_after(done), after = done < NOPS ? mode_after(done + 1) : before;
+    unsigned before = mode_after(done), after = in_flight ? mode_after(done + 1) : before;
     if (m != (int)before && m != (int)after)
         FAIL("%s: mode %d, expected %u or %u", where, m, before, after);
     pheap_check_report r;
@@ -75,9 +89,9 @@ static void judge(const char *image, unsigned done, uint64_t live, const char *w
         FAIL("%s: check: %s", where, r.first_error);
     struct pheap_stats st;
     pheap_stats(h, &st);
-    /* The alloc and free after a switch to writable may be in flight. */
-    int in_flight = done < NOPS && ops[done] == PHEAP_MODE_WRITABLE;
-    if (st.live_blocks != live && !(in_flight && st.live_blocks == live + 1))
+    /* The alloc and free after a switch to writable may be cut short. */
+    int allocating = !in_flight && done > 0 && ops[done - 1] == PHEAP_MODE_WRITABLE;
+    if (st.live_blocks != live && !(allocating && st.live_blocks == live + 1))
         FAIL("%s: %llu live blocks, expected %llu", where, (unsigned long long)st.live_blocks,
              (unsigned long long)live);
     /* The owner takes it back and writes. */
@@ -148,19 +162,25 @@ TEST(set_mode_at_every_fence)
     snprintf(image, sizeof(image), "%s", ph_test_path("modes-image.heap"));
     pheap *h = ph_test_create(base, 4u << 20);
     REQUIRE(h);
-    for (unsigned i = 0; i < BLOCKS; i++)
+    for (unsigned i = 0; i < BLOCKS - 1; i++)
         REQUIRE(pheap_alloc(h, 100 + i * 5000) != 0);
+    pheap_off user = pheap_alloc(h, 64);
+    REQUIRE(user);
+    REQUIRE_OK(pheap_root_set(h, "user", user));
     REQUIRE_OK(pheap_close(h));
-    uint64_t marks[NOPS];
+    uint64_t starts[NOPS], marks[NOPS];
     pheap_options dry = {.flags = PHEAP_SIMULATE};
-    uint64_t fences = workload(base, work, &dry, marks);
+    uint64_t fences = workload(base, work, &dry, starts, marks);
     REQUIRE(fences > 0);
     unsigned images = 0, nested = 0, with_mode[2] = {0, 0};
     static const double evict[] = {0.0, 0.5};
     for (uint64_t k = 1; k <= fences + 1; k++) {
+        /* The image holds fences 1..k-1: switch i returned when
+         * marks[i] < k, and is in flight when starts[i] < k too. */
         unsigned done = 0;
         while (done < NOPS && marks[done] < k)
             done++;
+        int in_flight = done < NOPS && starts[done] < k;
         for (unsigned words = 0; words < 2; words++) {
             for (unsigned e = 0; e < 2; e++) {
                 pheap_options o = {.flags = PHEAP_SIMULATE, .sim_crash_fence = k,
@@ -168,8 +188,8 @@ TEST(set_mode_at_every_fence)
                                    .sim_seed = k * 4 + words * 2 + e,
                                    .sim_mode = words ? PHEAP_SIM_WORDS : 0};
                 unlink(image);
-                uint64_t m2[NOPS];
-                workload(base, work, &o, m2);
+                uint64_t s2[NOPS], m2[NOPS];
+                workload(base, work, &o, s2, m2);
                 if (access(image, F_OK) != 0) {
                     FAIL("fence %llu: no image", (unsigned long long)k);
                     continue;
@@ -187,7 +207,7 @@ TEST(set_mode_at_every_fence)
                 }
                 if (e == 1 && words == 1)
                     crash_open(image, where, &nested);
-                judge(image, done, BLOCKS, where);
+                judge(image, done, in_flight, BLOCKS, where);
                 images++;
             }
         }
@@ -195,8 +215,11 @@ TEST(set_mode_at_every_fence)
     printf("set_mode: %llu fences, %u images, %u of crashed opens; %u read-only, %u writable\n",
            (unsigned long long)fences, images, nested, with_mode[1], with_mode[0]);
     /* the open's one, one per switch that changes the mode (the repeated
-     * read-only switch stores nothing), and the two writable rounds' */
-    uint64_t round_fences = fences - 1 - (NOPS - 1);
+     * read-only switch stores nothing), one per persist of user data, and
+     * the two writable rounds' alloc and free */
+    for (unsigned i = 0; i < NOPS; i++)
+        CHECK_EQ(marks[i] - starts[i], i == 3 ? 0 : 1);
+    uint64_t round_fences = fences - 1 - (NOPS - 1) - NOPS;
     CHECK(round_fences >= 4 && round_fences <= 6);
     CHECK(with_mode[0] > 0 && with_mode[1] > 0); /* both modes seen in images */
     CHECK(nested > 0);
