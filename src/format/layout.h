@@ -180,14 +180,15 @@ _Static_assert(PH_STATE_OFFSET % PH_LINE_SIZE == 0, "state line-aligned");
 typedef struct ph_root_entry {
     uint64_t xused;         /* 0 free, 1 used: the commit word */
     uint64_t xoff;          /* the root's value, stored atomically */
-    uint64_t name_crc;      /* 1.5 (PH_FEAT_RO_COMPAT_OWNER): CRC-32C of the 64 name
-                               bytes, written with the name before xused := 1
-                               (the name is immutable while the entry is used);
-                               0 and unchecked before */
+    uint64_t name_crc;      /* 1.5 (PH_FEAT_RO_COMPAT_OWNER): PH_ROOT_CHECK of the
+                               CRC-32C of the 64 name bytes while used (or 0 for
+                               a while, see src/heap/root.c), 0 while free; 0
+                               and unchecked before 1.5 */
     uint64_t reserved[5];
     char name[PH_ROOT_NAME_MAX + 1]; /* NUL-terminated */
 } ph_root_entry;
 _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
+#define PH_ROOT_CHECK(crc) (1ull << 32 | (uint32_t)(crc)) /* never 0 */
 
 /* ---- lanes: per-thread write-ahead logs (src/log/lane.c) ----------------
  * A lane is PH_LANE_ENTRIES lines; each line holds one entry.  A thread's

@@ -334,7 +334,7 @@ TEST(root_naming_no_live_block_is_reported)
         if (e.xused == 0) {
             memset(e.name, 0, sizeof(e.name));
             memcpy(e.name, "inner", 6);
-            e.name_crc = ph_crc32c(0, e.name, sizeof(e.name)); /* a well-formed entry */
+            e.name_crc = PH_ROOT_CHECK(ph_crc32c(0, e.name, sizeof(e.name))); /* a well-formed entry */
             e.xoff = interior;
             e.xused = 1;
             REQUIRE(patch(path, hi.roots + i * sizeof(e), &e, sizeof(e)) == 0);
