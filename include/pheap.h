@@ -376,10 +376,14 @@ void pheap_persist(pheap *h, const void *addr, size_t len);
  * PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a block,
  * not at its start), PHEAP_ENOTLIVE (in free space: a freed block or space
  * never allocated), PHEAP_ENOSPC (PHEAP_ROOTS_MAX names in use),
- * PHEAP_ERDONLY. */
+ * PHEAP_ERDONLY, PHEAP_EROMODE, PHEAP_ECHECKSUM (the root's entry is
+ * damaged: its name or commit word fails its check word; format 1.5).
+ * Heaps of format 1.5 keep a check word per entry: an insert takes three
+ * fences, a removal two, an update one. */
 int pheap_root_set(pheap *h, const char *name, pheap_off off);
 
-/* Value of root `name`; 0 with pheap_errno() == PHEAP_ENOENT if unset. */
+/* Value of root `name`; 0 with pheap_errno() == PHEAP_ENOENT if unset, or
+ * PHEAP_ECHECKSUM if its entry is damaged (the message names the entry). */
 pheap_off pheap_root_get(pheap *h, const char *name);
 
 /* Number of roots set. */
