@@ -404,7 +404,9 @@ int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
  * header page with check bits.  In read-only mode every call that changes
  * the heap fails with PHEAP_EROMODE and changes nothing: pheap_alloc*,
  * pheap_free*, pheap_root_set, pheap_tx_begin (so no transaction starts;
- * one begun before the switch runs to its commit or abort),
+ * one the thread began before the switch runs to its commit or abort, its
+ * calls allowed; without one the transactional calls fail with
+ * PHEAP_EROMODE too),
  * pheap_alloc_named*, pheap_free_named, pheap_gc and pheap_recover.
  * Reading works: pheap_direct, pheap_root_get, pheap_lookup, the names
  * listing, pheap_stats, pheap_check.  The mode governs these calls, not

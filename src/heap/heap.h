@@ -135,6 +135,10 @@ static inline ph_pctx *ph_heap_pctx(pheap *h)
  * set when the handle is NULL, inherited, read-only, the heap is in
  * read-only mode, or memory ran out (alloc.c). */
 ph_thread *ph_heap_writer(pheap *h, const char *call);
+/* The same, without the access-mode check: for the calls of a transaction
+ * the thread has open (tx.c), which may end after a switch to read-only
+ * mode. */
+ph_thread *ph_heap_writer_in_tx(pheap *h, const char *call);
 
 /* A user's initialiser, called by the engine with the handle added
  * (alloc.c). */

@@ -32,7 +32,7 @@ void ph_mode_load(pheap *h)
 {
     unsigned mode = PH_MODE_WRITABLE;
     if (has_owner(h) && ph_mode_decode(ph_load(&h->sp.state->xmode), &mode))
-        mode = PH_MODE_READONLY; /* not reached: open validated the word */
+        mode = PH_MODE_READONLY; /* defensive: open validated the word */
     h->xromode = mode == PH_MODE_READONLY;
 }
 

@@ -469,3 +469,34 @@ TEST(format_1_4_heap)
     /* Anyone who may write the file writes it, as before 1.5. */
     REQUIRE_EQ(run_as(OTHER_UID, writable_as_other, path), 0);
 }
+
+/* A transaction the thread began before the switch runs to its end; no
+ * new one starts. */
+TEST(transaction_begun_before_the_switch)
+{
+    skip_unless_root();
+    const char *path = make_heap("tx-switch.heap");
+    REQUIRE(path);
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    pheap_off keep = pheap_root_get(h, "small");
+    REQUIRE(keep);
+    uint64_t *w = pheap_direct(h, keep);
+    uint64_t nv = 42;
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE_OK(pheap_tx_write(h, w, &nv, sizeof(nv)));
+    REQUIRE_OK(pheap_set_mode(h, PHEAP_MODE_READONLY));
+    pheap_off x = pheap_tx_alloc(h, 64);
+    CHECK(x != 0);
+    CHECK_EQ(pheap_tx_begin(h), PHEAP_EROMODE); /* not even a nested level */
+    CHECK_EQ(pheap_tx_depth(h), 1);
+    CHECK_EQ(pheap_tx_commit(h), 0);
+    CHECK_EQ(*w, 42);
+    CHECK_EQ(pheap_usable_size(h, x) >= 64, 1);
+    CHECK_EQ(pheap_tx_commit(h), PHEAP_EROMODE); /* no transaction left */
+    CHECK_EQ(pheap_tx_begin(h), PHEAP_EROMODE);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_set_mode(h, PHEAP_MODE_WRITABLE));
+    CHECK_EQ(pheap_free(h, x), 0);
+    pheap_close(h);
+}
