@@ -5,9 +5,10 @@
  * The flush kind comes from PHEAP_FLUSH (run.sh sets it; defaulted here to
  * the best cache-line flush of the CPU) so pheap writes back lines on tmpfs
  * exactly as it would on DAX.
- * Two allocators share this code and differ only in the consistency mode
- * of the heaps they create: "pheap" (LOG) and "pheap-gc" (GC, which also
- * has root_set and recover: pheap_root_set, pheap_recover_ex).
+ * Three allocators share this code and differ only in the heaps they
+ * create: "pheap" (LOG), "pheap-noprot" (LOG, metadata protection off: the
+ * price of protection) and "pheap-gc" (GC, which also has root_set and
+ * recover: pheap_root_set, pheap_recover_ex).
  */
 #include "bench.h"
 
@@ -35,42 +36,54 @@ static int opened(int rc, const char *what, const char *path)
     return 0;
 }
 
-static int create(const bench_heap_conf *conf, unsigned consistency)
+static int create(const bench_heap_conf *conf, unsigned consistency, unsigned protect)
 {
     pheap_options o = { 0 };
     o.size = conf->size; /* the data region; the file adds pheap's metadata */
     o.flags = PHEAP_CREATE | PHEAP_EXCL;
     o.consistency = consistency;
+    o.protect = protect;
     return opened(pheap_open(conf->path, &o, &heap), "create", conf->path);
 }
 
 /* A GC heap that was not closed cleanly opens needing recovery: recover()
  * does it, so that the workload can time it apart. */
-static int reopen(const bench_heap_conf *conf, unsigned consistency)
+static int reopen(const bench_heap_conf *conf, unsigned consistency, unsigned protect)
 {
     pheap_options o = { 0 };
     o.consistency = consistency;
+    o.protect = protect;
     return opened(pheap_open(conf->path, &o, &heap), "reopen", conf->path);
 }
 
 static int pheap_bench_init(const bench_heap_conf *conf)
 {
-    return create(conf, PHEAP_CONSISTENCY_LOG);
+    return create(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_AUTO);
 }
 
 static int pheap_bench_reopen(const bench_heap_conf *conf)
 {
-    return reopen(conf, PHEAP_CONSISTENCY_LOG);
+    return reopen(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_AUTO);
+}
+
+static int pheap_noprot_bench_init(const bench_heap_conf *conf)
+{
+    return create(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_OFF);
+}
+
+static int pheap_noprot_bench_reopen(const bench_heap_conf *conf)
+{
+    return reopen(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_OFF);
 }
 
 static int pheap_gc_bench_init(const bench_heap_conf *conf)
 {
-    return create(conf, PHEAP_CONSISTENCY_GC);
+    return create(conf, PHEAP_CONSISTENCY_GC, PHEAP_PROTECT_AUTO);
 }
 
 static int pheap_gc_bench_reopen(const bench_heap_conf *conf)
 {
-    return reopen(conf, PHEAP_CONSISTENCY_GC);
+    return reopen(conf, PHEAP_CONSISTENCY_GC, PHEAP_PROTECT_AUTO);
 }
 
 static int pheap_bench_root_set(bench_handle h)
@@ -169,6 +182,14 @@ const bench_allocator bench_pheap = {
     PHEAP_CALLS,
     .init = pheap_bench_init,
     .reopen = pheap_bench_reopen,
+};
+
+const bench_allocator bench_pheap_noprot = {
+    .name = "pheap-noprot",
+    .what = "pheap with metadata protection off (PHEAP_PROTECT=off): what protection costs",
+    PHEAP_CALLS,
+    .init = pheap_noprot_bench_init,
+    .reopen = pheap_noprot_bench_reopen,
 };
 
 const bench_allocator bench_pheap_gc = {

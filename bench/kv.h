@@ -76,7 +76,8 @@ typedef struct kv_backend {
     int (*close)(void);
 } kv_backend;
 
-extern const kv_backend kv_pheap_redo, kv_pheap_undo, kv_pheap_redo_none, kv_pmemobj;
+extern const kv_backend kv_pheap_redo, kv_pheap_undo, kv_pheap_redo_none, kv_pheap_redo_noprot,
+    kv_pmemobj;
 
 /* Every variant, in table order; ends with NULL. */
 extern const kv_backend *const kv_backends[];

@@ -6,6 +6,8 @@
  *   pheap-undo       pheap_tx_add of the word, then a store in place (undo)
  *   pheap-redo-none  pheap-redo with the flush back end "none": what the
  *                    transaction costs without any write-back
+ *   pheap-redo-noprot  pheap-redo with metadata protection off: what
+ *                    protection costs
  * The new version block comes from pheap_tx_alloc and is written in place;
  * the old one goes with pheap_tx_free.  The flush kind of the first two is
  * PHEAP_FLUSH when set, else the CPU's best cache-line flush, so that pheap
@@ -37,13 +39,14 @@ unsigned kv_pheap_flush(void)
     return PHEAP_FLUSH_AUTO;
 }
 
-static int create(const kv_params *p, char **out, unsigned flush)
+static int create_with(const kv_params *p, char **out, unsigned flush, unsigned protect)
 {
     pheap_options o = { 0 };
     struct pheap_stats s;
     o.size = p->heap_size;
     o.flags = PHEAP_CREATE | PHEAP_EXCL;
     o.flush = flush;
+    o.protect = protect;
     int rc = pheap_open(p->path, &o, &heap);
     if (rc != 0) {
         bench_fail("pheap_open(create) %s: %s: %s", p->path, pheap_strerror(rc), pheap_errmsg());
@@ -59,12 +62,17 @@ static int create(const kv_params *p, char **out, unsigned flush)
 
 static int create_cpu_flush(const kv_params *p, char **out)
 {
-    return create(p, out, kv_pheap_flush());
+    return create_with(p, out, kv_pheap_flush(), PHEAP_PROTECT_AUTO);
 }
 
 static int create_no_flush(const kv_params *p, char **out)
 {
-    return create(p, out, PHEAP_FLUSH_NONE);
+    return create_with(p, out, PHEAP_FLUSH_NONE, PHEAP_PROTECT_AUTO);
+}
+
+static int create_unprotected(const kv_params *p, char **out)
+{
+    return create_with(p, out, kv_pheap_flush(), PHEAP_PROTECT_OFF);
 }
 
 static uint64_t alloc_pheap(size_t size)
@@ -188,6 +196,14 @@ const kv_backend kv_pheap_undo = {
     .what = "pheap transaction, pheap_tx_add of the version word, then a store (undo)",
     .create = create_cpu_flush,
     .update = update_undo,
+    PHEAP_COMMON,
+};
+
+const kv_backend kv_pheap_redo_noprot = {
+    .name = "pheap-redo-noprot",
+    .what = "pheap-redo with metadata protection off (PHEAP_PROTECT=off): what protection costs",
+    .create = create_unprotected,
+    .update = update_redo,
     PHEAP_COMMON,
 };
 

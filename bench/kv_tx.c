@@ -25,7 +25,7 @@
 #define EXIT_SKIPPED 77
 
 const kv_backend *const kv_backends[] = {
-    &kv_pheap_redo, &kv_pheap_undo, &kv_pheap_redo_none, &kv_pmemobj, NULL,
+    &kv_pheap_redo, &kv_pheap_undo, &kv_pheap_redo_none, &kv_pheap_redo_noprot, &kv_pmemobj, NULL,
 };
 
 const kv_backend *kv_backend_find(const char *name)

@@ -19,9 +19,10 @@ import shutil
 import subprocess
 import sys
 
-ORDER = ["pheap", "pheap-gc", "pmemobj", "mimalloc", "jemalloc", "glibc"]
+ORDER = ["pheap", "pheap-gc", "pheap-noprot", "pmemobj", "mimalloc", "jemalloc", "glibc"]
 PEERS = ["pmemobj", "mimalloc"]          # ratio columns are against these
-COLORS = {"pheap": "#d62728", "pheap-gc": "#e377c2", "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",
+COLORS = {"pheap": "#d62728", "pheap-gc": "#e377c2", "pheap-noprot": "#8c564b",
+          "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",
           "jemalloc": "#ff7f0e", "glibc": "#7f7f7f"}   # the same in every chart
 LAT_KEYS = ["p50", "p99", "p999", "max"]
 LAT_LABELS = ["p50", "p99", "p99.9", "max"]
@@ -167,6 +168,32 @@ def throughput_section(results, allocs, idx):
         lines.append(table(["workload", "threads", "flushes/op", "fences/op", "reflushes/op"],
                            rows))
     return "".join(lines)
+
+
+PROTECTION_TARGET = 0.97   # issue: protection costs at most 3 %
+
+
+def protection_section(results, idx):
+    """pheap (metadata protected) against pheap-noprot (PHEAP_PROTECT=off), same build."""
+    points = sorted({(r["workload"], r["threads"]) for r in results
+                     if r["alloc"] == "pheap-noprot" and metric(r, "ops_per_s") is not None},
+                    key=lambda p: (workload_order(results).index(p[0]), p[1]))
+    rows = []
+    for wl, thr in points:
+        on, off = idx.get((wl, thr, "pheap")), idx.get((wl, thr, "pheap-noprot"))
+        if not on or not off or not metric(off, "ops_per_s"):
+            continue
+        v = metric(on, "ops_per_s") / metric(off, "ops_per_s")
+        rows.append([wl, thr, si(metric(on, "ops_per_s")), si(metric(off, "ops_per_s")),
+                     f"{v:.3f}× ({'met' if v >= PROTECTION_TARGET else 'missed'})"])
+    if not rows:
+        return ""
+    return ("\n## Protection\n\nMetadata read-only in the program's mapping (`pheap`, the "
+            "default) against the same build with `PHEAP_PROTECT=off` (`pheap-noprot`): median "
+            f"ops/s and their ratio (target at least {PROTECTION_TARGET}: protection costs at most "
+            "3 %). The key-value workload's row is `pheap-redo ÷ pheap-redo-noprot` in the "
+            "transactions section.\n\n"
+            + table(["workload", "threads", "protected", "off", "protected ÷ off"], rows))
 
 
 def latency_section(results, allocs):
@@ -423,8 +450,9 @@ def backends_section(backends, fs_dir):
                      "threadtest t=1", "threadtest t=2", "fences/op"], rows))
 
 
-KV_VARIANTS = ["pheap-redo", "pheap-undo", "pheap-redo-none", "pmemobj"]
+KV_VARIANTS = ["pheap-redo", "pheap-undo", "pheap-redo-none", "pheap-redo-noprot", "pmemobj"]
 KV_RATIOS = [("pheap-redo", "pmemobj", 1.5), ("pheap-redo", "pheap-redo-none", 0.75),
+             ("pheap-redo", "pheap-redo-noprot", 0.97),
              ("pheap-undo", "pmemobj", None), ("pheap-undo", "pheap-redo", None)]
 
 
@@ -531,7 +559,8 @@ def main():
     idx = index(results)
     title = run["meta"].get("run", os.path.basename(args.json))
     body = [f"# pheap benchmarks: {title}\n\n", meta_section(run["meta"]), "\n",
-            throughput_section(results, allocs, idx), latency_section(results, allocs),
+            throughput_section(results, allocs, idx), protection_section(results, idx),
+            latency_section(results, allocs),
             memory_section(results, allocs), recovery_section(results, allocs),
             recovery_gc_section(results, allocs),
             kv_section(run.get("kv", [])),

@@ -11,7 +11,9 @@
 #
 # usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]
 #   --quick        smaller parameters and a 512 MiB heap, under two minutes
-#   --alloc LIST   allocators to run (default pheap,pheap-gc,pmemobj,mimalloc,jemalloc,glibc)
+#   --alloc LIST   allocators to run (default pheap,pheap-gc,pheap-noprot,pmemobj,mimalloc,
+#                  jemalloc,glibc; pheap-noprot is pheap with PHEAP_PROTECT=off: what
+#                  protection costs)
 #   --fs-dir DIR   where the back-end table runs (default BUILD_DIR-bench/heaps,
 #                  on the file system of the build tree; --fs-dir none skips it)
 #   other options go to pheap_bench (--heap-dir, --heap-size, --threads, --reps, ...)
@@ -32,7 +34,7 @@ usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap
 BUILD=${1%/}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=""
-ALLOCS="pheap,pheap-gc,pmemobj,mimalloc,jemalloc,glibc"
+ALLOCS="pheap,pheap-gc,pheap-noprot,pmemobj,mimalloc,jemalloc,glibc"
 FS_DIR=""
 PASS=""
 while [ $# -gt 0 ]; do
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
     --alloc=*) ALLOCS=${1#--alloc=} ;;
     --fs-dir) [ $# -ge 2 ] || usage; FS_DIR=$2; shift ;;
     --fs-dir=*) FS_DIR=${1#--fs-dir=} ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) PASS="$PASS $1" ;;    # options without spaces, passed through as words
     esac
     shift
@@ -134,6 +136,7 @@ KV_LINES="$RES/$RUN-kv.jsonl"
 : >"$KV_LINES"
 case ",$ALLOCS," in *,pheap,*)
     variants=pheap-redo,pheap-undo,pheap-redo-none
+    case ",$ALLOCS," in *,pheap-noprot,*) variants="$variants,pheap-redo-noprot" ;; esac
     case ",$ALLOCS," in *,pmemobj,*) variants="$variants,pmemobj" ;; esac
     t0=$(date +%s)
     # shellcheck disable=SC2086  # QUICK is empty or one word

@@ -155,6 +155,42 @@ enum pheap_flush_source {
  * DAX", ...); "unknown" for a value outside the enum. */
 const char *pheap_flush_source_name(unsigned source);
 
+/* pheap_options.protect (environment: PHEAP_PROTECT=auto|alias|keys|off).
+ * DESIGN 2.6: a user bug may damage a neighbouring block, never the
+ * allocator.  Every page of the header, roots, lanes and transaction logs,
+ * slab descriptors and bitmaps, extent log and names directory -- and the
+ * blocks of the data region that hold pheap's own metadata (name-directory
+ * segments, transaction-log segments) -- is read-only in the mapping the
+ * program uses (pheap_direct, pheap_offset, initialisers and filters get
+ * addresses in it); a stray store there is a SIGSEGV, not damage.
+ *   ALIAS  (AUTO's choice) pheap writes its metadata through a second shared
+ *          mapping of the same file at an address it never hands out.  No
+ *          system call and no instruction per operation; twice the address
+ *          space (reserved, not memory).
+ *   KEYS   memory protection keys (one mapping, the metadata pages tagged
+ *          with a key whose writes only pheap's calls enable): reserved for
+ *          CPUs that have them; this build refuses it (PHEAP_ENOTSUP).
+ *   OFF    no protection: a debugging aid.  Also what a PHEAP_SNAPSHOT view
+ *          (a private copy-on-write mapping, which nothing can alias) and a
+ *          simulated heap (PHEAP_SIMULATE: its working copy is such a
+ *          mapping) use unless ALIAS is asked for; asked for, a simulated
+ *          heap's working copy is a copy of the file in memory that both
+ *          mappings share (slower opens).
+ * pheap_stats.protection tells what an open uses; a PHEAP_RDONLY open maps
+ * everything read-only (PHEAP_PROTECT_READONLY).  The program's stores
+ * through its own blocks are never checked: an overflow past a block
+ * damages the neighbouring block only (no block has an in-band header). */
+enum pheap_protect_kind {
+    PHEAP_PROTECT_AUTO = 0,
+    PHEAP_PROTECT_ALIAS,    /* metadata read-only in the program's view, written via an alias */
+    PHEAP_PROTECT_KEYS,     /* protection keys: reserved (PHEAP_ENOTSUP) */
+    PHEAP_PROTECT_OFF,      /* nothing protected */
+    PHEAP_PROTECT_READONLY, /* read-only open: the whole mapping is read-only */
+};
+
+/* "alias", "keys", "off", "read-only", "auto"; "unknown" otherwise. */
+const char *pheap_protect_name(unsigned kind);
+
 /* What to expect of each kind (`make bench`, bench/README.md has numbers):
  *   cache-line flushes on DAX   durable against power loss at every fence;
  *                               about 10 M small allocations/s per thread.
@@ -200,7 +236,8 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     /* More of the crash simulator (with PHEAP_SIMULATE; see its section): */
     uint64_t sim_crash_store;   /* or just after this durable store (1-based), same image */
     unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG */
-    unsigned reserved1;         /* must be 0 */
+    unsigned protect;           /* enum pheap_protect_kind: how metadata is kept out of
+                                   the program's reach (0 = AUTO; see "Protection") */
     double sim_store_evict_probability; /* at each durable store, its line is written
                                    back on its own with this probability */
     uint64_t sim_store_seed;    /*   drawn from this seed */
@@ -997,6 +1034,12 @@ struct pheap_stats {
     uint64_t names;           /* named objects (pheap_alloc_named) */
     uint64_t name_segments;   /* blocks the name directory uses (counted in
                                  live_blocks, like the named blocks) */
+    unsigned protection;      /* enum pheap_protect_kind in use (never AUTO; a
+                                 PHEAP_SNAPSHOT, whose private view is not
+                                 protected, reports what a read-write open with
+                                 the same options and environment would use) */
+    uint64_t guarded_blocks;  /* blocks of the data region holding metadata,
+                                 read-only in the program's view now */
     unsigned mode;            /* PHEAP_MODE_WRITABLE or PHEAP_MODE_READONLY */
     unsigned owner_known;     /* 1 if the heap records its owner (format 1.5) */
     uint64_t owner_uid;       /* the owner's user id (when owner_known) */

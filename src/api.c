@@ -35,12 +35,12 @@ ph_export void *pheap_direct(const pheap *h, pheap_off off)
         ph_heap_forked("pheap_direct");
         return NULL;
     }
-    return h->sp.base + off;
+    return ph_space_user(&h->sp, off);
 }
 
 ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
 {
-    uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->sp.base : 0;
+    uintptr_t a = (uintptr_t)addr, b = h ? (uintptr_t)h->sp.view : 0;
     if (ph_unlikely(!h || a < b + h->sp.data_off || a >= b + ph_space_size(&h->sp))) {
         if (!h)
             ph_err(PHEAP_EINVAL, "pheap_offset: heap is NULL");
@@ -55,18 +55,30 @@ ph_export pheap_off pheap_offset(const pheap *h, const void *addr)
     return a - b;
 }
 
-/* Clamps [addr, addr+len) to the mapping; 0 if nothing is left. */
+/* Clamps [addr, addr+len), an address range of the program's view (or of
+ * pheap's own, which white-box tests hold), to the mapping; 0 if nothing
+ * is left.  *addr becomes pheap's own address of the same bytes. */
 static size_t clamp(const pheap *h, const void **addr, size_t len)
 {
-    uintptr_t a = (uintptr_t)*addr, b = (uintptr_t)h->sp.base, e = b + ph_space_size(&h->sp);
+    uintptr_t a = (uintptr_t)*addr, b = (uintptr_t)h->sp.view, e = b + ph_space_size(&h->sp);
+    if (a - (uintptr_t)h->sp.base < ph_space_size(&h->sp)) {
+        b = (uintptr_t)h->sp.base;
+        e = b + ph_space_size(&h->sp);
+    }
     if (h->readonly || a >= e || a + len <= b || a + len < a)
         return 0;
     if (a < b) {
         len -= b - a;
         a = b;
     }
-    *addr = (const void *)a;
+    *addr = ph_space_at(&h->sp, a - b);
     return PH_MIN(len, e - a);
+}
+
+ph_export const char *pheap_protect_name(unsigned kind)
+{
+    static const char *const names[] = {"auto", "alias", "keys", "off", "read-only"};
+    return kind < PH_ARRAY_LEN(names) ? names[kind] : "unknown";
 }
 
 ph_export void pheap_flush(pheap *h, const void *addr, size_t len)
@@ -136,6 +148,8 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->last_open = ph_load(&h->sp.state->xlast_open);
     out->roots = pheap_root_count(h);
     ph_names_stats(h, &out->names, &out->name_segments);
+    out->protection = h->snapshot ? h->sp.protect_rw : h->sp.protect;
+    out->guarded_blocks = ph_space_guarded_count(&h->sp);
     out->mode = (unsigned)pheap_get_mode(h);
     out->owner_known = (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) != 0;
     out->owner_uid = out->owner_known ? h->hdr.owner_uid : 0;

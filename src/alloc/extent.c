@@ -304,6 +304,7 @@ int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind
 
 void ph_extent_release(ph_extents *x, uint64_t off)
 {
+    ph_space_unguard(x->sp, off); /* never hand out a page the program cannot write */
     /* The node is RESERVED, so no one else changes it or its head[] slot
      * (only free nodes merge): read it without the lock. */
     ph_extnode *n = x->head[page_of(x, off)];

@@ -3,6 +3,8 @@
  */
 #include "alloc/space.h"
 
+#include <string.h>
+
 #include "os/os.h"
 #include "pheap.h"
 #include "util/error.h"
@@ -39,7 +41,7 @@ static int reserve(ph_space *s, uint64_t cur, uint64_t want)
 static int extend(ph_space *s, uint64_t cur, uint64_t need, uint64_t *want)
 {
     if (s->sim) {
-        int rc = ph_os_map_anon(s->base + cur, *want - cur);
+        int rc = ph_space_extend_map(s, cur, *want);
         if (!rc)
             ph_sim_file_resize(s->sim, *want);
         return rc;
@@ -49,9 +51,7 @@ static int extend(ph_space *s, uint64_t cur, uint64_t need, uint64_t *want)
         *want = need; /* no room to double: what is needed */
         rc = reserve(s, cur, *want);
     }
-    if (!rc)
-        rc = ph_os_map_file(s->fd, s->base + cur, *want - cur, cur, PH_MAP_SHARED, s->dax, NULL);
-    return rc;
+    return rc ? rc : ph_space_extend_map(s, cur, *want);
 }
 
 /* Makes the file's length durable (a new length is file-system metadata:
@@ -110,8 +110,11 @@ void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
     uint64_t first = PH_ALIGN_UP(off, PH_PAGE_SIZE), end = PH_ALIGN_DOWN(off + len, PH_PAGE_SIZE);
     if (s->inherited || s->snapshot || end <= first)
         return;
-    if (s->sim)
+    if (s->sim) { /* the working copy (both views see its hole), then the durable image */
+        if (s->wfd >= 0 ? ph_os_punch_hole(s->wfd, first, end - first) != 0
+                        : ph_os_map_anon(s->base + first, end - first) != 0)
+            memset(s->base + first, 0, end - first);
         ph_sim_punch(s->sim, first, end - first);
-    else
+    } else
         (void)ph_os_punch_hole(s->fd, first, end - first);
 }

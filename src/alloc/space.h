@@ -18,8 +18,21 @@
 /* Invariants: [base, base + xsize) is mapped and backed by the file (or, in
  * simulation, by the private working copy); xsize <= max_size <= reserve;
  * state->xsize == xsize once a growth has committed. */
+typedef struct ph_protected ph_protected;
+
 typedef struct ph_space {
-    char *base;               /* start of the mapping */
+    char *base;               /* pheap's own view of the file: the one its code
+                                 reads and writes through (ph_space_at) */
+    char *view;               /* the program's view (pheap_direct): the same
+                                 file, its metadata read-only; == base when
+                                 protect is not PHEAP_PROTECT_ALIAS */
+    unsigned protect;         /* enum pheap_protect_kind in use */
+    unsigned protect_rw;      /* what a read-write open would use (snapshots report it) */
+    int wfd;                  /* simulation: the memfd holding the working copy
+                                 (both views map it); -1 otherwise */
+    ph_protected *guarded;    /* metadata blocks of the data region, read-only
+                                 in the view (names segments, transaction log
+                                 segments) */
     uint64_t xsize;           /* bytes mapped now; grows under grow_lock */
     uint64_t data_off;        /* first byte of the data region */
     uint64_t reserve;         /* bytes of address space reserved */
@@ -46,6 +59,74 @@ static inline void *ph_space_at(const ph_space *s, uint64_t off)
 {
     return s->base + off;
 }
+
+/* The program's address of offset `off` (what pheap_direct returns, and
+ * what initialisers and filters are given). */
+static inline void *ph_space_user(const ph_space *s, uint64_t off)
+{
+    return s->view + off;
+}
+
+/* The offset of a program's address, which must be in the view:
+ * (uintptr_t)addr - view; callers check the range. */
+static inline uint64_t ph_space_user_off(const ph_space *s, const void *addr)
+{
+    return (uint64_t)((uintptr_t)addr - (uintptr_t)s->view);
+}
+
+/* ---- mapping and protection (alloc/space_map.c) ----
+ * ph_space_map maps a heap whose fd, path, xsize, data_off, reserve and
+ * max_size are set: `kind` is PH_MAP_SHARED, PH_MAP_PRIVATE (a snapshot)
+ * or PH_MAP_READONLY; `simulated` puts the working copy in a memfd (the
+ * simulator's durable image is made from the file by the caller).
+ * `protect` (enum pheap_protect_kind, AUTO resolved here) chooses how the
+ * metadata -- every page below data_off, and the blocks later given to
+ * ph_space_guard -- is kept out of the program's reach:
+ *   ALIAS  a second shared mapping of the same file, s->view, whose
+ *          metadata pages are read-only; pheap writes through s->base,
+ *          at an address it never hands out.
+ *   KEYS   (memory protection keys) reserved: PHEAP_ENOTSUP for now.
+ *   OFF    one mapping, everything writable (a debugging aid); also what
+ *          a snapshot (a private copy-on-write mapping cannot be aliased)
+ *          uses.
+ *   READONLY  a read-only open: the one mapping is read-only throughout.
+ * AUTO is ALIAS, but OFF for a simulated heap: the simulator's working
+ * copy is then a private copy-on-write mapping of the file, which no
+ * second mapping can share; asked for, ALIAS puts the working copy of a
+ * simulated heap in a memfd both views map (each open copies the file's
+ * pages that hold something, and every page it touches takes memory).
+ * *dax tells whether the file mapped with MAP_SYNC.
+ * Errors: PHEAP_ENOTSUP (KEYS asked for and not available), PHEAP_ENOMEM,
+ * PHEAP_EIO. */
+int ph_space_map(ph_space *s, int kind, int simulated, unsigned protect, int *dax);
+
+/* Unmaps both views and closes the working copy.  Idempotent. */
+void ph_space_unmap(ph_space *s);
+
+/* Maps [cur, want) of the grown file (or working copy) into both views:
+ * data, readable and writable in both. */
+int ph_space_extend_map(ph_space *s, uint64_t cur, uint64_t want);
+
+/* Records the block [off, off+len) of the data region (whole pages) as
+ * one that holds pheap's own metadata -- the program's calls may not free
+ * it or write through it (ph_space_guarded_at) -- and makes it read-only in
+ * the program's view (ALIAS).  A
+ * block given already is left as it is.  Best effort: when memory or the
+ * kernel refuses, the block stays as it was. */
+void ph_space_guard(ph_space *s, uint64_t off, uint64_t len);
+
+/* 1 when offset `off` lies in a guarded block.  No system call; a lock
+ * only while some block is guarded. */
+int ph_space_guarded_at(ph_space *s, uint64_t off);
+
+/* Gives the block at `off` back to the program's access if ph_space_guard
+ * took it; nothing otherwise.  Every free of a large block calls it, so
+ * that no guarded page is ever handed out.  Costs no system call for a
+ * block that was not guarded. */
+void ph_space_unguard(ph_space *s, uint64_t off);
+
+/* Blocks guarded now. */
+uint64_t ph_space_guarded_count(const ph_space *s);
 
 /* The clock of timed work (purges): real time, or the simulator's logical
  * clock, so that a simulated heap's fences do not depend on timing. */

@@ -45,17 +45,30 @@ ph_thread *ph_heap_writer_in_tx(pheap *h, const char *call)
     return writer(h, call, 0);
 }
 
-/* 0 if the 8-byte word the caller passed by address is an aligned word of
- * a live block: PHEAP_ERANGE outside the data region, PHEAP_ENOTLIVE in
- * free space (where the word could be handed out, even as the very block
- * being allocated). */
-static int word_in_heap(pheap *h, const uint64_t *w, const char *call)
+int ph_heap_guarded(pheap *h, uint64_t off, uint64_t len, const char *call)
 {
-    uintptr_t a = (uintptr_t)w, b = (uintptr_t)h->sp.base;
+    if (ph_likely(!ph_space_guarded_count(&h->sp)) ||
+        (!ph_space_guarded_at(&h->sp, off) && !ph_space_guarded_at(&h->sp, off + len - 1)))
+        return 0;
+    return ph_err(PHEAP_EINVAL, "%s: %llu is in a block that holds pheap's own metadata (a "
+                  "name-directory or transaction-log segment), never one of the program's",
+                  call, (unsigned long long)off);
+}
+
+/* 0 if the 8-byte word the caller passed by address (in its view) is an
+ * aligned word of a live block of the program's, and *w then pheap's own
+ * address of it: PHEAP_ERANGE outside the data region, PHEAP_ENOTLIVE in
+ * free space (where the word could be handed out, even as the very block
+ * being allocated), PHEAP_EINVAL in a guarded block. */
+static int word_in_heap(pheap *h, uint64_t **w, const char *call)
+{
+    uintptr_t a = (uintptr_t)*w, b = (uintptr_t)h->sp.view;
     if (a < b + h->sp.data_off || a + 8 > b + ph_space_size(&h->sp) || a % 8)
         return ph_err(PHEAP_ERANGE, "%s: the word at %p is not an aligned word of the heap's data "
-                      "region", call, (const void *)w);
-    return ph_engine_word_live(h->engine, a - b, call);
+                      "region", call, (const void *)*w);
+    *w = ph_space_at(&h->sp, a - b); /* pheap's own address of it */
+    int rc = ph_heap_guarded(h, a - b, 8, call);
+    return rc ? rc : ph_engine_word_live(h->engine, a - b, call);
 }
 
 static int offset_in_heap(pheap *h, pheap_off off)
@@ -86,7 +99,8 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 static int call_user_init(void *arg, void *block, size_t usable)
 {
     ph_user_init *u = arg;
-    return u->fn(u->h, block, usable, u->arg);
+    uint64_t off = (uint64_t)((char *)block - u->h->sp.base);
+    return u->fn(u->h, ph_space_user(&u->h->sp, off), usable, u->arg);
 }
 
 int ph_heap_block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, ph_user_init *u,
@@ -126,6 +140,8 @@ ph_export int pheap_free(pheap *h, pheap_off off)
         return rc;
     if (h->gc && ph_likely(ph_engine_gc_free_fast(h->engine, &t->tc, off)))
         return 0;
+    if (off % PH_PAGE_SIZE == 0 && (rc = ph_heap_guarded(h, off, 1, "pheap_free")) != 0)
+        return rc; /* guarded blocks are large: page-aligned */
     return ph_engine_free(h->engine, &t->tc, &t->pctx, off);
 }
 
@@ -136,7 +152,7 @@ ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
         return pheap_errno();
     if (size == 0)
         return ph_err(PHEAP_EINVAL, "pheap_alloc_to: size 0");
-    int rc = word_in_heap(h, dest, "pheap_alloc_to");
+    int rc = word_in_heap(h, &dest, "pheap_alloc_to");
     return rc ? rc : ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest, NULL);
 }
 
@@ -153,7 +169,7 @@ ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsign
         return rc;
     if (size == 0)
         return ph_err(PHEAP_EINVAL, "pheap_alloc_to_init: size 0");
-    if ((rc = word_in_heap(h, dest, "pheap_alloc_to_init")) != 0)
+    if ((rc = word_in_heap(h, &dest, "pheap_alloc_to_init")) != 0)
         return rc;
     return ph_engine_alloc_to(h->engine, &t->tc, &t->pctx, size, dest, &bi);
 }
@@ -163,7 +179,10 @@ ph_export int pheap_free_from(pheap *h, pheap_off *src)
     ph_thread *t = ph_heap_writer(h, "pheap_free_from");
     if (ph_unlikely(!t))
         return pheap_errno();
-    int rc = word_in_heap(h, src, "pheap_free_from");
+    int rc = word_in_heap(h, &src, "pheap_free_from");
+    uint64_t off = rc ? 0 : ph_load(src);
+    if (!rc && off && off % PH_PAGE_SIZE == 0)
+        rc = ph_heap_guarded(h, off, 1, "pheap_free_from");
     return rc ? rc : ph_engine_free_from(h->engine, &t->tc, &t->pctx, src);
 }
 

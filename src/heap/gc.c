@@ -496,6 +496,8 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
         h->needs_recovery = 0;
     if (!rc) /* a name-segment rebuild cut short, now that the allocator is right */
         rc = ph_names_recover(h, t);
+    if (!rc)
+        ph_names_guard(h);
     if (out)
         *out = rep;
     return rc;

@@ -140,6 +140,11 @@ ph_thread *ph_heap_writer(pheap *h, const char *call);
  * mode. */
 ph_thread *ph_heap_writer_in_tx(pheap *h, const char *call);
 
+/* PHEAP_EINVAL (message naming `call`) when [off, off+len) starts or ends
+ * in a block that holds pheap's own metadata (ph_space_guard): the
+ * program's calls never free such a block or write through it. */
+int ph_heap_guarded(pheap *h, uint64_t off, uint64_t len, const char *call);
+
 /* A user's initialiser, called by the engine with the handle added
  * (alloc.c). */
 typedef struct ph_user_init {

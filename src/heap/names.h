@@ -44,6 +44,10 @@ typedef struct ph_name_ref {
 int ph_names_open(pheap *h);
 void ph_names_close(pheap *h);
 
+/* Guards (ph_space_guard) every segment of the directory: at open, once
+ * recovery is done (segments made later are guarded as they are made). */
+void ph_names_guard(pheap *h);
+
 /* Finishes or undoes a rebuild a crash interrupted (read-write opens: LOG
  * mode at open, GC mode after pheap_recover). */
 int ph_names_recover(pheap *h, ph_thread *t);

@@ -95,6 +95,24 @@ static uint64_t seg_bytes(unsigned home_bits)
     return sizeof(ph_names_seg) + ((1ull << home_bits) + PH_NAMES_SPILL) * PH_LINE_SIZE;
 }
 
+/* The whole pages of a segment's block: what ph_space_guard protects. */
+static uint64_t seg_span(unsigned home_bits)
+{
+    return PH_ALIGN_UP(seg_bytes(home_bits), PH_PAGE_SIZE);
+}
+
+static int guard_segment(void *arg, ph_names_seg *s, uint64_t off)
+{
+    ph_space_guard(arg, off, seg_span((unsigned)s->home_bits));
+    return 0;
+}
+
+void ph_names_guard(pheap *h)
+{
+    if (h->names)
+        (void)ph_names_each_segment(h, guard_segment, &h->sp);
+}
+
 int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg)
 {
     ph_names *n = h->names;
@@ -525,8 +543,10 @@ static int rebuild(pheap *h, ph_thread *t, ph_names_seg *s, uint64_t so, unsigne
     for (; made < nseg && !rc; made++) {
         rc = ph_engine_alloc_to(h->engine, &t->tc, c, seg_bytes(bits[made]), &hd->xnew[made],
                                 NULL);
-        if (!rc)
+        if (!rc) {
             ph_persist_flush(&h->sp.persist, c, &hd->xnew[made], 8); /* GC mode stores only */
+            ph_space_guard(&h->sp, ph_load(&hd->xnew[made]), seg_span(bits[made]));
+        }
     }
     for (unsigned i = 0; i < nseg && !rc; i++) {
         ph_names_seg *ns = ph_space_at(&h->sp, ph_load(&hd->xnew[i]));

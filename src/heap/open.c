@@ -210,23 +210,19 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     long os_page = sysconf(_SC_PAGESIZE);
     h->sp.reserve = PH_ALIGN_UP(h->hdr.max_size, (uint64_t)os_page);
     h->sp.max_size = h->hdr.max_size;
-    void *base;
-    int rc = ph_os_reserve(h->sp.reserve, &base);
-    if (rc)
-        return rc;
-    h->sp.base = base;
-    int kind = h->snapshot                  ? PH_MAP_PRIVATE
-               : h->readonly                ? PH_MAP_READONLY
-               : h->flags & PHEAP_SIMULATE ? PH_MAP_PRIVATE
-                                            : PH_MAP_SHARED;
-    int dax = 0;
-    rc = ph_os_map_file(h->sp.fd, base, ph_space_size(&h->sp), 0, kind, kind != PH_MAP_PRIVATE, &dax);
+    h->sp.data_off = ph_header_region(&h->hdr, PH_REGION_DATA)->offset;
+    int kind = h->snapshot   ? PH_MAP_PRIVATE
+               : h->readonly ? PH_MAP_READONLY
+                             : PH_MAP_SHARED;
+    int dax = 0, sim = (h->flags & PHEAP_SIMULATE) != 0;
+    int rc = ph_space_map(&h->sp, kind, sim, cfg->protect, &dax);
     if (rc)
         return rc;
     h->sp.dax = (unsigned)dax;
     h->sp.in_memory = (unsigned)ph_os_file_in_memory(h->sp.fd);
-    if (h->flags & PHEAP_SIMULATE) {
-        rc = ph_sim_create(&h->sp.sim, h->sp.base, ph_space_size(&h->sp), h->sp.reserve, h->sp.fd);
+    if (sim) {
+        rc = ph_sim_create(&h->sp.sim, h->sp.base, h->sp.view, ph_space_size(&h->sp),
+                           h->sp.reserve, h->sp.fd);
         if (!rc && opts) {
             ph_sim_crash_spec spec = {opts->sim_crash_fence, opts->sim_crash_store,
                                       opts->sim_evict_probability, opts->sim_seed,
@@ -253,7 +249,6 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     rc = ph_persist_init(&h->sp.persist, h->snapshot ? PHEAP_FLUSH_NONE : h->flush, h->sp.sim);
     if (rc)
         return rc;
-    h->sp.data_off = ph_header_region(&h->hdr, PH_REGION_DATA)->offset;
     h->sp.state = (ph_state *)(h->sp.base + PH_STATE_OFFSET);
     h->sp.slab_region = ph_header_region(&h->hdr, PH_REGION_SLABS)->offset;
     h->sp.lane_region = ph_header_region(&h->hdr, PH_REGION_LANES)->offset;
@@ -275,7 +270,7 @@ static void release(pheap *h)
         ph_thread_unregister_heap(h, 0);
     ph_engine_close(h->engine);
     ph_sim_destroy(h->sp.sim);
-    ph_os_unreserve(h->sp.base, h->sp.reserve);
+    ph_space_unmap(&h->sp);
     if (h->sp.fd >= 0)
         close(h->sp.fd);
     pthread_mutex_destroy(&h->sp.grow_lock);
@@ -339,8 +334,11 @@ static int start_session(pheap *h)
         ph_thread *t = ph_thread_get(h);
         if (!t)
             return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
-        return ph_names_recover(h, t);
+        if ((rc = ph_names_recover(h, t)) != 0)
+            return rc;
     }
+    if (!h->needs_recovery)
+        ph_names_guard(h);
     return 0;
 }
 
@@ -366,6 +364,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     h->path = file;
     path = file; /* a name is its file in the heap directory from here on */
     h->sp.fd = -1;
+    h->sp.wfd = -1;
     h->sp.path = h->path;
     h->flags = cfg.flags;
     h->snapshot = (cfg.flags & PHEAP_SNAPSHOT) != 0;

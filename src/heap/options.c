@@ -33,12 +33,29 @@ static int env_flush(const char *value, ph_config *cfg)
     return 0;
 }
 
+static int env_protect(const char *value, ph_config *cfg)
+{
+    static const char *const names[] = {"auto", "alias", "keys", "off"};
+    for (unsigned k = 0; k < PH_ARRAY_LEN(names); k++)
+        if (strcmp(value, names[k]) == 0) {
+            if (cfg->protect == PHEAP_PROTECT_AUTO)
+                cfg->protect = k;
+            return 0;
+        }
+    return ph_err(PHEAP_EINVAL, "PHEAP_PROTECT=%s: unknown value (auto, alias, keys, off)", value);
+}
+
 static const option_def option_table[] = {
     {"PHEAP_FLUSH", "auto",
      "How stores are made durable: clwb, clflushopt, clflush (cache-line flushes), msync "
      "(page write-back, for files not on DAX), none (process-crash durability only) or auto "
      "(cache-line flushes on DAX, msync otherwise). pheap_options.flush wins over it.",
      env_flush},
+    {"PHEAP_PROTECT", "auto",
+     "How the allocator's metadata is kept out of the program's reach: alias (read-only in the "
+     "program's mapping, written through a second mapping), off (a debugging aid) or auto "
+     "(alias); keys (memory protection keys) is reserved and refused for now. pheap_options.protect wins over it.",
+     env_protect},
     {"PHEAP_DIR", "$XDG_DATA_HOME/pheap, else ~/.local/share/pheap",
      "The heap directory: where pheap_open looks up a heap name (no '/': \"mydata\" is "
      "mydata.heap there) and what pheap ls lists; see pheap_dir. Read by pheap_dir, not merged "
@@ -67,8 +84,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.mode: %#o is not a permission mask", opts->mode);
     if (opts->consistency > PHEAP_CONSISTENCY_GC)
         return ph_err(PHEAP_EINVAL, "options.consistency: unknown mode %u", opts->consistency);
-    if (opts->reserved1)
-        return ph_err(PHEAP_EINVAL, "options.reserved1 must be 0");
+    if (opts->protect > PHEAP_PROTECT_OFF)
+        return ph_err(PHEAP_EINVAL, "options.protect: unknown kind %u", opts->protect);
     if ((opts->sim_crash_fence || opts->sim_crash_store || opts->sim_crash_image ||
          opts->sim_mode || opts->sim_store_evict_probability > 0.0 || opts->sim_schedule_seed ||
          opts->sim_crash_site) &&
@@ -96,6 +113,7 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
                       (unsigned long long)opts->max_size, (unsigned long long)opts->size);
     cfg->flush = opts->flush;
     cfg->consistency = opts->consistency;
+    cfg->protect = opts->protect;
     if (cfg->flush != PHEAP_FLUSH_AUTO)
         cfg->flush_source = PHEAP_FLUSH_FROM_OPTION;
     for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++) {

@@ -202,7 +202,7 @@ void ph_tx_thread_exit(pheap *h, ph_thread *t, int rollback_open)
  * region; else PHEAP_EINVAL or PHEAP_ERANGE, message naming `call`. */
 static int data_range(pheap *h, const void *addr, size_t len, uint64_t *off, const char *call)
 {
-    uintptr_t a = (uintptr_t)addr, b = (uintptr_t)h->sp.base;
+    uintptr_t a = (uintptr_t)addr, b = (uintptr_t)h->sp.view;
     uint64_t size = ph_space_size(&h->sp);
     if (len == 0)
         return ph_err(PHEAP_EINVAL, "%s: length 0", call);
@@ -210,7 +210,7 @@ static int data_range(pheap *h, const void *addr, size_t len, uint64_t *off, con
         return ph_err(PHEAP_ERANGE, "%s: [%p, +%zu) is not inside the heap's data region", call,
                       addr, len);
     *off = a - b;
-    return 0;
+    return ph_heap_guarded(h, *off, len, call);
 }
 
 /* Checks that [addr, addr + len) lies in the data region and in one live
@@ -587,6 +587,9 @@ ph_export int pheap_tx_free(pheap *h, pheap_off off)
     if (off < h->sp.data_off || off >= ph_space_size(&h->sp))
         return ph_err(PHEAP_ERANGE, "pheap_tx_free: offset %llu is outside the heap's data region",
                       (unsigned long long)off);
+    int rc = ph_heap_guarded(h, off, 1, "pheap_tx_free");
+    if (rc)
+        return rc;
     uint64_t bytes = 0;
     int fresh = 0;
     for (size_t i = tx->changes.n; i-- > 0;) {
@@ -600,7 +603,7 @@ ph_export int pheap_tx_free(pheap *h, pheap_off off)
         bytes = c->bytes;
         break;
     }
-    int rc = fresh ? 0 : ph_engine_usable(h->engine, off, &bytes);
+    rc = fresh ? 0 : ph_engine_usable(h->engine, off, &bytes);
     if (rc) {
         if (rc == PHEAP_EDOUBLEFREE)
             ph_err(rc, "pheap_tx_free: double free of the block at %llu", (unsigned long long)off);

@@ -55,6 +55,7 @@ static int log_grow(pheap *h, ph_thread *t, ph_tx *tx, size_t need)
     tx->pos += sizeof(ph_txrec);
     ph_persist_flush(ph_tx_persist(h), &t->pctx, tx->seg.records + tx->flushed,
                      tx->pos - tx->flushed);
+    ph_space_guard(&h->sp, ph_load_relaxed(tx->seg.next), bytes);
     ph_txseg_header *sh = ph_space_at(&h->sp, ph_load_relaxed(tx->seg.next));
     tx->seg = (ph_txseg){(uint8_t *)(sh + 1), bytes - PH_LINE_SIZE, &sh->xnext};
     tx->seg_bytes = bytes;

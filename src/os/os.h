@@ -100,6 +100,20 @@ int ph_os_file_in_memory(int fd);
 /* Maps zero-filled private memory at the fixed address `addr`. */
 int ph_os_map_anon(void *addr, size_t len);
 
+/* Creates an anonymous in-memory file (memfd) of `size` zero bytes and
+ * stores its descriptor: a working copy that several mappings can share.
+ * Errors: PHEAP_ENOMEM, PHEAP_EIO. */
+int ph_os_memfd(uint64_t size, int *out);
+
+/* Copies the first `size` bytes of file `fd` (a multiple of 8) to `dst`,
+ * which reads as zeros: only the pages that hold something, so that holes
+ * and zero pages of the file stay unallocated in `dst`. */
+int ph_os_copy_file(int fd, uint64_t size, char *dst);
+
+/* Makes the whole OS pages of [addr, addr+len), inside a mapping,
+ * read-only (writable == 0) or readable and writable. */
+int ph_os_protect(void *addr, size_t len, int writable);
+
 /* Faults in [addr, addr+len) for writing ahead of use (file pages are
  * allocated), so that later stores take no page fault.  Best effort. */
 void ph_os_populate(void *addr, size_t len);

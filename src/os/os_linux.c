@@ -438,6 +438,59 @@ int ph_os_file_in_memory(int fd)
     return fs.f_type == 0x01021994 || fs.f_type == (__typeof__(fs.f_type))0x858458f6;
 }
 
+int ph_os_memfd(uint64_t size, int *out)
+{
+    int m = memfd_create("pheap-working-copy", MFD_CLOEXEC);
+    if (m < 0)
+        return ph_err_sys("cannot create the working copy of", "heap file");
+    if (ftruncate(m, (off_t)size) != 0) {
+        int rc = ph_err_sys("cannot size the working copy of", "heap file");
+        close(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+int ph_os_copy_file(int fd, uint64_t size, char *dst)
+{
+    if (!size)
+        return 0;
+    char *src = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (src == MAP_FAILED)
+        return ph_err_sys("cannot map for copying", "heap file");
+    /* Data ranges only (SEEK_DATA; the whole file where it is not known),
+     * and of those only the pages that hold something: a page of zeros
+     * is left to read as a hole. */
+    for (uint64_t at = 0; at < size;) {
+        off_t d = lseek(fd, (off_t)at, SEEK_DATA);
+        if (d < 0 && errno == ENXIO)
+            break;
+        uint64_t from = d < 0 ? at : (uint64_t)d;
+        off_t e = d < 0 ? (off_t)size : lseek(fd, d, SEEK_HOLE);
+        uint64_t to = PH_MIN(e < 0 ? size : (uint64_t)e, size);
+        for (uint64_t p = PH_ALIGN_DOWN(from, 4096); p < to; p += 4096) {
+            size_t len = (size_t)PH_MIN((uint64_t)4096, size - p);
+            const uint64_t *w = (const uint64_t *)(src + p);
+            size_t k = 0;
+            while (k < len / 8 && w[k] == 0)
+                k++;
+            if (k < len / 8)
+                memcpy(dst + p, src + p, len);
+        }
+        at = to > from ? to : size;
+    }
+    munmap(src, size);
+    return 0;
+}
+
+int ph_os_protect(void *addr, size_t len, int writable)
+{
+    if (len && mprotect(addr, len, writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0)
+        return ph_err_sys("cannot change the protection of", "heap pages");
+    return 0;
+}
+
 void ph_os_populate(void *addr, size_t len)
 {
 #ifdef MADV_POPULATE_WRITE

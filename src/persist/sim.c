@@ -54,7 +54,7 @@ struct ph_sim_pending {
 
 enum { EV_STORE = 1, EV_FLUSH, EV_FENCE };
 
-int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity, int fd)
+int ph_sim_create(ph_sim **out, char *working, char *view, uint64_t size, uint64_t capacity, int fd)
 {
     ph_sim *s = calloc(1, sizeof(*s));
     if (!s)
@@ -84,6 +84,7 @@ int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity,
     }
     pthread_mutex_init(&s->lock, NULL);
     s->working = working;
+    s->view = view != working ? view : NULL;
     s->size = s->durable_size = size;
     s->capacity = capacity;
     *out = s;
@@ -271,9 +272,8 @@ void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len)
     if (off < s->size) {
         len = PH_MIN(len, s->size - off);
         /* Fresh zero pages (no copy, no fault until written) where the
-         * range is whole OS pages, as a punch always is. */
-        if (ph_os_map_anon(s->working + off, len) != 0)
-            memset(s->working + off, 0, len);
+         * range is whole OS pages, as a punch always is.  The working
+         * copy is the caller's to clear. */
         if (ph_os_map_anon(s->durable + off, len) != 0)
             memset(s->durable + off, 0, len);
         changed(s, off, len);
@@ -307,9 +307,18 @@ static ph_sim_line *pending_add(ph_sim *s, ph_pctx *c)
     return &q->lines[q->n++];
 }
 
-static int in_working(const ph_sim *s, uintptr_t addr)
+/* Whether `*addr` is in the working copy, through either view; a view
+ * address is turned into the working copy's. */
+static int in_working(const ph_sim *s, uintptr_t *addr)
 {
-    return addr >= (uintptr_t)s->working && addr < (uintptr_t)s->working + ph_load_relaxed(&s->size);
+    uint64_t size = ph_load_relaxed(&s->size);
+    if (*addr - (uintptr_t)s->working < size)
+        return 1;
+    if (s->view && *addr - (uintptr_t)s->view < size) {
+        *addr = *addr - (uintptr_t)s->view + (uintptr_t)s->working;
+        return 1;
+    }
+    return 0;
 }
 
 /* One durable 8-byte store at working offset `at`, already made: counts
@@ -340,9 +349,10 @@ void ph_sim_store(struct ph_sim *s, ph_pctx *c, uint64_t *dst, uint64_t v)
 {
     (void)c;
     ph_store(dst, v);
-    if (!in_working(s, (uintptr_t)dst))
+    uintptr_t a = (uintptr_t)dst;
+    if (!in_working(s, &a))
         return;
-    uint64_t at = (uint64_t)((uintptr_t)dst - (uintptr_t)s->working), word = at / 8;
+    uint64_t at = (uint64_t)(a - (uintptr_t)s->working), word = at / 8;
     /* The word is now an ordinary dirty word, whatever a non-temporal
      * store left pending in it. */
     __atomic_fetch_and(&s->xnt[word / 64], ~(1ull << (word % 64)), __ATOMIC_RELAXED);
@@ -356,10 +366,11 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
      * the higher stamp and contents at least as new. */
     pthread_mutex_lock(&s->lock);
     for (uint64_t i = 0; i < n; i++, line += PH_CACHE_LINE) {
-        if (!in_working(s, line))
+        uintptr_t a = line;
+        if (!in_working(s, &a))
             continue;
         ph_sim_line *sl = pending_add(s, c);
-        sl->index = (line - (uintptr_t)s->working) / PH_CACHE_LINE;
+        sl->index = (a - (uintptr_t)s->working) / PH_CACHE_LINE;
         sl->from = 0;
         sl->len = PH_CACHE_LINE;
         sl->nt = 0;
@@ -378,9 +389,10 @@ static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_
     ph_sim *s = p->sim;
     for (unsigned i = 0; i < n; i++)
         ph_store(&dst[i], src[i]);
-    if (!in_working(s, (uintptr_t)dst))
+    uintptr_t a = (uintptr_t)dst;
+    if (!in_working(s, &a))
         return;
-    uint64_t at = (uint64_t)((uintptr_t)dst - (uintptr_t)s->working);
+    uint64_t at = (uint64_t)(a - (uintptr_t)s->working);
     ph_sim_line *sl = pending_add(s, c);
     sl->index = at / PH_CACHE_LINE;
     sl->from = (uint32_t)(at % PH_CACHE_LINE);

@@ -39,7 +39,8 @@ typedef struct ph_sim_crash_spec {
 
 typedef struct ph_sim {
     pthread_mutex_t lock;        /* guards durable[], the sizes and the dump */
-    char *working;               /* the heap mapping (private copy) */
+    char *working;               /* the heap's working copy, as pheap maps it */
+    char *view;                  /* a second mapping of it (the program's view), or NULL */
     char *durable;               /* durable image, capacity bytes */
     uint64_t *changed;           /* bit per PH_SIM_PAGE of durable[]: differs
                                     from the file it was read from */
@@ -76,8 +77,10 @@ typedef struct ph_sim {
 extern const ph_persist_ops ph_sim_ops;
 
 /* Creates a simulator over `working` (size bytes, growable to capacity)
- * whose durable image starts as the first `size` bytes of file `fd`. */
-int ph_sim_create(ph_sim **out, char *working, uint64_t size, uint64_t capacity, int fd);
+ * whose durable image starts as the first `size` bytes of file `fd`.
+ * `view`, when not `working`, maps the same memory: stores and flushes
+ * through it count as through `working`. */
+int ph_sim_create(ph_sim **out, char *working, char *view, uint64_t size, uint64_t capacity, int fd);
 void ph_sim_destroy(ph_sim *s);
 
 /* Sets the automatic dump (see ph_sim_crash_spec) and the run's eviction
@@ -99,8 +102,8 @@ int ph_sim_write_durable(ph_sim *s, int fd);
 void ph_sim_file_resize(ph_sim *s, uint64_t size);
 void ph_sim_file_sync(ph_sim *s);
 
-/* Hole punch: [off, off+len) reads as zeros, in the program's view and in
- * the durable image. */
+/* Hole punch: [off, off+len) reads as zeros in the durable image (the
+ * caller clears the working copy). */
 void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len);
 
 /* A logical clock for the heap's timed work (purges): 10 us per fence, so

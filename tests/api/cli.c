@@ -202,6 +202,7 @@ TEST(info_text)
     CHECK_TOOL((v = ph_test_text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
     CHECK_TOOL((v = ph_test_text_field(r->out, "format:")) && strncmp(v, "1.5", 3) == 0, r);
     CHECK_TOOL((v = ph_test_text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "protection:")) && strncmp(v, "alias:", 6) == 0, r);
     for (int i = 0; i < 3; i++) {
         const char *line = strstr(r->out, names[i]);
         CHECK_TOOL(line, r);
@@ -236,6 +237,7 @@ TEST(info_json)
     snprintf(want, sizeof(want), "\"uuid\": \"%s\"", u);
     CHECK_TOOL(strstr(r->out, want), r);
     CHECK_TOOL(strstr(r->out, "\"roots\": ["), r);
+    CHECK_TOOL(strstr(r->out, "\"protection\": \"alias\""), r);
     static const char *const escaped[] = {"\"plain\"", "\"quote\\\"back\\\\slash\"",
                                           "\"tab\\u0009here\"", "\"ctl\\u0001\""};
     for (int i = 0; i < 4; i++) {

@@ -87,6 +87,9 @@ const char *cli_text_name(char buf[CLI_TEXT_NAME_MAX], const char *s);
 /* What survives a crash with the flush kind of `st`, as a phrase. */
 const char *cli_durability(const struct pheap_stats *st);
 
+/* How the metadata is protected, as a phrase for `pheap info`. */
+const char *cli_protection(const struct pheap_stats *st);
+
 /* A time in seconds since the epoch as "2024-05-01 12:00:00" (local
  * time) into buf[32]; "unknown" for 0.  Returns buf. */
 const char *cli_time(char buf[32], uint64_t secs);

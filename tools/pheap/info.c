@@ -42,14 +42,16 @@ int cmd_info(int argc, char **argv)
                "\"size\": %llu, \"max_size\": %llu, \"data_offset\": %llu, \"data_size\": %llu, "
                "\"state\": \"%s\", \"open_count\": %llu, \"unclean_count\": %llu, "
                "\"flush\": \"%s\", \"flush_source\": \"%s\", \"power_safe\": %s, \"dax\": %s, "
-               "\"held_elsewhere\": %s, \"consistency\": \"%s\", \"needs_recovery\": %s, ",
+               "\"held_elsewhere\": %s, \"consistency\": \"%s\", \"needs_recovery\": %s, "
+               "\"protection\": \"%s\", ",
                st.format_major, st.format_minor, pheap_version(), uuid, (unsigned long long)st.size,
                (unsigned long long)st.max_size, (unsigned long long)st.data_offset,
                (unsigned long long)st.data_size, state, (unsigned long long)st.open_count,
                (unsigned long long)st.unclean_count, pheap_flush_name(st.flush),
                pheap_flush_source_name(st.flush_source), st.power_safe ? "true" : "false",
                st.dax ? "true" : "false", st.held_elsewhere ? "true" : "false",
-               cli_consistency_name(st.consistency), st.needs_recovery ? "true" : "false");
+               cli_consistency_name(st.consistency), st.needs_recovery ? "true" : "false",
+               pheap_protect_name(st.protection));
         printf("\"mode\": \"%s\", \"owner_uid\": ", cli_mode_name(st.mode));
         if (st.owner_known)
             printf("%llu", (unsigned long long)st.owner_uid);
@@ -73,7 +75,7 @@ int cmd_info(int argc, char **argv)
                "consistency: %s\nowner:       %s\nmode:        %s\n"
                "state:       %s (opened %llu time%s, %llu unclean)\nlast open:   %s\n"
                "flush:       %s%s (%s)\n"
-               "durability:  %s\nnames:       %llu\nroots:       %u\n",
+               "durability:  %s\nprotection:  %s\nnames:       %llu\nroots:       %u\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                strcmp(file, path) ? "file:        " : "", strcmp(file, path) ? file : "",
                strcmp(file, path) ? "\n" : "", (unsigned long long)st.size, (unsigned long long)st.max_size,
@@ -93,7 +95,7 @@ int cmd_info(int argc, char **argv)
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
                (unsigned long long)st.unclean_count, cli_time(when, st.last_open),
                pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),
-               cli_durability(&st), (unsigned long long)st.names, n);
+               cli_durability(&st), cli_protection(&st), (unsigned long long)st.names, n);
     }
     for (unsigned i = 0; i < n; i++) {
         char name[PHEAP_ROOT_NAME_MAX + 1];

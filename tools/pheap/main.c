@@ -355,6 +355,20 @@ const char *cli_durability(const struct pheap_stats *st)
     return "power loss: every fence makes the flushed lines durable";
 }
 
+const char *cli_protection(const struct pheap_stats *st)
+{
+    switch (st->protection) {
+    case PHEAP_PROTECT_ALIAS:
+        return "alias: metadata read-only in the program's mapping, written through a second one";
+    case PHEAP_PROTECT_OFF:
+        return "off: the program's stray stores can reach the allocator's metadata (PHEAP_PROTECT=off)";
+    case PHEAP_PROTECT_READONLY:
+        return "read-only: the whole mapping is read-only";
+    default:
+        return pheap_protect_name(st->protection);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
