@@ -10,7 +10,6 @@
  * check bits do not match (header.c), so a damaged word is never taken
  * for a mode.
  */
-#include <stdio.h>
 
 #include "format/header.h"
 #include "heap/heap.h"
