@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 4
+#define PHEAP_FORMAT_MINOR 5
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -75,7 +75,8 @@ enum {
     PHEAP_EIO = -7,         /* the operating system refused (see message) */
     PHEAP_ENOTHEAP = -8,    /* the file is not a pheap heap (bad magic) */
     PHEAP_ETRUNCATED = -9,  /* the file is shorter than its header says */
-    PHEAP_ECHECKSUM = -10,  /* header checksum mismatch: header corrupted */
+    PHEAP_ECHECKSUM = -10,  /* checksum mismatch: the header, the access mode
+                               word, a root entry (see the message) */
     PHEAP_EVERSION = -11,   /* format version this build cannot open */
     PHEAP_ELAYOUT = -12,    /* inconsistent header fields or region table */
     PHEAP_EEMPTY = -13,     /* zero-length file (not created by pheap) */
@@ -97,6 +98,8 @@ enum {
                                abort may follow, to close its levels */
     PHEAP_ERECOVER = -29,   /* a GC-mode heap after an unclean shutdown: call
                                pheap_recover before allocating or freeing */
+    PHEAP_EPERM = -30,      /* not the heap's owner (nor root): pheap_set_mode */
+    PHEAP_EROMODE = -31,    /* heap is in read-only mode (pheap_set_mode) */
 };
 
 /* Static description of an error code ("bad checksum", ...). Never NULL. */
@@ -410,10 +413,14 @@ void pheap_persist(pheap *h, const void *addr, size_t len);
  * PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a block,
  * not at its start), PHEAP_ENOTLIVE (in free space: a freed block or space
  * never allocated), PHEAP_ENOSPC (PHEAP_ROOTS_MAX names in use),
- * PHEAP_ERDONLY. */
+ * PHEAP_ERDONLY, PHEAP_EROMODE, PHEAP_ECHECKSUM (the root's entry is
+ * damaged: its name or commit word fails its check word; format 1.5).
+ * Heaps of format 1.5 keep a check word per entry: an insert takes three
+ * fences, a removal two, an update one. */
 int pheap_root_set(pheap *h, const char *name, pheap_off off);
 
-/* Value of root `name`; 0 with pheap_errno() == PHEAP_ENOENT if unset. */
+/* Value of root `name`; 0 with pheap_errno() == PHEAP_ENOENT if unset, or
+ * PHEAP_ECHECKSUM if its entry is damaged (the message names the entry). */
 pheap_off pheap_root_get(pheap *h, const char *name);
 
 /* Number of roots set. */
@@ -423,6 +430,45 @@ unsigned pheap_root_count(pheap *h);
  * name into name[PHEAP_ROOT_NAME_MAX + 1] and its value into *off.
  * Errors: PHEAP_ENOENT when i is past the last root. */
 int pheap_root_at(pheap *h, unsigned i, char *name, pheap_off *off);
+
+/* ===================================================================== */
+/*  Owner and access mode                                                */
+/* ===================================================================== */
+/*
+ * A heap (format 1.5 and later) records its owner -- the effective user id
+ * that created it, fixed in the checksummed header -- and an access mode,
+ * PHEAP_MODE_WRITABLE (at creation) or PHEAP_MODE_READONLY, kept in the
+ * header page with check bits.  In read-only mode every call that changes
+ * the heap fails with PHEAP_EROMODE and changes nothing: pheap_alloc*,
+ * pheap_free*, pheap_root_set, pheap_tx_begin (so no transaction starts;
+ * one the thread began before the switch runs to its commit or abort, its
+ * calls allowed; without one the transactional calls fail with
+ * PHEAP_EROMODE too),
+ * pheap_alloc_named*, pheap_free_named, pheap_gc and pheap_recover.
+ * Reading works: pheap_direct, pheap_root_get, pheap_lookup, the names
+ * listing, pheap_stats, pheap_check.  The mode governs these calls, not
+ * the memory: stores through pheap_direct pointers are the program's own.
+ * A read-write open of a read-only-mode heap succeeds (recovery after a
+ * crash runs, and the owner can switch the mode back); file permissions
+ * apply as always.  Heaps of format 1.4 and earlier have no owner
+ * (pheap_stats: owner_known 0) and are always writable.
+ */
+#define PHEAP_MODE_WRITABLE 0u
+#define PHEAP_MODE_READONLY 1u
+
+/* Sets the heap's access mode to `mode`.  Only the owner or root (effective
+ * user id 0) may, through a read-write handle; setting the mode the heap
+ * has is a successful no-op.  One durable 8-byte store: after a crash the
+ * heap has the old or the new mode, never another.
+ * Errors: PHEAP_EINVAL (unknown mode), PHEAP_ERDONLY, PHEAP_EPERM (the
+ * caller is neither the owner nor root), PHEAP_ENOTSUP (a heap of format
+ * 1.4 or earlier: its header has no owner and cannot take one crash-safely;
+ * docs/FORMAT.md), PHEAP_EFORKED. */
+int pheap_set_mode(pheap *h, unsigned mode);
+
+/* The heap's access mode (PHEAP_MODE_*), or a negative error: PHEAP_EINVAL,
+ * PHEAP_EFORKED. */
+int pheap_get_mode(pheap *h);
 
 /* ===================================================================== */
 /*  Allocation                                                           */
@@ -996,6 +1042,9 @@ struct pheap_stats {
                                  metadata now (name-directory and transaction-log
                                  segments): refused by the program's calls, and
                                  read-only in its view when protection is on */
+    unsigned mode;            /* PHEAP_MODE_WRITABLE or PHEAP_MODE_READONLY */
+    unsigned owner_known;     /* 1 if the heap records its owner (format 1.5) */
+    uint64_t owner_uid;       /* the owner's user id (when owner_known) */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

@@ -150,6 +150,9 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     ph_names_stats(h, &out->names, &out->name_segments);
     out->protection = h->snapshot ? h->sp.protect_rw : h->sp.protect;
     out->guarded_blocks = ph_space_guarded_count(&h->sp);
+    out->mode = (unsigned)pheap_get_mode(h);
+    out->owner_known = (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) != 0;
+    out->owner_uid = out->owner_known ? h->hdr.owner_uid : 0;
     ph_engine_stats st;
     ph_heap_engine_stats(h, &st, &out->flushes, &out->fences, &out->reflushes, &out->cached_blocks);
     out->live_blocks = st.live_blocks;

@@ -72,6 +72,22 @@ uint64_t ph_header_max_for_data(uint64_t data)
     return f;
 }
 
+uint64_t ph_mode_word(unsigned mode)
+{
+    uint32_t low = (uint32_t)(mode & 0xffu) | PH_MODE_TAG << 8;
+    uint8_t b[4] = {(uint8_t)low, (uint8_t)(low >> 8), (uint8_t)(low >> 16), (uint8_t)(low >> 24)};
+    return (uint64_t)ph_crc32c(0, b, sizeof(b)) << 32 | low;
+}
+
+int ph_mode_decode(uint64_t w, unsigned *mode)
+{
+    unsigned m = (unsigned)(w & 0xffu);
+    if (m > PH_MODE_READONLY || ph_mode_word(m) != w)
+        return -1;
+    *mode = m;
+    return 0;
+}
+
 uint64_t ph_header_checksum(const ph_header *h)
 {
     return ph_crc32c(0, h, offsetof(ph_header, checksum));
@@ -99,6 +115,8 @@ int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
     h->consistency = consistency;
     h->max_size = max_size;
     h->feat_incompat = NEW_FEATURES;
+    h->feat_ro_compat = PH_FEAT_RO_COMPAT_OWNER;
+    h->owner_uid = ph_os_euid();
     uint64_t off = 0;
     for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++) {
         uint64_t size = region_size(k, max_size, NEW_FEATURES);
@@ -161,10 +179,15 @@ static int validate_state(const ph_header *h, const ph_state *s, uint64_t file_s
                           const char *path)
 {
     uint64_t data_off = h->regions[h->nregions - 1].offset;
+    unsigned mode;
     if (s->xclean != PH_STATE_CLEAN && s->xclean != PH_STATE_OPEN)
-        return bad_layout(path, "shutdown state word", s->xclean);
+        return bad_layout(path, "state line word 0 (shutdown state)", s->xclean);
     if (s->xsize % PH_CHUNK_SIZE || s->xsize < data_off + PH_CHUNK_SIZE || s->xsize > h->max_size)
-        return bad_layout(path, "current size", s->xsize);
+        return bad_layout(path, "state line word 1 (current size)", s->xsize);
+    if ((h->feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) && ph_mode_decode(s->xmode, &mode))
+        return ph_err(PHEAP_ECHECKSUM, "%s: state line word 5 (access mode, %#llx at byte %u): "
+                      "check bits mismatch", path, (unsigned long long)s->xmode,
+                      (unsigned)(PH_STATE_OFFSET + offsetof(ph_state, xmode)));
     if (file_size < s->xsize)
         return ph_err(PHEAP_ETRUNCATED, "%s: truncated: the file has %llu bytes, the heap %llu",
                       path, (unsigned long long)file_size, (unsigned long long)s->xsize);
@@ -178,7 +201,7 @@ int ph_header_validate(const void *page, uint64_t len, uint64_t file_size, int r
         return ph_err(PHEAP_EEMPTY, "%s: empty file (not a heap; open with PHEAP_CREATE to make one)",
                       path);
     if (memcmp(page, PH_MAGIC_BYTES, PH_MIN(len, (uint64_t)PH_MAGIC_LEN)) != 0)
-        return ph_err(PHEAP_ENOTHEAP, "%s: not a pheap heap file (bad magic)", path);
+        return ph_err(PHEAP_ENOTHEAP, "%s: not a pheap heap file (bad magic in the header)", path);
     if (len < PH_PAGE_SIZE || file_size < PH_PAGE_SIZE)
         return ph_err(PHEAP_ETRUNCATED, "%s: truncated: %llu bytes, shorter than the header page",
                       path, (unsigned long long)file_size);
@@ -190,7 +213,8 @@ int ph_header_validate(const void *page, uint64_t len, uint64_t file_size, int r
                       hdr->major > PH_FORMAT_MAJOR ? "is newer than this build" : "is not supported",
                       PH_FORMAT_MAJOR);
     if (hdr->checksum != ph_header_checksum(hdr))
-        return ph_err(PHEAP_ECHECKSUM, "%s: header checksum mismatch (stored %08llx, computed %08llx)",
+        return ph_err(PHEAP_ECHECKSUM, "%s: header (bytes 0..1023, region table included): "
+                      "checksum mismatch (stored %08llx, computed %08llx)",
                       path, (unsigned long long)hdr->checksum,
                       (unsigned long long)ph_header_checksum(hdr));
     if (hdr->feat_incompat & ~PH_FEAT_INCOMPAT_KNOWN)

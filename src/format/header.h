@@ -22,8 +22,16 @@ uint64_t ph_header_data_offset(uint64_t max_size);
 uint64_t ph_header_max_for_data(uint64_t data);
 
 /* Fills a new header (uuid, time, region table, checksum) for a heap of
- * `max_size` bytes.  PHEAP_EINVAL if max_size is too small. */
+ * `max_size` bytes, owned by the calling process's effective user.
+ * PHEAP_EINVAL if max_size is too small. */
 int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency);
+
+/* The access mode word (ph_state.xmode) of `mode` (PH_MODE_*). */
+uint64_t ph_mode_word(unsigned mode);
+
+/* 0 and the mode when `w` is a valid mode word; -1 when its check bits,
+ * tag or mode are wrong. */
+int ph_mode_decode(uint64_t w, unsigned *mode);
 
 /* CRC-32C of the header, as stored in h->checksum. */
 uint64_t ph_header_checksum(const ph_header *h);

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 4
+#define PH_FORMAT_MINOR 5
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -89,7 +89,12 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
 #define PH_FEAT_INCOMPAT_KNOWN \
     (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX | \
      PH_FEAT_INCOMPAT_NAMES)
-#define PH_FEAT_RO_COMPAT_KNOWN 0u
+/* 1.5: the header records the heap's owner (owner_uid), the state line an
+ * access mode with check bits (ph_state.xmode), and each used root entry a
+ * CRC-32C of its name (ph_root_entry.name_crc).  Builds before it would
+ * ignore the mode and write roots without the CRC: they may only read. */
+#define PH_FEAT_RO_COMPAT_OWNER 0x1u
+#define PH_FEAT_RO_COMPAT_KNOWN PH_FEAT_RO_COMPAT_OWNER
 
 /* Consistency modes (DESIGN 4.4), fixed at creation. */
 #define PH_CONSISTENCY_LOG 0u
@@ -116,11 +121,15 @@ typedef struct ph_header {
     uint32_t feat_ro_compat;
     uint32_t nregions;             /* rows used in regions[] */
     ph_region regions[PH_REGIONS_MAX];
-    uint8_t reserved[552];         /* zero; room for later fields */
+    uint32_t owner_uid;            /* user id of the creator (PH_FEAT_RO_COMPAT_OWNER;
+                                      0 and meaningless without it) */
+    uint32_t reserved0;            /* zero */
+    uint8_t reserved[544];         /* zero; room for later fields */
     uint64_t checksum;             /* CRC-32C, see above */
 } ph_header;
 _Static_assert(sizeof(ph_header) == 1024, "ph_header size");
 _Static_assert(offsetof(ph_header, regions) == 80, "ph_header.regions");
+_Static_assert(offsetof(ph_header, owner_uid) == 464, "ph_header.owner_uid");
 _Static_assert(offsetof(ph_header, checksum) == 1016, "ph_header.checksum");
 
 /* State values (ph_state.xclean). */
@@ -139,9 +148,23 @@ typedef struct ph_state {
                                read-write open, informational; 0: not known (a
                                reserved word, zero, until a 1.3 build that
                                records it opened the heap) */
-    uint64_t reserved[3];   /* zero */
+    uint64_t xmode;         /* access mode with check bits, PH_MODE_WORD (heaps with
+                               PH_FEAT_RO_COMPAT_OWNER; zero and unused before) */
+    uint64_t reserved[2];   /* zero */
 } ph_state;
 _Static_assert(sizeof(ph_state) == PH_LINE_SIZE, "ph_state size");
+
+_Static_assert(offsetof(ph_state, xmode) == 40, "ph_state.xmode");
+
+/* The access mode word (1.5): the mode (PH_MODE_WRITABLE or _READONLY,
+ * the values of PHEAP_MODE_*) in bits 0..7, PH_MODE_TAG in bits 8..31,
+ * and in bits 32..63 the CRC-32C of the four little-endian bytes of bits
+ * 0..31.  One aligned store changes it, so it is never torn; a flipped
+ * bit fails the CRC (or the tag, or the mode's range) and open refuses
+ * the heap rather than guess the mode. */
+#define PH_MODE_WRITABLE 0u
+#define PH_MODE_READONLY 1u
+#define PH_MODE_TAG 0x444f4du /* "MOD" */
 
 #define PH_STATE_OFFSET 2048u
 _Static_assert(PH_STATE_OFFSET >= sizeof(ph_header), "state after header");
@@ -157,10 +180,15 @@ _Static_assert(PH_STATE_OFFSET % PH_LINE_SIZE == 0, "state line-aligned");
 typedef struct ph_root_entry {
     uint64_t xused;         /* 0 free, 1 used: the commit word */
     uint64_t xoff;          /* the root's value, stored atomically */
-    uint64_t reserved[6];
+    uint64_t name_crc;      /* 1.5 (PH_FEAT_RO_COMPAT_OWNER): PH_ROOT_CHECK of the
+                               CRC-32C of the 64 name bytes while used (or 0 for
+                               a while, see src/heap/root.c), 0 while free; 0
+                               and unchecked before 1.5 */
+    uint64_t reserved[5];
     char name[PH_ROOT_NAME_MAX + 1]; /* NUL-terminated */
 } ph_root_entry;
 _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
+#define PH_ROOT_CHECK(crc) (1ull << 32 | (uint32_t)(crc)) /* never 0 */
 
 /* ---- lanes: per-thread write-ahead logs (src/log/lane.c) ----------------
  * A lane is PH_LANE_ENTRIES lines; each line holds one entry.  A thread's

@@ -5,14 +5,15 @@
 #include "heap/heap.h"
 #include "util/error.h"
 
-static inline __attribute__((always_inline)) int writable(pheap *h, const char *call)
+static inline __attribute__((always_inline)) int writable(pheap *h, const char *call, int mode)
 {
     if (ph_unlikely(!h))
         return ph_err(PHEAP_EINVAL, "%s: heap is NULL", call);
     if (ph_heap_inherited(h))
         return ph_heap_forked(call);
-    if (ph_unlikely(h->readonly))
-        return ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call);
+    if (ph_unlikely(h->readonly | (mode & ph_load_relaxed(&h->xromode))))
+        return h->readonly ? ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call)
+                           : ph_mode_refuse(call);
     if (ph_unlikely(h->needs_recovery))
         return ph_err(PHEAP_ERECOVER, "%s: the heap (GC mode) was not closed cleanly: call "
                       "pheap_recover first", call);
@@ -23,9 +24,10 @@ static inline __attribute__((always_inline)) int writable(pheap *h, const char *
  * error set when the handle is NULL or read-only, or memory ran out.
  * Inlined into the allocation calls: their whole cost in GC mode is a few
  * loads and a pop or a push. */
-static inline __attribute__((always_inline)) ph_thread *writer(pheap *h, const char *call)
+static inline __attribute__((always_inline)) ph_thread *writer(pheap *h, const char *call,
+                                                               int mode)
 {
-    if (ph_unlikely(writable(h, call)))
+    if (ph_unlikely(writable(h, call, mode)))
         return NULL;
     ph_thread *t = ph_thread_get(h);
     if (ph_unlikely(!t))
@@ -35,7 +37,12 @@ static inline __attribute__((always_inline)) ph_thread *writer(pheap *h, const c
 
 ph_thread *ph_heap_writer(pheap *h, const char *call)
 {
-    return writer(h, call);
+    return writer(h, call, 1);
+}
+
+ph_thread *ph_heap_writer_in_tx(pheap *h, const char *call)
+{
+    return writer(h, call, 0);
 }
 
 int ph_heap_guarded(pheap *h, uint64_t off, uint64_t len, const char *call)
@@ -73,7 +80,7 @@ static int offset_in_heap(pheap *h, pheap_off off)
 
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
-    ph_thread *t = writer(h, "pheap_alloc");
+    ph_thread *t = writer(h, "pheap_alloc", 1);
     if (ph_unlikely(!t))
         return 0;
     if (ph_unlikely(size == 0)) {
@@ -123,8 +130,8 @@ ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, phea
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
     if (off == 0)
-        return writable(h, "pheap_free");
-    ph_thread *t = writer(h, "pheap_free");
+        return writable(h, "pheap_free", 1);
+    ph_thread *t = writer(h, "pheap_free", 1);
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = offset_in_heap(h, off);

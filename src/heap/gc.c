@@ -463,6 +463,10 @@ static ph_thread *tracer_thread(pheap *h, const char *call)
         ph_err(PHEAP_ERDONLY, "%s: heap opened read-only", call);
         return NULL;
     }
+    if (ph_load_relaxed(&h->xromode)) {
+        ph_mode_refuse(call);
+        return NULL;
+    }
     ph_thread *t = ph_thread_get(h);
     if (!t)
         ph_err(PHEAP_ENOMEM, "%s: out of memory for a thread record", call);
@@ -475,6 +479,8 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
     pheap_gc_report rep = {0};
     if (out)
         *out = rep;
+    if (h && !ph_heap_inherited(h) && !h->readonly && ph_load_relaxed(&h->xromode))
+        return ph_mode_refuse("pheap_recover"); /* even with nothing to recover */
     if (h && !ph_heap_inherited(h) && !h->needs_recovery)
         return 0; /* nothing to recover (LOG heaps recover at open) */
     ph_thread *t = tracer_thread(h, "pheap_recover");

@@ -39,6 +39,9 @@ struct pheap {
     uint64_t fork_gen;            /* ph_fork_generation when opened */
     ph_engine *engine;            /* the allocator's volatile state */
     unsigned readonly;            /* PHEAP_RDONLY or PHEAP_SNAPSHOT: no write call */
+    unsigned xromode;             /* the heap is in read-only mode (PHEAP_MODE_READONLY):
+                                     no write call; changed by pheap_set_mode only,
+                                     under root_lock (mode.c) */
     unsigned needs_recovery;      /* GC heap found open: writers refused until
                                      pheap_recover (read anywhere) */
     unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
@@ -129,9 +132,13 @@ static inline ph_pctx *ph_heap_pctx(pheap *h)
 }
 
 /* The calling thread's record for a call that writes: NULL with the error
- * set when the handle is NULL, inherited, read-only, or memory ran out
- * (alloc.c). */
+ * set when the handle is NULL, inherited, read-only, the heap is in
+ * read-only mode, or memory ran out (alloc.c). */
 ph_thread *ph_heap_writer(pheap *h, const char *call);
+/* The same, without the access-mode check: for the calls of a transaction
+ * the thread has open (tx.c), which may end after a switch to read-only
+ * mode. */
+ph_thread *ph_heap_writer_in_tx(pheap *h, const char *call);
 
 /* PHEAP_EINVAL (message naming `call`) when [off, off+len) overlaps a
  * block that holds pheap's own metadata (ph_space_guard): the program's
@@ -166,6 +173,13 @@ int ph_tx_usable(pheap *h, uint64_t off, uint64_t *bytes);
 void ph_gc_state_free(pheap *h);
 /* The figures of pheap_stats kept by gc.c. */
 void ph_gc_stats(pheap *h, struct pheap_stats *out);
+
+/* ---- owner and access mode (mode.c) ---- */
+/* PHEAP_EROMODE with `call` in the message. */
+int ph_mode_refuse(const char *call);
+/* Reads the mode word at open into h->xromode (the header validation
+ * checked it already). */
+void ph_mode_load(pheap *h);
 
 /* ---- roots (root.c) ---- */
 /* 0, or PHEAP_ENAME with the message of a bad root name. */

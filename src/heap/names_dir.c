@@ -727,6 +727,13 @@ int ph_names_open(pheap *h)
     if ((x >> 1) > PH_NAMES_DEPTH_MAX)
         snprintf(why, sizeof(why), "depth %llu is beyond %u", (unsigned long long)(x >> 1),
                  PH_NAMES_DEPTH_MAX);
+    /* Array 0 at depth 0, and each doubling moves to the other array
+     * (double_dir): the array is the depth's parity.  A flipped low bit
+     * would otherwise read the other array -- at depth 0 an empty one, and
+     * every name would be gone. */
+    else if ((x & 1) != (x >> 1 & 1))
+        snprintf(why, sizeof(why), "header word 0 (xdir %#llx): array %u at depth %llu",
+                 (unsigned long long)x, (unsigned)(x & 1), (unsigned long long)(x >> 1));
     unsigned d = (unsigned)(x >> 1);
     const uint64_t *dir = ph_names_dir(n);
     for (uint64_t i = 0; !why[0] && i < (1ull << d); i++) { /* each entry: its own prefix */

@@ -88,7 +88,7 @@ static int create_file(const char *path, const ph_config *cfg, int replace)
         goto out;
     }
     memcpy(page, &hdr, sizeof(hdr));
-    ph_state st = {.xclean = PH_STATE_CLEAN, .xsize = size};
+    ph_state st = {.xclean = PH_STATE_CLEAN, .xsize = size, .xmode = ph_mode_word(PH_MODE_WRITABLE)};
     memcpy(page + PH_STATE_OFFSET, &st, sizeof(st));
     /* The extent log starts empty in half 0 (epoch 1), its mark at what
      * the heap's size allows: the slots below it are zero, as the whole new
@@ -296,6 +296,7 @@ static int start_session(pheap *h)
      * features this build may only read. */
     int recover = h->was_unclean && (!h->readonly || h->snapshot) &&
                   !(h->hdr.feat_ro_compat & ~PH_FEAT_RO_COMPAT_KNOWN);
+    ph_mode_load(h);
     int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), recover, &h->engine);
     if (rc == PHEAP_ECORRUPT) /* what recovery cannot trust */
         return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());

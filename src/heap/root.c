@@ -10,11 +10,32 @@
  *            free entry (root absent); after it, the complete entry.
  *   remove:  store xused = 0; persist.          one 8-byte commit
  * No step needs recovery: the commit word is always one aligned store.
+ *
+ * Heaps of format 1.5 (PH_FEAT_RO_COMPAT_OWNER) also keep name_crc, the
+ * check word of the name (PH_ROOT_CHECK: CRC-32C of the 64 name bytes,
+ * bit 32 set so that it is never 0), which makes single-bit flips of the
+ * entry's commit word or name detectable:
+ *   insert:  as above, then name_crc = check; persist (three fences).
+ *   update:  an entry without its check word gets it with the new xoff
+ *            (same line, same fence).
+ *   remove:  name_crc = 0; persist; then xused = 0; persist (two fences).
+ * A free entry never has its check word on media (the check is written
+ * only after xused = 1 is durable, and cleared before xused = 0 is
+ * stored).  A used entry has it, or 0 when an insert or a removal was cut
+ * short between its fences (the entry is used, unchecked: the old value of
+ * a removal, the new one of an insert -- both allowed).  So a used entry
+ * whose check word is neither 0 nor its name's, a free one whose check
+ * word matches its name, or a commit word other than 0 and 1, is
+ * damaged.  A lookup that meets a damaged entry of its name fails with
+ * PHEAP_ECHECKSUM instead of answering for another root; pheap_check
+ * reports every damaged entry.  Open does not read roots: no recovery
+ * step trusts them (GC tracing reads only entries in use).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "heap/heap.h"
+#include "util/crc32c.h"
 #include "util/error.h"
 
 static int bad_name(const char *name);
@@ -37,12 +58,46 @@ static int bad_name(const char *name)
                   PH_ROOT_NAME_MAX);
 }
 
-static ph_root_entry *find(pheap *h, const char *name)
+enum { ROOT_FREE, ROOT_USED, ROOT_DAMAGED };
+
+static uint64_t name_check(const ph_root_entry *e)
 {
+    return PH_ROOT_CHECK(ph_crc32c(0, e->name, sizeof(e->name)));
+}
+
+/* ROOT_FREE, ROOT_USED or ROOT_DAMAGED (see the top of the file). */
+static int entry_state(const pheap *h, const ph_root_entry *e)
+{
+    uint64_t used = ph_load(&e->xused);
+    if (used > 1)
+        return ROOT_DAMAGED;
+    if (!(h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER))
+        return used ? ROOT_USED : ROOT_FREE;
+    uint64_t crc = ph_load(&e->name_crc);
+    if (!used)
+        return crc && crc == name_check(e) ? ROOT_DAMAGED : ROOT_FREE;
+    return !crc || crc == name_check(e) ? ROOT_USED : ROOT_DAMAGED;
+}
+
+static int damaged(pheap *h, const ph_root_entry *e, const char *call)
+{
+    return ph_err(PHEAP_ECHECKSUM, "%s: root entry %u ('%.*s') is damaged: its commit word or "
+                  "name fails its check word (run pheap_check)", call, (unsigned)(e - h->roots),
+                  (int)PH_ROOT_NAME_MAX, e->name);
+}
+
+/* The used entry named `name`, or a damaged entry of that name (*bad set),
+ * or NULL. */
+static ph_root_entry *find_entry(pheap *h, const char *name, int *bad)
+{
+    *bad = 0;
     for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
-        if (ph_load(&e->xused) == 1 && strncmp(e->name, name, PH_ROOT_NAME_MAX + 1) == 0)
+        int st = entry_state(h, e);
+        if (st != ROOT_FREE && strncmp(e->name, name, PH_ROOT_NAME_MAX + 1) == 0) {
+            *bad = st == ROOT_DAMAGED;
             return e;
+        }
     }
     return NULL;
 }
@@ -75,6 +130,8 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         return bad_name(name);
     if (h->readonly)
         return ph_err(PHEAP_ERDONLY, "pheap_root_set: heap opened read-only");
+    if (ph_load_relaxed(&h->xromode))
+        return ph_mode_refuse("pheap_root_set");
     if (h->needs_recovery)
         return ph_err(PHEAP_ERECOVER, "pheap_root_set: the heap (GC mode) was not closed cleanly: "
                       "call pheap_recover first");
@@ -87,14 +144,23 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
         return rc;
     ph_pctx *c = ph_heap_pctx(h);
     pthread_mutex_lock(&h->root_lock);
-    ph_root_entry *e = find(h, name);
-    if (e && off)
+    int bad, owner = (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) != 0;
+    ph_root_entry *e = find_entry(h, name, &bad);
+    if (bad) {
+        rc = damaged(h, e, "pheap_root_set");
+    } else if (e && off && owner && !ph_load(&e->name_crc)) {
+        ph_persist_write(&h->sp.persist, c, &e->xoff, off);
+        ph_persist_write(&h->sp.persist, c, &e->name_crc, name_check(e));
+        ph_persist_range(&h->sp.persist, c, e, 3 * sizeof(uint64_t));
+    } else if (e && off) {
         ph_persist_store64(&h->sp.persist, c, &e->xoff, off);
-    else if (e)
+    } else if (e) {
+        if (owner) /* the check word goes first: see the top of the file */
+            ph_persist_store64(&h->sp.persist, c, &e->name_crc, 0);
         ph_persist_store64(&h->sp.persist, c, &e->xused, 0);
-    else if (off) {
+    } else if (off) {
         for (unsigned i = 0; i < PH_ROOTS_MAX && !e; i++)
-            if (ph_load(&h->roots[i].xused) == 0)
+            if (entry_state(h, &h->roots[i]) == ROOT_FREE)
                 e = &h->roots[i];
         if (!e) {
             rc = ph_err(PHEAP_ENOSPC, "pheap_root_set: all %u roots are in use", PH_ROOTS_MAX);
@@ -106,6 +172,8 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
             ph_persist_write(&h->sp.persist, c, &e->xoff, off);
             ph_persist_range(&h->sp.persist, c, e, sizeof(*e));
             ph_persist_store64(&h->sp.persist, c, &e->xused, 1);
+            if (owner) /* after the commit: see the top of the file */
+                ph_persist_store64(&h->sp.persist, c, &e->name_crc, name_check(e));
         }
     }
     pthread_mutex_unlock(&h->root_lock);
@@ -127,8 +195,11 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
         return 0;
     }
     pthread_mutex_lock(&h->root_lock);
-    ph_root_entry *e = find(h, name);
-    pheap_off off = e ? ph_load(&e->xoff) : 0;
+    int bad;
+    ph_root_entry *e = find_entry(h, name, &bad);
+    pheap_off off = e && !bad ? ph_load(&e->xoff) : 0;
+    if (bad)
+        damaged(h, e, "pheap_root_get");
     pthread_mutex_unlock(&h->root_lock);
     if (!e)
         ph_err(PHEAP_ENOENT, "no root named '%s'", name);
@@ -147,7 +218,7 @@ ph_export unsigned pheap_root_count(pheap *h)
         return 0;
     }
     for (unsigned i = 0; h && i < PH_ROOTS_MAX; i++)
-        n += ph_load(&h->roots[i].xused) == 1;
+        n += entry_state(h, &h->roots[i]) == ROOT_USED;
     return n;
 }
 
@@ -161,7 +232,7 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
     int rc = PHEAP_ENOENT;
     for (unsigned i = 0, seen = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
-        if (ph_load(&e->xused) != 1 || seen++ != idx)
+        if (entry_state(h, e) != ROOT_USED || seen++ != idx)
             continue;
         memcpy(name, e->name, PH_ROOT_NAME_MAX);
         name[PH_ROOT_NAME_MAX] = '\0';
@@ -182,10 +253,15 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
     for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
         uint64_t used = ph_load(&e->xused), off = ph_load(&e->xoff);
+        int st = entry_state(h, e);
         const char *why = NULL;
         if (used > 1)
             why = "commit word is neither 0 nor 1";
-        else if (used == 0)
+        else if (st == ROOT_DAMAGED && !used)
+            why = "free, but its check word matches its name: the commit word was damaged";
+        else if (st == ROOT_DAMAGED)
+            why = "its name fails its check word";
+        else if (st == ROOT_FREE)
             continue;
         else if (!e->name[0] || memchr(e->name, 0, sizeof(e->name)) == NULL)
             why = "name is empty or not terminated";
@@ -205,7 +281,7 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
         } else {
             n++;
             for (unsigned j = i + 1; j < PH_ROOTS_MAX && !why; j++)
-                if (ph_load(&h->roots[j].xused) == 1 &&
+                if (entry_state(h, &h->roots[j]) == ROOT_USED &&
                     strncmp(h->roots[j].name, e->name, sizeof(e->name)) == 0)
                     why = "name used twice";
         }

@@ -58,15 +58,20 @@
 
 
 /* The thread's transaction, aborted or not, for a call that closes a
- * level: NULL with the error set (PHEAP_ENOTX, or the handle's). */
+ * level: NULL with the error set (PHEAP_ENOTX, PHEAP_EROMODE, or the
+ * handle's).  A transaction begun before the heap was switched to
+ * read-only mode runs to its end: only pheap_tx_begin checks the mode. */
 static ph_tx *open_levels(pheap *h, ph_thread **tp, const char *call)
 {
-    ph_thread *t = ph_heap_writer(h, call);
+    ph_thread *t = ph_heap_writer_in_tx(h, call);
     if (!t)
         return NULL;
     ph_tx *tx = t->tx;
     if (!tx || !tx->depth) {
-        ph_err(PHEAP_ENOTX, "%s: the thread has no transaction on this heap", call);
+        if (ph_load_relaxed(&h->xromode))
+            ph_mode_refuse(call);
+        else
+            ph_err(PHEAP_ENOTX, "%s: the thread has no transaction on this heap", call);
         return NULL;
     }
     *tp = t;

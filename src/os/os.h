@@ -128,6 +128,9 @@ int ph_os_msync(const void *addr, size_t len);
 /* Random bytes from the kernel. */
 int ph_os_random(void *buf, size_t len);
 
+/* The effective user id of the calling process. */
+uint32_t ph_os_euid(void);
+
 /* CLOCK_REALTIME in nanoseconds. */
 uint64_t ph_os_time_ns(void);
 

@@ -537,6 +537,11 @@ int ph_os_random(void *buf, size_t len)
     return 0;
 }
 
+uint32_t ph_os_euid(void)
+{
+    return (uint32_t)geteuid();
+}
+
 uint64_t ph_os_time_ns(void)
 {
     struct timespec ts;

@@ -83,7 +83,7 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_EIO: return "operating system error";
     case PHEAP_ENOTHEAP: return "not a pheap heap file";
     case PHEAP_ETRUNCATED: return "heap file truncated";
-    case PHEAP_ECHECKSUM: return "heap header checksum mismatch";
+    case PHEAP_ECHECKSUM: return "metadata checksum mismatch";
     case PHEAP_EVERSION: return "unsupported heap format version";
     case PHEAP_ELAYOUT: return "inconsistent heap layout";
     case PHEAP_EEMPTY: return "empty file";
@@ -103,6 +103,8 @@ ph_export const char *pheap_strerror(int err)
     case PHEAP_ENOTX: return "no transaction in progress";
     case PHEAP_EABORTED: return "transaction aborted";
     case PHEAP_ERECOVER: return "recovery needed (GC mode): call pheap_recover";
+    case PHEAP_EPERM: return "not the heap's owner";
+    case PHEAP_EROMODE: return "heap is in read-only mode";
     default: return "unknown error";
     }
 }

@@ -16,6 +16,7 @@
 
 #include "format/layout.h"
 #include "harness.h"
+#include "util/crc32c.h"
 
 #define FAIL(...) ph_test_fail(__FILE__, __LINE__, __VA_ARGS__)
 
@@ -331,7 +332,9 @@ TEST(root_naming_no_live_block_is_reported)
         ph_root_entry e;
         REQUIRE(peek(path, hi.roots + i * sizeof(e), &e, sizeof(e)) == 0);
         if (e.xused == 0) {
+            memset(e.name, 0, sizeof(e.name));
             memcpy(e.name, "inner", 6);
+            e.name_crc = PH_ROOT_CHECK(ph_crc32c(0, e.name, sizeof(e.name))); /* a well-formed entry */
             e.xoff = interior;
             e.xused = 1;
             REQUIRE(patch(path, hi.roots + i * sizeof(e), &e, sizeof(e)) == 0);

@@ -5,6 +5,7 @@
  */
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "format/header.h"
 #include "alloc/sizeclass.h"
@@ -26,7 +27,7 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 4);
+    CHECK_EQ(PH_FORMAT_MINOR, 5); /* 1.5: owner, access mode, root name CRCs */
     CHECK_EQ(sizeof(ph_txlog_anchor), 64);
     CHECK_EQ(sizeof(ph_txseg_header), 64);
     CHECK_EQ(sizeof(ph_txrec), 32);
@@ -79,7 +80,12 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_state, xopen_count), 16);
     CHECK_EQ(offsetof(ph_state, xunclean_count), 24);
     CHECK_EQ(offsetof(ph_state, xlast_open), 32); /* was reserved[0]: compatible, 0 = unknown */
-    CHECK_EQ(offsetof(ph_state, reserved), 40);
+    CHECK_EQ(offsetof(ph_state, xmode), 40); /* was reserved[0]: 1.5 */
+    CHECK_EQ(offsetof(ph_state, reserved), 48);
+    CHECK_EQ(offsetof(ph_header, owner_uid), 464); /* was reserved[0..3]: 1.5 */
+    CHECK_EQ(offsetof(ph_header, reserved0), 468);
+    CHECK_EQ(offsetof(ph_header, reserved), 472);
+    CHECK_EQ(offsetof(ph_root_entry, name_crc), 16); /* was reserved[0]: 1.5 */
     CHECK_EQ(offsetof(ph_root_entry, xused), 0);
     CHECK_EQ(offsetof(ph_root_entry, xoff), 8);
     CHECK_EQ(offsetof(ph_root_entry, name), 64);
@@ -114,11 +120,14 @@ TEST(feature_bits)
     CHECK_EQ(PH_FEAT_INCOMPAT_TX, 0x4);             /* 1.3 */
     CHECK_EQ(PH_FEAT_INCOMPAT_NAMES, 0x8);          /* 1.4 */
     CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0xf);
-    CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0);
+    CHECK_EQ(PH_FEAT_RO_COMPAT_OWNER, 0x1);         /* 1.5 */
+    CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0x1);
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
     CHECK_EQ(h.feat_incompat, 0xf);
-    CHECK_EQ(h.minor, 4);
+    CHECK_EQ(h.minor, 5);
+    CHECK_EQ(h.feat_ro_compat, 0x1);
+    CHECK_EQ(h.owner_uid, geteuid());
 }
 
 TEST(region_plan_16m)
@@ -171,4 +180,24 @@ TEST(size_classes)
     }
     CHECK_EQ(ph_class_blocks(0), 4096);
     CHECK_EQ(ph_class_blocks(PH_CLASSES - 1), 4);
+}
+
+TEST(mode_word)
+{
+    /* The encoding is the format: literal values pinned. */
+    CHECK_EQ(PH_MODE_WRITABLE, 0);
+    CHECK_EQ(PH_MODE_READONLY, 1);
+    CHECK_EQ(PH_MODE_TAG, 0x444f4d);
+    CHECK_EQ(ph_mode_word(PH_MODE_WRITABLE) & 0xffffffffu, 0x444f4d00);
+    CHECK_EQ(ph_mode_word(PH_MODE_READONLY) & 0xffffffffu, 0x444f4d01);
+    unsigned m = 9;
+    CHECK_EQ(ph_mode_decode(ph_mode_word(PH_MODE_READONLY), &m), 0);
+    CHECK_EQ(m, PH_MODE_READONLY);
+    CHECK_EQ(ph_mode_decode(ph_mode_word(PH_MODE_WRITABLE), &m), 0);
+    CHECK_EQ(m, PH_MODE_WRITABLE);
+    CHECK(ph_mode_decode(0, &m) != 0);
+    CHECK(ph_mode_decode(ph_mode_word(2), &m) != 0); /* a well-formed word of no mode */
+    for (unsigned b = 0; b < 64; b++) /* every single flip of either word is refused */
+        for (unsigned k = 0; k < 2; k++)
+            CHECK(ph_mode_decode(ph_mode_word(k) ^ 1ull << b, &m) != 0);
 }

@@ -18,6 +18,7 @@ int cmd_gc(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_names(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
+int cmd_mode(int argc, char **argv);
 
 /* 1 when an argument is --help or -h: the subcommand then prints its usage
  * on stdout and exits 0 (cli_help). */
@@ -95,6 +96,14 @@ const char *cli_time(char buf[32], uint64_t secs);
 
 /* Prints `secs` as a JSON number, or null for 0 (not known). */
 void cli_json_time(uint64_t secs);
+
+/* "readonly" or "writable": the name of an access mode (mode.c). */
+const char *cli_mode_name(unsigned mode);
+/* The heap's owner as "UID (USER)", "UID", or "unknown (...)" for a heap
+ * that records none, into buf[96]; returns buf (mode.c). */
+const char *cli_owner(char buf[96], const struct pheap_stats *st);
+/* The login name of `uid` into buf[len]: 0, or -1 when it has none. */
+int cli_user_name(uint32_t uid, char *buf, size_t len);
 
 /* Prints a uuid as 8-4-4-4-12 hex into buf[37]. */
 void cli_format_uuid(const uint8_t uuid[16], char *buf);

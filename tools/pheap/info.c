@@ -1,6 +1,6 @@
 /*
  * info.c -- `pheap info PATH [--json]`: version, sizes, uuid, consistency
- * mode, clean or dirty, and roots of a heap, opened as a private snapshot
+ * mode, owner and access mode, clean or dirty, and roots of a heap, opened as a private snapshot
  * (PHEAP_SNAPSHOT): nothing is written, and a heap that another process
  * holds read-write is shown as it is at that moment, said so.
  */
@@ -16,10 +16,10 @@ int cmd_info(int argc, char **argv)
     pheap *h;
     static const char usage[] =
         "usage: pheap info PATH [--json]\n"
-        "  Format, uuid, sizes, consistency mode, state, the number of named objects\n"
-        "  and the roots of the heap.  Read-only: the file is never written.  A heap\n"
-        "  another process holds open read-write is shown as a snapshot taken while\n"
-        "  it may change.\n"
+        "  Format, uuid, sizes, consistency mode, owner, access mode, state, the number\n"
+        "  of named objects and the roots of the heap.  Read-only: the file is never\n"
+        "  written.  A heap another process holds open read-write is shown as a\n"
+        "  snapshot taken while it may change.\n"
         "  --json   one JSON object instead of text (an error object on failure)\n";
     if (cli_help_asked(argc, argv))
         return cli_help(usage);
@@ -32,7 +32,7 @@ int cmd_info(int argc, char **argv)
     cli_format_uuid(st.uuid, uuid);
     const char *state = st.held_elsewhere ? "open elsewhere" : st.was_unclean ? "dirty" : "clean";
     unsigned n = pheap_root_count(h);
-    char when[32], file[4096];
+    char when[32], file[4096], owner[96];
     if (pheap_path(path, file, sizeof(file)))
         snprintf(file, sizeof(file), "%s", path);
     if (json) {
@@ -52,7 +52,18 @@ int cmd_info(int argc, char **argv)
                st.dax ? "true" : "false", st.held_elsewhere ? "true" : "false",
                cli_consistency_name(st.consistency), st.needs_recovery ? "true" : "false",
                pheap_protect_name(st.protection));
-        printf("\"file\": ");
+        printf("\"mode\": \"%s\", \"owner_uid\": ", cli_mode_name(st.mode));
+        if (st.owner_known)
+            printf("%llu", (unsigned long long)st.owner_uid);
+        else
+            printf("null");
+        char user[64];
+        printf(", \"owner\": ");
+        if (st.owner_known && cli_user_name((uint32_t)st.owner_uid, user, sizeof(user)) == 0)
+            cli_json_string(user);
+        else
+            printf("null");
+        printf(", \"file\": ");
         cli_json_string(file);
         printf(", \"last_open\": ");
         cli_json_time(st.last_open);
@@ -61,7 +72,7 @@ int cmd_info(int argc, char **argv)
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
                "%s%s%s"
                "size:        %llu bytes (max %llu)\ndata:        %llu bytes at offset %llu\n"
-               "consistency: %s\n"
+               "consistency: %s\nowner:       %s\nmode:        %s\n"
                "state:       %s (opened %llu time%s, %llu unclean)\nlast open:   %s\n"
                "flush:       %s%s (%s)\n"
                "durability:  %s\nprotection:  %s\nnames:       %llu\nroots:       %u\n",
@@ -72,6 +83,10 @@ int cmd_info(int argc, char **argv)
                st.consistency == PHEAP_CONSISTENCY_GC
                    ? "gc (small allocations and frees flush nothing; recovery traces the roots)"
                    : "log (every allocation and free durable on return)",
+               cli_owner(owner, &st),
+               st.mode == PHEAP_MODE_READONLY
+                   ? "readonly (calls that change the heap fail; the owner can make it writable)"
+                   : "writable",
                st.held_elsewhere ? "open elsewhere: a snapshot, read while its owner may change it; no recovery ran"
                : st.needs_recovery ? "dirty: not closed cleanly; needs recovery (GC mode): allocation is "
                                      "refused until `pheap recover` or pheap_recover traces the roots"

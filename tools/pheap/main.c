@@ -2,6 +2,7 @@
  * main.c -- the pheap command-line tool: dispatch to one subcommand.
  */
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ static const struct {
     {"ls", cmd_ls, "ls [DIR] [--json]       (the heaps of the heap directory, or of DIR)"},
     {"names", cmd_names, "names PATH [--prefix P] [--json]  (the named objects, sorted by name)"},
     {"dump", cmd_dump, "dump PATH NAME [--raw]  (a named object in hex, or its raw bytes)"},
+    {"mode", cmd_mode, "mode PATH [readonly|writable] [--json]  (the access mode; owner sets it)"},
     {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -102,7 +104,7 @@ const char *cli_error_name(int rc)
         "PHEAP_ERDONLY", "PHEAP_ENOSPC", "PHEAP_ENAME", "PHEAP_ENOTSUP", "PHEAP_ECORRUPT",
         "PHEAP_ERANGE", "PHEAP_EDOUBLEFREE", "PHEAP_EINTERIOR", "PHEAP_ENOTALLOC", "PHEAP_EFORKED",
         "PHEAP_ECANCELED", "PHEAP_ENOTLIVE", "PHEAP_ENOTX", "PHEAP_EABORTED",
-        "PHEAP_ERECOVER",
+        "PHEAP_ERECOVER", "PHEAP_EPERM", "PHEAP_EROMODE",
     };
     return rc <= 0 && -rc < (int)(sizeof(names) / sizeof(names[0])) ? names[-rc] : "PHEAP_E?";
 }
@@ -319,6 +321,16 @@ void cli_json_time(uint64_t secs)
         printf("%llu", (unsigned long long)secs);
     else
         printf("null");
+}
+
+int cli_user_name(uint32_t uid, char *buf, size_t len)
+{
+    struct passwd pw, *found = NULL;
+    char scratch[1024];
+    if (getpwuid_r((uid_t)uid, &pw, scratch, sizeof(scratch), &found) || !found)
+        return -1;
+    snprintf(buf, len, "%s", found->pw_name);
+    return 0;
 }
 
 void cli_format_uuid(const uint8_t u[16], char *buf)
