@@ -966,8 +966,18 @@ unsigned pheap_class_count(void);
 /* Fills *out for size class `cls`.  Errors: PHEAP_EINVAL. */
 int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out);
 
-/* Fills *out.  Counters cover every thread since the open. */
+/* Fills *out.  Counters cover every thread since the open.  (In C++, g++'s
+ * -Wshadow says this function hides the struct's implicit constructor; the
+ * struct is always named `struct pheap_stats`, so the warning is silenced
+ * for this one declaration.) */
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
 int pheap_stats(pheap *h, struct pheap_stats *out);
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 typedef struct pheap_check_report {
     unsigned errors;          /* problems found; 0 = consistent */
