@@ -1001,13 +1001,17 @@ public:
 };
 
 #if defined(__cpp_exceptions)
-/* Runs fn() in a transaction and commits; an exception from fn rolls the
- * transaction back and goes on to the caller. */
+/* Runs fn() -- or fn(tx), when it takes the transaction -- in a transaction
+ * and commits; an exception from fn rolls the transaction back and goes on
+ * to the caller. */
 template <class F>
 void run(heap &h, F &&fn)
 {
     transaction tx(h);
-    std::forward<F>(fn)();
+    if constexpr (std::is_invocable_v<F &&, transaction &>)
+        std::forward<F>(fn)(tx);
+    else
+        std::forward<F>(fn)();
     tx.commit();
 }
 #endif
