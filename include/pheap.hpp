@@ -160,7 +160,17 @@ public:
     ptr &operator=(const ptr &o) noexcept { set(o.get()); return *this; }
     ptr &operator=(T *p) noexcept { set(p); return *this; }
 
-    T *get() const noexcept { return raw_ ? at() : nullptr; }
+    T *get() const noexcept
+    {
+        if (!raw_)
+            return nullptr;
+        T *p = at();
+#if defined(__GNUC__)
+        if (!p) /* a non-null ptr never decodes to null: tells the compiler */
+            __builtin_unreachable();
+#endif
+        return p;
+    }
     explicit operator T *() const noexcept { return get(); }
     explicit operator bool() const noexcept { return raw_ != 0; }
 
