@@ -4,7 +4,9 @@
 #      under g++ and clang++ (every template of it instantiated), and with
 #      -fno-exceptions (the error-code forms);
 #   2. including pheap.h before it is refused with pheap.hpp's message;
-#   3. the libstdc++ containers that keep raw pointers (std::list, map, set,
+#   3. ptr<T>::operator* compiles (-O2) to one add and the load: two
+#      instructions before the ret, no call, no test, no branch;
+#   4. the libstdc++ containers that keep raw pointers (std::list, map, set,
 #      multimap, basic_string: see docs/CPP.md) do not compile with
 #      pheap::allocator, while std::vector (the control) does.
 # Exits 77 (skipped) when clang++ is missing, after checking g++.
@@ -110,6 +112,21 @@ for c in $compilers; do
         fail "$c: pheap.h before pheap.hpp was accepted"
     elif ! grep -q "include pheap.hpp before pheap.h" "$tmp/err"; then
         cat "$tmp/err"; fail "$c: pheap.h before pheap.hpp refused without pheap.hpp's message"
+    fi
+    # shellcheck disable=SC2086
+    if command -v objdump >/dev/null 2>&1; then
+        printf '#include <pheap.hpp>\nlong deref(const pheap::ptr<long> &p) { return *p; }\n' >"$tmp/deref.cpp"
+        $c $flags -O2 -c "$tmp/deref.cpp" -o "$tmp/deref.o" 2>"$tmp/err" || { cat "$tmp/err"; fail "$c: deref.cpp"; }
+        objdump -d --no-show-raw-insn "$tmp/deref.o" |
+            awk '/<_Z5derefRKN5pheap3ptrIlEE>:/ { on = 1; next } on && /^$/ { exit } on' |
+            sed 's/^ *[0-9a-f]*:[[:space:]]*//' | awk '{ print $1 }' | sed '/^ret/q' >"$tmp/insns"
+        n=$(grep -vc '^ret' "$tmp/insns")
+        if [ "$n" != 2 ] || ! grep -q '^ret' "$tmp/insns" || grep -Eq '^(call|test|cmp|j)' "$tmp/insns"; then
+            objdump -d --no-show-raw-insn "$tmp/deref.o"
+            fail "$c: ptr<T>::operator* is not one add and a load: $(tr '\n' ' ' <"$tmp/insns")"
+        else
+            echo "$c: operator* is $(tr '\n' ' ' <"$tmp/insns")"
+        fi
     fi
     [ $first = 1 ] || { echo "$c: checked"; continue; }
     first=0
