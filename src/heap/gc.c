@@ -187,17 +187,24 @@ ph_export pheap *pheap_tracer_heap(pheap_tracer *tr)
     return tr ? tr->mk->h : NULL;
 }
 
-/* Every aligned word of the block that is the offset of a block's start. */
+/* Every aligned word of the block that is the offset of a block's start,
+ * or a self-relative pointer to one (pheap::ptr of pheap.hpp: the word
+ * holds target - its own address + 1, so the target's offset is the
+ * word's offset + v - 1).  Block starts are 8-byte aligned, which leaves
+ * 1 in 8 small integers to look up as a self-relative candidate. */
 static void scan(pheap_tracer *tr, const work *w)
 {
     const uint64_t *p = pheap_direct(tr->mk->h, w->off);
     const ph_gc_marks *m = tr->mk->m;
     for (uint64_t i = 0; i < w->bytes / 8; i++) {
         uint64_t v = ph_load_relaxed(&p[i]), bytes;
-        if (ph_likely(!ph_gc_in_range(m, v)))
-            continue;
-        if (ph_gc_mark(tr->mk->m, v, 0, &bytes) > 0)
+        if (ph_unlikely(ph_gc_in_range(m, v)) && ph_gc_mark(tr->mk->m, v, 0, &bytes) > 0)
             push(tr, v, bytes, NULL);
+        uint64_t rel = w->off + 8 * i + v - 1;
+        if ((rel & 7) || v == 1 || !ph_gc_in_range(m, rel))
+            continue;
+        if (ph_gc_mark(tr->mk->m, rel, 0, &bytes) > 0)
+            push(tr, rel, bytes, NULL);
     }
 }
 
