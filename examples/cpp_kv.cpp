@@ -24,13 +24,14 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace {
 
 template <class T>
 using alloc = pheap::allocator<T>;
 using pstring = boost::container::basic_string<char, std::char_traits<char>, alloc<char>>;
-using store = boost::container::flat_map<pstring, std::int64_t, std::less<pstring>,
+using store = boost::container::flat_map<pstring, std::int64_t, std::less<>,
                                          alloc<std::pair<pstring, std::int64_t>>>;
 
 /* Snapshots what an insert or erase may move: the map object, and its
@@ -62,10 +63,11 @@ int main(int argc, char **argv)
         if (!s) /* first run: named and built in one failure-atomic step */
             s = h.make_named<store>("kv", alloc<store>(h));
         auto key = [&](const char *k) { return pstring(k, s->get_allocator()); };
+        auto find = [&](const char *k) { return s->find(std::string_view(k)); };
 
         if (cmd == "put" && argc == 5) {
             pheap::run(h, [&](pheap::transaction &tx) {
-                auto it = s->find(key(argv[3]));
+                auto it = find(argv[3]);
                 if (it != s->end()) {
                     tx.add(it->second);
                     it->second = std::strtoll(argv[4], nullptr, 10);
@@ -75,7 +77,7 @@ int main(int argc, char **argv)
                 }
             });
         } else if (cmd == "get" && argc == 4) {
-            auto it = s->find(key(argv[3]));
+            auto it = find(argv[3]);
             if (it == s->end()) {
                 std::printf("%s: no such key\n", argv[3]);
                 return 1;
@@ -83,8 +85,11 @@ int main(int argc, char **argv)
             std::printf("%lld\n", (long long)it->second);
         } else if (cmd == "del" && argc == 4) {
             pheap::run(h, [&](pheap::transaction &tx) {
+                auto it = find(argv[3]);
+                if (it == s->end())
+                    return;
                 snapshot(tx, *s);
-                s->erase(key(argv[3]));
+                s->erase(it);
             });
         } else if (cmd == "list" && argc == 3) {
             for (const auto &kv : *s)
@@ -93,7 +98,7 @@ int main(int argc, char **argv)
             std::int64_t amount = std::strtoll(argv[5], nullptr, 10);
             try {
                 pheap::run(h, [&](pheap::transaction &tx) {
-                    auto from = s->find(key(argv[3])), to = s->find(key(argv[4]));
+                    auto from = find(argv[3]), to = find(argv[4]);
                     if (from == s->end() || to == s->end())
                         throw std::runtime_error("no such account");
                     tx.add(to->second);

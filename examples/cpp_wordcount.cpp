@@ -32,6 +32,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <sys/mman.h>
@@ -41,7 +42,8 @@ namespace {
 template <class T>
 using alloc = pheap::allocator<T>;
 using pstring = boost::container::basic_string<char, std::char_traits<char>, alloc<char>>;
-using table = boost::container::map<pstring, std::uint64_t, std::less<pstring>,
+/* std::less<>: looked up with a std::string_view, no string made in the heap */
+using table = boost::container::map<pstring, std::uint64_t, std::less<>,
                                     alloc<std::pair<const pstring, std::uint64_t>>>;
 
 struct counter {              /* the object root "wordcount" names */
@@ -92,8 +94,7 @@ void count_line(pheap::heap &h, counter &c, const std::vector<std::string> &word
 {
     bool grows = false;
     for (const std::string &w : words)
-        grows = grows || c.current->find(pstring(w.c_str(), c.current->get_allocator())) ==
-                             c.current->end();
+        grows = grows || c.current->find(std::string_view(w)) == c.current->end();
     pheap::run(h, [&](pheap::transaction &tx) {
         tx.add(c);
         table *t = c.current.get();
@@ -103,10 +104,9 @@ void count_line(pheap::heap &h, counter &c, const std::vector<std::string> &word
             c.current = t;
         }
         for (const std::string &w : words) {
-            pstring key(w.c_str(), t->get_allocator());
-            auto it = t->find(key);
+            auto it = t->find(std::string_view(w));
             if (it == t->end())
-                t->emplace(std::move(key), 1);
+                t->emplace(pstring(w.c_str(), t->get_allocator()), 1);
             else {
                 tx.add(it->second); /* free for a block of the transaction */
                 it->second++;
