@@ -53,7 +53,7 @@ double median(std::vector<double> v)
 
 struct config {
     std::size_t list_nodes = 4 << 20;
-    std::size_t map_keys = 1 << 20, lookups = 4 << 20;
+    std::size_t map_keys = 1 << 20, lookups = 1 << 20;
     std::size_t pushes = 1 << 22, tx_pushes = 20000;
     unsigned reps = 5;
     std::string dir = "/dev/shm";
@@ -313,7 +313,7 @@ int main(int argc, char **argv)
         if (a == "--quick") {
             c.list_nodes = 1 << 20;
             c.map_keys = 1 << 18;
-            c.lookups = 1 << 20;
+            c.lookups = 1 << 18;
             c.pushes = 1 << 20;
             c.tx_pushes = 5000;
             c.reps = 3;
