@@ -272,6 +272,73 @@ TEST(vector_in_a_transaction)
     CHECK_EQ(pheap_check(h.get(), &rep), 0);
 }
 
+TEST(allocator_finds_its_heap)
+{
+    std::string file = check::path("alloc.heap");
+    pheap_options o{};
+    o.size = 1 << 20;
+    o.flags = PHEAP_CREATE;
+    pheap_handle *raw = nullptr;
+    REQUIRE(pheap_open(file.c_str(), &o, &raw) == 0);
+    pheap::heap h(raw); /* adopted: the allocator knows it, the destructor closes it */
+    pheap::allocator<long> a(h);
+    pheap::allocator<char> b(a);
+    CHECK(a == b && !(a != b));
+    CHECK(a.heap_handle() == raw);
+    pheap::ptr<long> p = a.allocate(10);
+    CHECK(h.offset(p.get()) != 0);
+    CHECK(pheap_usable_size(raw, h.offset(p.get())) >= 80);
+    a.deallocate(p, 10);
+    CHECK_EQ(pheap_usable_size(raw, h.offset(p.get())), 0u);
+    CHECK_THROWS_CODE(a.allocate(std::size_t(1) << 40), PHEAP_ENOMEM);
+    pheap::heap other = fresh("other.heap");
+    CHECK(pheap::allocator<long>(other) != a);
+    h.close();
+    CHECK_THROWS_CODE(b.allocate(1), PHEAP_EINVAL); /* its heap is closed */
+}
+
+TEST(error_code_forms)
+{
+    std::error_code ec;
+    pheap::heap bad = pheap::heap::create(check::dir() + "/no/such/dir/x.heap", 1 << 20, ec);
+    CHECK(!bad && ec);
+    pheap::heap h = pheap::heap::create(check::path("ec.heap"), 1 << 20, ec);
+    REQUIRE(!ec);
+    struct big {
+        long v[8];
+    };
+    big *l = h.make<big>(ec);
+    REQUIRE(l && !ec);
+    h.destroy(&l->v[1], ec); /* inside a block: refused, nothing done */
+    CHECK(ec.value() == PHEAP_EINTERIOR);
+    h.destroy(l, ec);
+    CHECK(!ec);
+    h.destroy(l, ec);
+    CHECK(ec.value() == PHEAP_EDOUBLEFREE);
+    long &r = *h.root<long>("r", ec), &s = *h.root<long>("s", ec);
+    REQUIRE(!ec);
+    {
+        pheap::transaction tx(h, ec);
+        REQUIRE(!ec && tx.active());
+        tx.add(r, ec);
+        r = 9;
+        tx.write(r, 10L, ec); /* into an added range: stored at once */
+        CHECK(!ec && r == 10);
+        tx.write(s, 3L, ec);
+        CHECK(!ec && s == 0 && tx.read(s, ec) == 3);
+        tx.add(s, ec); /* written, then added: refused */
+        CHECK(ec.value() == PHEAP_EINVAL);
+        tx.commit(ec);
+        CHECK(!ec && !tx.active());
+        tx.commit(ec);
+        CHECK(ec.value() == PHEAP_ENOTX);
+    }
+    CHECK_EQ(r, 10);
+    CHECK_EQ(s, 3);
+    h.close(ec);
+    CHECK(!ec);
+}
+
 /* ---- GC mode: the filter of a list of ptr links ----------------------------- */
 
 namespace {
