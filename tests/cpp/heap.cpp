@@ -228,7 +228,11 @@ TEST(transaction_scopes)
         CHECK_THROWS_CODE(h.make_named<point>("q", 1L, 1L), PHEAP_ENOTSUP);
         CHECK_THROWS_CODE(h.destroy_named<point>("p"), PHEAP_ENOTSUP);
         CHECK(h.find<point>("p") == &p); /* lookups are fine */
+        /* a root cannot name a block of the transaction before the commit */
+        CHECK_THROWS_CODE(h.root<long>("unset"), PHEAP_ENOTLIVE);
     });
+    CHECK_EQ(pheap_root_get(h.get(), "unset"), 0u);
+    CHECK_EQ(live_blocks(h), before);
     /* commit after the whole transaction was aborted: EABORTED */
     pheap::transaction outer(h);
     {
