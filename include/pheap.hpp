@@ -728,14 +728,40 @@ public:
         set_filter<T>(root, ec);
         detail::check(ec, "pheap_root_set_filter");
     }
-    /* pheap_recover (GC mode, after a crash): register filters first. */
-    void recover()
+    /* pheap_recover_ex (GC mode, after a crash; register filters first) and
+     * pheap_gc_ex (offline leak collection), tracing ptr words too
+     * (PHEAP_GC_SELF_RELATIVE); `report` may be null. */
+    void recover(pheap_gc_report *report = nullptr)
     {
-        int rc = pheap_recover(h_);
-        if (rc)
-            detail::raise(make_error_code(rc), "pheap_recover");
+        std::error_code ec;
+        recover(report, ec);
+        detail::check(ec, "pheap_recover");
+    }
+    void gc(pheap_gc_report *report = nullptr)
+    {
+        std::error_code ec;
+        gc(report, ec);
+        detail::check(ec, "pheap_gc");
     }
 #endif
+    void recover(pheap_gc_report *report, std::error_code &ec) noexcept
+    {
+        pheap_gc_options o{};
+        o.flags = PHEAP_GC_SELF_RELATIVE;
+        ec.clear();
+        int rc = pheap_recover_ex(h_, &o, report);
+        if (rc)
+            detail::set_error(ec, rc);
+    }
+    void gc(pheap_gc_report *report, std::error_code &ec) noexcept
+    {
+        pheap_gc_options o{};
+        o.flags = PHEAP_GC_SELF_RELATIVE;
+        ec.clear();
+        int rc = pheap_gc_ex(h_, &o, report);
+        if (rc)
+            detail::set_error(ec, rc);
+    }
 
 private:
     bool in_tx() const noexcept { return pheap_tx_depth(h_) != 0; }

@@ -1,9 +1,10 @@
 /*
- * gc_ptr.cpp -- the conservative tracer follows pheap::ptr words (a word
- * whose own offset plus its value minus one is the start of a block):
- * pheap_gc on a LOG heap holding containers of pheap::allocator keeps
- * every node and frees only what nothing reaches; a GC-mode heap whose
- * list of ptr links has no filter is recovered whole.
+ * gc_ptr.cpp -- heap::gc() and heap::recover() trace pheap::ptr words
+ * conservatively (PHEAP_GC_SELF_RELATIVE: a word whose own offset plus its
+ * value minus one is the start of a block): a LOG heap holding containers
+ * of pheap::allocator keeps every node and frees only what nothing
+ * reaches; a GC-mode heap whose list of ptr links has no filter is
+ * recovered whole.
  */
 #include "check.hpp"
 
@@ -42,7 +43,7 @@ TEST(collection_keeps_containers)
     std::uint64_t live = live_blocks(h);
     REQUIRE(pheap_alloc(h.get(), 64) != 0); /* reachable from nothing */
     pheap_gc_report rep;
-    REQUIRE(pheap_gc_ex(h.get(), nullptr, &rep) == 0);
+    h.gc(&rep);
     CHECK_EQ(rep.freed_blocks, 1u);
     CHECK_EQ(live_blocks(h), live);
     REQUIRE(t.size() == 2000u);
@@ -77,7 +78,7 @@ TEST(recovery_without_filters)
     REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     pheap::heap h = pheap::heap::open(file);
     pheap_gc_report rep;
-    REQUIRE(pheap_recover_ex(h.get(), nullptr, &rep) == 0);
+    h.recover(&rep);
     CHECK_EQ(rep.marked_blocks, 301u);
     long want = 300;
     for (lnode *n = h.direct<lnode>(pheap_root_get(h.get(), "list"))->next.get(); n; n = n->next.get())

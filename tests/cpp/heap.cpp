@@ -389,7 +389,7 @@ TEST(gc_recovery_with_trace_filters)
     REQUIRE(pheap_stats(h.get(), &s) == 0 && s.needs_recovery);
     h.set_filter<gnode>("list");
     pheap_gc_report rep;
-    REQUIRE(pheap_recover_ex(h.get(), nullptr, &rep) == 0);
+    REQUIRE(pheap_recover_ex(h.get(), nullptr, &rep) == 0); /* the filter alone sees the links */
     CHECK_EQ(rep.marked_blocks, 51u); /* the head and 50 nodes, through the filter */
     CHECK_EQ(rep.bad_refs, 0u);
     long n = 0;
