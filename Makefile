@@ -13,7 +13,7 @@ CMAKE   ?= cmake
 GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: all build test demo install test-asan test-tsan bench torture clean deps
+.PHONY: all build test demo install test-asan test-tsan bench torture clean deps test-deps
 
 all: build
 
@@ -28,11 +28,29 @@ deps:
 	    exit 1; \
 	  fi
 
+# The C++ tests want the Boost headers (Boost.Container) and clang++ (the
+# header is compiled by both compilers): installed when missing and we may;
+# otherwise the tests that need them report themselves skipped.
+test-deps:
+	@missing=""; \
+	  [ -f /usr/include/boost/container/map.hpp ] || missing="$$missing libboost-dev"; \
+	  command -v clang++ >/dev/null 2>&1 || missing="$$missing clang"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      apt-get update && apt-get install -y $$missing; \
+	    else \
+	      echo "make test: missing$$missing (not root): the tests that need them are skipped"; \
+	    fi; \
+	  fi
+
 build: | deps
 	@test -f $(BUILD)/CMakeCache.txt || $(CMAKE) -S . -B $(BUILD) $(GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-test: build
+test: test-deps
+	@# a build configured before Boost was installed looks for it again
+	@! grep -q '^PHEAP_BOOST_DIR:PATH=.*NOTFOUND' $(BUILD)/CMakeCache.txt 2>/dev/null || $(CMAKE) $(BUILD) >/dev/null
+	$(MAKE) build
 	cd $(BUILD) && ctest $(CTEST_ARGS) -LE torture
 
 demo: build

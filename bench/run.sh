@@ -5,6 +5,7 @@
 # process each), and writes
 #   bench/results/<run>.json      every result of the run
 #   bench/results/<run>-names.json  the named-objects benchmark (JSON lines)
+#   bench/results/<run>-cpp.json    the C++ layer's benchmark (JSON lines)
 #   bench/results/<run>/report.md tables, and the PNG charts beside it
 #   bench/results/SUMMARY.md      the tables of the latest full run
 #   bench/results/charts/*.png    its charts (the README shows them)
@@ -166,6 +167,23 @@ case ",$ALLOCS," in *,pheap,*)
     fi ;;
 esac
 
+# ---- the C++ layer: ptr against raw pointers, vector in transactions -------
+# pheap_cppbench needs a C++ compiler and Boost.Container; CMake leaves it
+# out without them.
+CPP_MD="$RES/$RUN-cpp.md"
+: >"$CPP_MD"
+case ",$ALLOCS," in *,pheap,*)
+    if cmake --build "$BDIR" --target pheap_cppbench -j "$(nproc)" >>"$BDIR/bench-build.log" 2>&1; then
+        t0=$(date +%s)
+        # shellcheck disable=SC2086  # QUICK is empty or one word
+        "$BDIR/bench/pheap_cppbench" $QUICK --heap-dir "$HEAP_DIR" --json "$RES/$RUN-cpp.json" \
+            --markdown "$CPP_MD" || { echo "run.sh: pheap_cppbench exited $?"; failed=1; }
+        echo "run.sh: the C++ layer took $(( $(date +%s) - t0 )) s"
+    else
+        echo "run.sh: the C++ benchmark is skipped: no C++ compiler or no Boost.Container headers"
+    fi ;;
+esac
+
 # ---- back ends on an ordinary file system ---------------------------------
 # Each line of the table is one pheap_bench process with its own flush
 # setting; the JSON lines get a "backend" field for the report.
@@ -227,6 +245,11 @@ if [ -s "$NAMES_MD" ]; then
     [ "$MODE" = full ] && { echo; echo "## Named objects (pheap_namebench)"; cat "$NAMES_MD"; } >>"$RES/SUMMARY.md"
 fi
 rm -f "$NAMES_MD"
+if [ -s "$CPP_MD" ]; then
+    { echo; echo "## The C++ layer (pheap_cppbench)"; cat "$CPP_MD"; } >>"$RES/$RUN/report.md"
+    [ "$MODE" = full ] && { echo; echo "## The C++ layer (pheap_cppbench)"; cat "$CPP_MD"; } >>"$RES/SUMMARY.md"
+fi
+rm -f "$CPP_MD"
 # A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
 if [ "$MODE" = full ]; then
     mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null

@@ -850,8 +850,11 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * Tracing.  Conservative by default: every aligned 8-byte word of a
  * reachable block whose value is the offset of the start of a block makes
  * that block reachable (an integer that happens to equal one keeps a block
- * alive: a superset, never a loss).  Offsets to the inside of a block and
- * pointers stored as addresses are not followed.  Precise: a filter,
+ * alive: a superset, never a loss); with PHEAP_GC_SELF_RELATIVE, so does a
+ * word holding a self-relative pointer to the start of a block (pheap::ptr
+ * of pheap.hpp: the word's own offset plus its value, minus 1, modulo
+ * 2^64).  Offsets to the inside of a block and pointers stored as
+ * addresses are not followed.  Precise: a filter,
  * registered per root with pheap_root_set_filter, reports the offsets a
  * block holds with pheap_trace, and names the filter of each child (for
  * links stored as tagged words or indices, which the conservative tracer
@@ -923,6 +926,10 @@ typedef struct pheap_gc_options {
 } pheap_gc_options;
 
 #define PHEAP_GC_DRY_RUN 0x1u /* pheap_gc: report what would be freed, free nothing */
+#define PHEAP_GC_SELF_RELATIVE 0x2u /* conservative tracing also follows self-relative
+                                       words (pheap::ptr of pheap.hpp): for heaps that
+                                       hold them; more integers look like links, so
+                                       more garbage may stay */
 
 /* GC mode, after an unclean shutdown: traces the blocks reachable from the
  * roots (through the registered filters) and rebuilds every slab bitmap
@@ -1060,8 +1067,18 @@ unsigned pheap_class_count(void);
 /* Fills *out for size class `cls`.  Errors: PHEAP_EINVAL. */
 int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out);
 
-/* Fills *out.  Counters cover every thread since the open. */
+/* Fills *out.  Counters cover every thread since the open.  (In C++, g++'s
+ * -Wshadow says this function hides the struct's implicit constructor; the
+ * struct is always named `struct pheap_stats`, so the warning is silenced
+ * for this one declaration.) */
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
 int pheap_stats(pheap *h, struct pheap_stats *out);
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 typedef struct pheap_check_report {
     unsigned errors;          /* problems found; 0 = consistent */

@@ -187,17 +187,28 @@ ph_export pheap *pheap_tracer_heap(pheap_tracer *tr)
     return tr ? tr->mk->h : NULL;
 }
 
-/* Every aligned word of the block that is the offset of a block's start. */
+/* Every aligned word of the block that is the offset of a block's start,
+ * and with PHEAP_GC_SELF_RELATIVE a self-relative pointer to one
+ * (pheap::ptr of pheap.hpp: the word holds target - its own address + 1,
+ * so the target's offset is the word's offset + v - 1).  Block starts are
+ * 8-byte aligned, which leaves 1 in 8 small integers to look up as a
+ * self-relative candidate. */
 static void scan(pheap_tracer *tr, const work *w)
 {
     const uint64_t *p = pheap_direct(tr->mk->h, w->off);
     const ph_gc_marks *m = tr->mk->m;
+    int self_relative = (tr->mk->o->flags & PHEAP_GC_SELF_RELATIVE) != 0;
     for (uint64_t i = 0; i < w->bytes / 8; i++) {
         uint64_t v = ph_load_relaxed(&p[i]), bytes;
-        if (ph_likely(!ph_gc_in_range(m, v)))
-            continue;
-        if (ph_gc_mark(tr->mk->m, v, 0, &bytes) > 0)
+        if (ph_unlikely(ph_gc_in_range(m, v)) && ph_gc_mark(tr->mk->m, v, 0, &bytes) > 0)
             push(tr, v, bytes, NULL);
+        if (!self_relative)
+            continue;
+        uint64_t rel = w->off + 8 * i + v - 1;
+        if ((rel & 7) || v == 1 || !ph_gc_in_range(m, rel))
+            continue;
+        if (ph_gc_mark(tr->mk->m, rel, 0, &bytes) > 0)
+            push(tr, rel, bytes, NULL);
     }
 }
 
@@ -486,7 +497,7 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
     ph_thread *t = tracer_thread(h, "pheap_recover");
     if (!t)
         return pheap_errno();
-    if (opts && (opts->flags & ~PHEAP_GC_DRY_RUN))
+    if (opts && (opts->flags & ~(PHEAP_GC_DRY_RUN | PHEAP_GC_SELF_RELATIVE)))
         return ph_err(PHEAP_EINVAL, "pheap_recover: unknown flags %#x", opts->flags);
     if (opts && (opts->flags & PHEAP_GC_DRY_RUN))
         return ph_err(PHEAP_EINVAL, "pheap_recover: PHEAP_GC_DRY_RUN is for pheap_gc (a "
@@ -528,7 +539,7 @@ ph_export int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_repor
     ph_thread *t = tracer_thread(h, "pheap_gc");
     if (!t)
         return pheap_errno();
-    if (opts && (opts->flags & ~PHEAP_GC_DRY_RUN))
+    if (opts && (opts->flags & ~(PHEAP_GC_DRY_RUN | PHEAP_GC_SELF_RELATIVE)))
         return ph_err(PHEAP_EINVAL, "pheap_gc: unknown flags %#x", opts->flags);
     if (h->needs_recovery)
         return ph_err(PHEAP_ERECOVER, "pheap_gc: the heap (GC mode) was not closed cleanly: "

@@ -448,3 +448,40 @@ TEST(marking_threads_share_a_wide_root)
     check_ok(h);
     REQUIRE_OK(pheap_close(h));
 }
+
+/* With PHEAP_GC_SELF_RELATIVE a self-relative word (pheap::ptr of
+ * pheap.hpp: the target's offset minus the word's own offset, plus 1)
+ * keeps its block under conservative tracing, backwards and forwards, and
+ * pheap_gc frees only the block no word reaches either way; without the
+ * flag such words are integers (a dry run would free both blocks). */
+TEST(self_relative_words_keep_blocks)
+{
+    pheap *h = ph_test_create(ph_test_path("gc-selfrel.heap"), 8u << 20);
+    REQUIRE(h);
+    pheap_off top = pheap_alloc(h, 64), before = pheap_alloc(h, 4096 * 8);
+    pheap_off after = pheap_alloc(h, 48), lost = pheap_alloc(h, 48);
+    REQUIRE(top && before && after && lost);
+    uint64_t *w = pheap_direct(h, top);
+    memset(w, 0, 64);
+    w[1] = after - (top + 8) + 1;  /* a word at offset top + 8 */
+    w[5] = before - (top + 40) + 1; /* modulo 2^64: lower or higher alike */
+    w[6] = 1;                       /* a word pointing at itself: nothing to keep */
+    pheap_persist(h, w, 64);
+    REQUIRE_OK(pheap_root_set(h, "top", top));
+    pheap_gc_report rep;
+    pheap_gc_options o = {.flags = PHEAP_GC_DRY_RUN};
+    REQUIRE_OK(pheap_gc_ex(h, &o, &rep));
+    CHECK_EQ(rep.marked_blocks, 1);
+    CHECK_EQ(rep.freed_blocks, 3);
+    o.flags = PHEAP_GC_SELF_RELATIVE | 0x80;
+    CHECK_EQ(pheap_gc_ex(h, &o, &rep), PHEAP_EINVAL);
+    o.flags = PHEAP_GC_SELF_RELATIVE;
+    REQUIRE_OK(pheap_gc_ex(h, &o, &rep));
+    CHECK_EQ(rep.marked_blocks, 3);
+    CHECK_EQ(rep.freed_blocks, 1);
+    CHECK(pheap_usable_size(h, before) >= 4096 * 8);
+    CHECK_EQ(pheap_usable_size(h, after), 48);
+    CHECK_EQ(pheap_usable_size(h, lost), 0);
+    check_ok(h);
+    pheap_close(h);
+}

@@ -156,6 +156,55 @@ if ! (unset LD_LIBRARY_PATH && exec "$tmp/consumer_static" "$tmp/static.heap") >
     fail "the static consumer did not print 'ok' and 'version $modversion'"
 fi
 
+# ---- C++: pheap.hpp through pkg-config, with the strict warnings ----------
+consumer_cpp=$src/tests/install/consumer.cpp
+[ -f "$prefix/include/pheap.hpp" ] || fail "pheap.hpp is not in the includedir"
+cxx=${CXX:-$(cache_value CMAKE_CXX_COMPILER)}
+if [ -z "$cxx" ] || ! command -v "$cxx" >/dev/null 2>&1; then
+    echo "install test: no C++ compiler: the C++ consumer is not built"
+else
+    # shellcheck disable=SC2086
+    if ! "$cxx" -std=c++17 -Wall -Wextra -Wshadow -pedantic -Werror $san -o "$tmp/consumer_cpp" \
+        "$consumer_cpp" $cflags $libs >"$tmp/cxx.log" 2>&1; then
+        show "compiler output" "$tmp/cxx.log"
+        fail "cannot build consumer.cpp with: $cxx -std=c++17 $cflags $libs"
+    fi
+    if ! LD_LIBRARY_PATH=$libdir "$tmp/consumer_cpp" "$tmp/cpp.heap" >"$tmp/out_cpp" 2>&1 ||
+        ! check_output "$tmp/out_cpp"; then
+        show "consumer output" "$tmp/out_cpp"
+        fail "the C++ consumer did not print 'ok' and 'version $modversion'"
+    fi
+
+    # ---- the CMake package: find_package(pheap), C and C++ consumers -------
+    mkdir -p "$tmp/pkg"
+    cat >"$tmp/pkg/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.16)
+project(pheap_consumer C CXX)
+find_package(pheap $modversion REQUIRED CONFIG)
+add_executable(consumer_c $consumer_c)
+target_link_libraries(consumer_c PRIVATE pheap::pheap)
+add_executable(consumer_cpp $consumer_cpp)
+target_compile_features(consumer_cpp PRIVATE cxx_std_17)
+target_compile_options(consumer_cpp PRIVATE -Wall -Wextra -Wshadow -pedantic -Werror $san)
+target_link_options(consumer_cpp PRIVATE $san)
+target_link_libraries(consumer_cpp PRIVATE pheap::pheap_static)
+CMAKE
+    if ! cmake -S "$tmp/pkg" -B "$tmp/pkg/build" -DCMAKE_PREFIX_PATH="$prefix" \
+        -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_FLAGS="$san" \
+        -DCMAKE_EXE_LINKER_FLAGS="$san" >"$tmp/pkg.log" 2>&1 ||
+        ! cmake --build "$tmp/pkg/build" >>"$tmp/pkg.log" 2>&1; then
+        show "CMake output" "$tmp/pkg.log"
+        fail "a project using find_package(pheap) does not build"
+    fi
+    if ! LD_LIBRARY_PATH=$libdir "$tmp/pkg/build/consumer_c" "$tmp/pkg_c.heap" >"$tmp/out_pkg" 2>&1 ||
+        ! check_output "$tmp/out_pkg" ||
+        ! "$tmp/pkg/build/consumer_cpp" "$tmp/pkg_cpp.heap" >"$tmp/out_pkg" 2>&1 ||
+        ! check_output "$tmp/out_pkg"; then
+        show "consumer output" "$tmp/out_pkg"
+        fail "the consumers built with the CMake package did not print 'ok'"
+    fi
+fi
+
 # ---- the installed tool reads what the consumers wrote --------------------
 if ! "$prefix/bin/pheap" info "$tmp/static.heap" >"$tmp/info" 2>&1 ||
     ! grep -q consumer "$tmp/info" || ! grep -q clean "$tmp/info"; then
@@ -163,5 +212,5 @@ if ! "$prefix/bin/pheap" info "$tmp/static.heap" >"$tmp/info" 2>&1 ||
     fail "the installed pheap tool cannot read the consumer's heap"
 fi
 
-echo "install test passed: $(pkg-config --modversion pheap) from ${pc#"$prefix"/}, shared and static"
+echo "install test passed: $(pkg-config --modversion pheap) from ${pc#"$prefix"/}, shared and static, C and C++, pkg-config and the CMake package"
 exit 0

@@ -1,0 +1,349 @@
+/*
+ * cpp_bench.cpp -- pheap_cppbench: what the C++ layer costs.
+ *
+ *   list walk    a linked list of N 16-byte nodes (one array, linked in a
+ *                random order, or in array order), walked end to end:
+ *                ns per node through pheap::ptr links in a heap, against
+ *                the same code with raw pointers in DRAM (new[]);
+ *   map lookup   boost::container::map<long, long> of N keys, M random
+ *                lookups: ns per lookup with pheap::allocator (ptr links,
+ *                nodes in the heap) against std::allocator in DRAM;
+ *   vector push  boost::container::vector<int, pheap::allocator<int>>:
+ *                N push_backs in one transaction, and one transaction per
+ *                push_back (push_backs per second), with the heap's flush
+ *                back end (PHEAP_FLUSH, as bench/run.sh sets it) and with
+ *                flush none.
+ * Each figure is the median of --reps repetitions.  Output: a table on
+ * stdout; --json appends one JSON object per figure, --markdown the table.
+ *
+ * Usage: pheap_cppbench [--quick] [--heap-dir DIR] [--reps N] [--json FILE] [--markdown FILE]
+ */
+#include <pheap.hpp>
+
+#include <boost/container/map.hpp>
+#include <boost/container/vector.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <time.h>
+#include <unistd.h>
+
+namespace {
+
+std::uint64_t now_ns()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return std::uint64_t(ts.tv_sec) * 1000000000ull + std::uint64_t(ts.tv_nsec);
+}
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+struct config {
+    std::size_t list_nodes = 4 << 20;
+    std::size_t map_keys = 1 << 20, lookups = 1 << 20;
+    std::size_t pushes = 1 << 22, tx_pushes = 20000;
+    unsigned reps = 5;
+    std::string dir = "/dev/shm";
+};
+
+struct figure {
+    std::string bench, variant, unit;
+    double value;
+};
+std::vector<figure> figures;
+
+void report(const std::string &bench, const std::string &variant, const std::string &unit, double v)
+{
+    figures.push_back({bench, variant, unit, v});
+    std::printf("%-12s %-34s %12.2f %s\n", bench.c_str(), variant.c_str(), v, unit.c_str());
+    std::fflush(stdout);
+}
+
+pheap::heap make_heap(const config &c, const char *name, std::uint64_t size, unsigned flush)
+{
+    std::string path = c.dir + "/" + name + "-" + std::to_string(getpid()) + ".heap";
+    unlink(path.c_str());
+    pheap_options o{};
+    o.size = size;
+    o.flags = PHEAP_CREATE | PHEAP_EXCL;
+    o.flush = flush;
+    pheap::heap h = pheap::heap::open(path, &o);
+    unlink(path.c_str()); /* the open handle keeps it */
+    return h;
+}
+
+/* ---- list walk ------------------------------------------------------------- */
+
+struct pnode {
+    pheap::ptr<pnode> next;
+    long value;
+};
+struct rnode {
+    rnode *next;
+    long value;
+};
+
+template <class Node, class Get>
+__attribute__((noinline)) long walk(const Node *n, Get next)
+{
+    long s = 0;
+    while (n) {
+        s += n->value;
+        n = next(n);
+    }
+    return s;
+}
+
+template <class Node, class Link>
+void link_list(Node *nodes, const std::vector<std::size_t> &order, Link set)
+{
+    for (std::size_t i = 0; i + 1 < order.size(); i++)
+        set(nodes[order[i]], &nodes[order[i + 1]]);
+    set(nodes[order.back()], nullptr);
+    for (std::size_t i = 0; i < order.size(); i++)
+        nodes[i].value = long(i);
+}
+
+void bench_list(const config &c)
+{
+    std::size_t n = c.list_nodes;
+    pheap::heap h = make_heap(c, "cppbench-list", 2 * n * sizeof(pnode) + (64 << 20), PHEAP_FLUSH_NONE);
+    /* The same layout four ways: ptr or raw links, in the heap or in DRAM. */
+    auto *ph = static_cast<pnode *>(h.direct(pheap_alloc(h.get(), n * sizeof(pnode))));
+    auto *rh = static_cast<rnode *>(h.direct(pheap_alloc(h.get(), n * sizeof(rnode))));
+    std::vector<pnode> pd(n);
+    std::vector<rnode> rd(n);
+    auto pnext = [](const pnode *x) { return x->next.get(); };
+    auto rnext = [](const rnode *x) { return x->next; };
+    for (int shuffled = 1; shuffled >= 0; shuffled--) {
+        std::vector<std::size_t> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        if (shuffled)
+            std::shuffle(order.begin() + 1, order.end(), std::mt19937_64(42));
+        link_list(ph, order, [](pnode &a, pnode *b) { a.next = b; });
+        link_list(pd.data(), order, [](pnode &a, pnode *b) { a.next = b; });
+        link_list(rh, order, [](rnode &a, rnode *b) { a.next = b; });
+        link_list(rd.data(), order, [](rnode &a, rnode *b) { a.next = b; });
+        std::vector<double> t[4];
+        long sums[4] = {0, 0, 0, 0};
+        for (unsigned r = 0; r < c.reps; r++) {
+            /* interleaved, so that a busy moment of the machine hits all four */
+            std::uint64_t t0 = now_ns();
+            sums[0] += walk(ph, pnext);
+            std::uint64_t t1 = now_ns();
+            sums[1] += walk(pd.data(), pnext);
+            std::uint64_t t2 = now_ns();
+            sums[2] += walk(rh, rnext);
+            std::uint64_t t3 = now_ns();
+            sums[3] += walk(rd.data(), rnext);
+            std::uint64_t t4 = now_ns();
+            t[0].push_back(double(t1 - t0) / double(n));
+            t[1].push_back(double(t2 - t1) / double(n));
+            t[2].push_back(double(t3 - t2) / double(n));
+            t[3].push_back(double(t4 - t3) / double(n));
+        }
+        if (sums[0] != sums[1] || sums[0] != sums[2] || sums[0] != sums[3])
+            std::fprintf(stderr, "pheap_cppbench: the walks disagree\n");
+        std::string kind = shuffled ? "random order" : "array order";
+        double m[4] = {median(t[0]), median(t[1]), median(t[2]), median(t[3])};
+        report("list walk", "pheap::ptr, heap, " + kind, "ns/node", m[0]);
+        report("list walk", "pheap::ptr, DRAM, " + kind, "ns/node", m[1]);
+        report("list walk", "raw pointer, heap, " + kind, "ns/node", m[2]);
+        report("list walk", "raw pointer, DRAM, " + kind, "ns/node", m[3]);
+        report("list walk", "ptr heap / raw DRAM, " + kind, "ratio", m[0] / m[3]);
+        report("list walk", "ptr / raw, both in the heap, " + kind, "ratio", m[0] / m[2]);
+    }
+}
+
+/* ---- map lookup ------------------------------------------------------------ */
+
+/* Blocks of the heap with raw pointers: where the nodes are, without ptr
+ * (valid only in this mapping; for measuring, not for keeping). */
+template <class T>
+struct raw_heap_allocator {
+    using value_type = T;
+    ::pheap_handle *h;
+    explicit raw_heap_allocator(::pheap_handle *heap) : h(heap) {}
+    template <class U>
+    raw_heap_allocator(const raw_heap_allocator<U> &o) : h(o.h) {}
+    T *allocate(std::size_t n) { return static_cast<T *>(pheap_direct(h, pheap_alloc(h, n * sizeof(T)))); }
+    void deallocate(T *p, std::size_t) { pheap_free(h, pheap_offset(h, p)); }
+    template <class U>
+    bool operator==(const raw_heap_allocator<U> &o) const { return h == o.h; }
+    template <class U>
+    bool operator!=(const raw_heap_allocator<U> &o) const { return h != o.h; }
+};
+
+template <class Map>
+double lookups(const Map &m, const std::vector<long> &keys, long *sum)
+{
+    std::uint64_t t0 = now_ns();
+    long s = 0;
+    for (long k : keys) {
+        auto it = m.find(k);
+        s += it == m.end() ? 0 : it->second;
+    }
+    *sum += s;
+    return double(now_ns() - t0) / double(keys.size());
+}
+
+void bench_map(const config &c)
+{
+    using pmap = boost::container::map<long, long, std::less<long>,
+                                       pheap::allocator<std::pair<const long, long>>>;
+    using rmap = boost::container::map<long, long>;
+    using hmap = boost::container::map<long, long, std::less<long>,
+                                       raw_heap_allocator<std::pair<const long, long>>>;
+    pheap::heap h = make_heap(c, "cppbench-map", std::uint64_t(c.map_keys) * 64 + (64 << 20),
+                              PHEAP_FLUSH_NONE);
+    pmap &pm = *h.make<pmap>(pheap::allocator<pmap>(h));
+    rmap rm;
+    hmap hm{raw_heap_allocator<std::pair<const long, long>>(h.get())};
+    std::mt19937_64 rng(7);
+    std::vector<long> inserted;
+    for (std::size_t i = 0; i < c.map_keys; i++) {
+        long k = long(rng() >> 1);
+        pm.emplace(k, long(i));
+        rm.emplace(k, long(i));
+        hm.emplace(k, long(i));
+        inserted.push_back(k);
+    }
+    std::vector<long> keys(c.lookups);
+    for (auto &k : keys) /* three of four hit */
+        k = rng() % 4 ? inserted[rng() % inserted.size()] : long(rng() >> 1);
+    std::vector<double> tp, tr, th;
+    long sp = 0, sr = 0, sh = 0;
+    for (unsigned r = 0; r < c.reps; r++) {
+        tp.push_back(lookups(pm, keys, &sp));
+        th.push_back(lookups(hm, keys, &sh));
+        tr.push_back(lookups(rm, keys, &sr));
+    }
+    if (sp != sr || sh != sr)
+        std::fprintf(stderr, "pheap_cppbench: the maps disagree\n");
+    double p = median(tp), raw = median(tr), hraw = median(th);
+    report("map lookup", "pheap::allocator (ptr), heap", "ns/lookup", p);
+    report("map lookup", "raw pointers, blocks of the heap", "ns/lookup", hraw);
+    report("map lookup", "std::allocator, DRAM", "ns/lookup", raw);
+    report("map lookup", "ptr heap / raw DRAM", "ratio", p / raw);
+    report("map lookup", "ptr / raw, both in the heap", "ratio", p / hraw);
+}
+
+/* ---- vector push_back in transactions -------------------------------------- */
+
+void bench_vector(const config &c, unsigned flush, const std::string &flush_name)
+{
+    using vec = boost::container::vector<int, pheap::allocator<int>>;
+    std::vector<double> one, each;
+    for (unsigned r = 0; r < c.reps; r++) {
+        pheap::heap h = make_heap(c, "cppbench-vec", std::uint64_t(c.pushes) * 16 + (64 << 20), flush);
+        vec &v = *h.make<vec>(pheap::allocator<vec>(h));
+        std::uint64_t t0 = now_ns();
+        pheap::run(h, [&](pheap::transaction &tx) {
+            tx.add(v);
+            for (std::size_t i = 0; i < c.pushes; i++)
+                v.push_back(int(i));
+        });
+        std::uint64_t t1 = now_ns();
+        one.push_back(double(c.pushes) / (double(t1 - t0) / 1e9));
+        vec &w = *h.make<vec>(pheap::allocator<vec>(h));
+        t0 = now_ns();
+        for (std::size_t i = 0; i < c.tx_pushes; i++)
+            pheap::run(h, [&](pheap::transaction &tx) {
+                tx.add(w); /* the element is built past the size the snapshot restores */
+                w.push_back(int(i));
+            });
+        t1 = now_ns();
+        each.push_back(double(c.tx_pushes) / (double(t1 - t0) / 1e9));
+    }
+    report("vector push", "one transaction, flush " + flush_name, "push/s", median(one));
+    report("vector push", "a transaction each, flush " + flush_name, "push/s", median(each));
+}
+
+void json_out(const char *file, const config &c)
+{
+    FILE *f = std::fopen(file, "a");
+    if (!f)
+        return;
+    for (const figure &x : figures)
+        std::fprintf(f,
+                     "{\"bench\":\"%s\",\"variant\":\"%s\",\"unit\":\"%s\",\"value\":%.4f,"
+                     "\"reps\":%u,\"heap_dir\":\"%s\"}\n",
+                     x.bench.c_str(), x.variant.c_str(), x.unit.c_str(), x.value, c.reps,
+                     c.dir.c_str());
+    std::fclose(f);
+}
+
+void markdown_out(const char *file, const config &c)
+{
+    FILE *f = std::fopen(file, "a");
+    if (!f)
+        return;
+    std::fprintf(f, "\nList of %zu nodes, map of %zu keys (%zu lookups), %zu push_backs in one "
+                    "transaction and %zu in one each; median of %u; heaps in %s.\n\n",
+                 c.list_nodes, c.map_keys, c.lookups, c.pushes, c.tx_pushes, c.reps, c.dir.c_str());
+    std::fprintf(f, "| benchmark | variant | value | unit |\n| --- | --- | ---: | --- |\n");
+    for (const figure &x : figures)
+        std::fprintf(f, "| %s | %s | %.2f | %s |\n", x.bench.c_str(), x.variant.c_str(), x.value,
+                     x.unit.c_str());
+    std::fclose(f);
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    config c;
+    const char *json = nullptr, *markdown = nullptr;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        bool more = i + 1 < argc;
+        if (a == "--quick") {
+            c.list_nodes = 1 << 20;
+            c.map_keys = 1 << 18;
+            c.lookups = 1 << 18;
+            c.pushes = 1 << 20;
+            c.tx_pushes = 5000;
+            c.reps = 3;
+        } else if (a == "--heap-dir" && more)
+            c.dir = argv[++i];
+        else if (a == "--reps" && more)
+            c.reps = unsigned(std::max(1, std::atoi(argv[++i])));
+        else if (a == "--json" && more)
+            json = argv[++i];
+        else if (a == "--markdown" && more)
+            markdown = argv[++i];
+        else {
+            std::fprintf(stderr, "usage: pheap_cppbench [--quick] [--heap-dir DIR] [--reps N] "
+                                 "[--json FILE] [--markdown FILE]\n");
+            return 2;
+        }
+    }
+    try {
+        bench_list(c);
+        bench_map(c);
+        const char *env = std::getenv("PHEAP_FLUSH");
+        bench_vector(c, PHEAP_FLUSH_AUTO, env && *env ? env : "auto");
+        bench_vector(c, PHEAP_FLUSH_NONE, "none");
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "pheap_cppbench: %s\n", e.what());
+        return 1;
+    }
+    if (json)
+        json_out(json, c);
+    if (markdown)
+        markdown_out(markdown, c);
+    return 0;
+}

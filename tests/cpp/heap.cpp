@@ -1,0 +1,402 @@
+/*
+ * heap.cpp -- pheap::heap and the typed calls: errors as exceptions and as
+ * error codes, RAII and moves, make_named / find / destroy_named / root /
+ * make / destroy, exception safety (a throwing constructor leaves no name
+ * and no block), transactions as scopes (commit, rollback on an exception,
+ * typed redo writes, containers changed inside one), and trace<T> filters
+ * doing the recovery of a GC-mode heap.
+ */
+#include "check.hpp"
+
+#include <boost/container/vector.hpp>
+
+#include <stdexcept>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+
+struct point {
+    long x, y;
+    point(long a, long b) : x(a), y(b) {}
+};
+
+struct boom : std::runtime_error {
+    boom() : std::runtime_error("constructor failed") {}
+};
+
+/* Throws from its constructor when asked; counts destructors. */
+struct fragile {
+    static inline int destroyed = 0;
+    long v;
+    explicit fragile(bool fail, long value = 1) : v(value)
+    {
+        if (fail)
+            throw boom();
+    }
+    ~fragile() { destroyed++; }
+};
+
+std::uint64_t live_blocks(const pheap::heap &h)
+{
+    struct pheap_stats st;
+    return pheap_stats(h.get(), &st) == 0 ? st.live_blocks : ~0ull;
+}
+
+pheap::heap fresh(const char *name) { return pheap::heap::create(check::path(name), 4 << 20); }
+
+} // namespace
+
+TEST(errors_throw_and_report)
+{
+    std::string missing = check::path("missing.heap");
+    try {
+        pheap::heap h = pheap::heap::open(missing);
+        check::fail(__FILE__, __LINE__, "opening a missing heap did not throw");
+    } catch (const std::system_error &e) {
+        CHECK(e.code().category() == pheap::category());
+        CHECK_EQ(e.code().value(), int(PHEAP_ENOENT));
+        CHECK(std::string(e.what()).find("pheap_open") != std::string::npos);
+        CHECK(std::string(e.what()).find("missing.heap") != std::string::npos);
+        CHECK_EQ(e.code().message(), std::string(pheap_strerror(PHEAP_ENOENT)));
+    }
+    std::error_code ec;
+    pheap::heap h = pheap::heap::open(missing, nullptr, ec);
+    CHECK(!h);
+    CHECK(ec == pheap::make_error_code(PHEAP_ENOENT));
+    CHECK_EQ(std::string(ec.category().name()), std::string("pheap"));
+}
+
+TEST(raii_and_moves)
+{
+    static_assert(!std::is_copy_constructible_v<pheap::heap>);
+    static_assert(std::is_nothrow_move_constructible_v<pheap::heap>);
+    std::string file = check::path("raii.heap");
+    {
+        pheap::heap a = pheap::heap::create(file, 1 << 20);
+        CHECK_THROWS_CODE(pheap::heap::open(file), PHEAP_EBUSY); /* locked while open */
+        pheap::heap b = std::move(a);
+        CHECK(!a && b);
+        pheap::heap c;
+        c = std::move(b);
+        CHECK(!b && c);
+    } /* closed here */
+    pheap::heap again = pheap::heap::open(file);
+    CHECK(bool(again));
+    again.close();
+    CHECK(!again);
+    again.close(); /* closing an empty heap does nothing */
+}
+
+TEST(named_objects)
+{
+    pheap::heap h = fresh("named.heap");
+    point *p = h.make_named<point>("origin", 3L, 4L);
+    REQUIRE(p);
+    CHECK_EQ(p->x, 3);
+    CHECK(h.find<point>("origin") == p);
+    CHECK(h.find<point>("nothing") == nullptr);
+    CHECK_THROWS_CODE(h.make_named<point>("origin", 1L, 1L), PHEAP_EEXIST);
+    CHECK_THROWS_CODE(h.make_named<point>("", 1L, 1L), PHEAP_ENAME);
+    std::error_code ec;
+    CHECK(h.make_named<point>("origin", ec, 1L, 1L) == nullptr);
+    CHECK(ec == pheap::make_error_code(PHEAP_EEXIST));
+    CHECK(h.find<point>("nothing", ec) == nullptr && ec.value() == PHEAP_ENOENT);
+    fragile::destroyed = 0;
+    h.make_named<fragile>("f", false, 9L);
+    h.destroy_named<fragile>("f");
+    CHECK_EQ(fragile::destroyed, 1);
+    CHECK(h.find<fragile>("f") == nullptr);
+    CHECK_THROWS_CODE(h.destroy_named<fragile>("f"), PHEAP_ENOENT);
+    h.destroy_named<point>("origin");
+    CHECK(h.find<point>("origin") == nullptr);
+}
+
+TEST(throwing_constructor_leaves_nothing)
+{
+    pheap::heap h = fresh("throw.heap");
+    h.make_named<point>("warm", 0L, 0L); /* the directory exists from here on */
+    std::uint64_t before = live_blocks(h);
+    bool caught = false;
+    try {
+        h.make_named<fragile>("f", true);
+    } catch (const boom &) { /* the constructor's own exception */
+        caught = true;
+    }
+    CHECK(caught);
+    CHECK(h.find<fragile>("f") == nullptr);
+    CHECK_EQ(live_blocks(h), before);
+    caught = false;
+    try {
+        h.make<fragile>(true);
+    } catch (const boom &) {
+        caught = true;
+    }
+    CHECK(caught);
+    CHECK_EQ(live_blocks(h), before);
+    /* The non-throwing form reports the cancellation. */
+    std::error_code ec;
+    CHECK(h.make_named<fragile>("f", ec, true) == nullptr);
+    CHECK(ec.value() == PHEAP_ECANCELED);
+    CHECK(h.find<fragile>("f") == nullptr);
+    CHECK_EQ(live_blocks(h), before);
+    /* Inside a transaction: the block is given back at once. */
+    pheap::run(h, [&] {
+        try {
+            h.make<fragile>(true);
+        } catch (const boom &) {
+            caught = true;
+        }
+    });
+    CHECK_EQ(live_blocks(h), before);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h.get(), &rep), 0);
+}
+
+TEST(roots_and_plain_objects)
+{
+    std::string file = check::path("root.heap");
+    {
+        pheap::heap h = pheap::heap::create(file, 1 << 20);
+        point *p = h.make<point>(1L, 2L);
+        h.destroy(p);
+        CHECK_THROWS_CODE(h.destroy(p), PHEAP_EDOUBLEFREE);
+        int &counter = h.root<int>("counter");
+        CHECK_EQ(counter, 0); /* value-initialised */
+        counter = 41;
+        CHECK(&h.root<int>("counter") == &counter);
+    }
+    pheap::heap h = pheap::heap::open(file);
+    CHECK_EQ(++h.root<int>("counter"), 42);
+}
+
+TEST(transaction_scopes)
+{
+    pheap::heap h = fresh("tx.heap");
+    point &p = *h.make_named<point>("p", 1L, 1L);
+    {
+        pheap::transaction tx(h);
+        tx.add(p);
+        p.x = 100;
+        tx.commit();
+    }
+    CHECK_EQ(p.x, 100);
+    {
+        pheap::transaction tx(h);
+        tx.add(p);
+        p.x = 7;
+    } /* not committed: rolled back */
+    CHECK_EQ(p.x, 100);
+    std::uint64_t before = live_blocks(h);
+    try {
+        pheap::run(h, [&](pheap::transaction &tx) {
+            tx.add(p);
+            p.y = 5;
+            h.make<point>(0L, 0L);
+            throw boom();
+        });
+    } catch (const boom &) {
+    }
+    CHECK_EQ(p.y, 1);
+    CHECK_EQ(live_blocks(h), before); /* the block of the transaction is gone */
+    /* Redo writes: seen through read() before the commit, in place after. */
+    pheap::run(h, [&] {
+        pheap::transaction inner(h); /* nested: flattens into the outer one */
+        inner.write(p.x, 55L);
+        CHECK_EQ(p.x, 100);
+        CHECK_EQ(inner.read(p.x), 55);
+        inner.commit();
+    });
+    CHECK_EQ(p.x, 55);
+    /* make and destroy as parts of one transaction. */
+    point *q = nullptr;
+    pheap::run(h, [&] { q = h.make<point>(8L, 9L); });
+    CHECK_EQ(live_blocks(h), before + 1);
+    fragile *f = h.make<fragile>(false, 3L);
+    fragile::destroyed = 0;
+    {
+        pheap::transaction tx(h);
+        h.destroy(f);
+        CHECK_EQ(fragile::destroyed, 1);
+    } /* rolled back: the block is still allocated */
+    CHECK_EQ(live_blocks(h), before + 2);
+    pheap::run(h, [&] { h.destroy(f); h.destroy(q); });
+    CHECK_EQ(live_blocks(h), before);
+    /* Names are not transactional yet: refused inside a transaction. */
+    pheap::run(h, [&] {
+        CHECK_THROWS_CODE(h.make_named<point>("q", 1L, 1L), PHEAP_ENOTSUP);
+        CHECK_THROWS_CODE(h.destroy_named<point>("p"), PHEAP_ENOTSUP);
+        CHECK(h.find<point>("p") == &p); /* lookups are fine */
+        /* a root cannot name a block of the transaction before the commit */
+        CHECK_THROWS_CODE(h.root<long>("unset"), PHEAP_ENOTLIVE);
+    });
+    CHECK_EQ(pheap_root_get(h.get(), "unset"), 0u);
+    CHECK_EQ(live_blocks(h), before);
+    /* commit after the whole transaction was aborted: EABORTED */
+    pheap::transaction outer(h);
+    {
+        pheap::transaction inner(h);
+        inner.abort();
+    }
+    CHECK_THROWS_CODE(outer.commit(), PHEAP_EABORTED);
+}
+
+TEST(vector_in_a_transaction)
+{
+    using vec = boost::container::vector<long, pheap::allocator<long>>;
+    pheap::heap h = fresh("txvec.heap");
+    vec &v = *h.make_named<vec>("v", pheap::allocator<long>(h));
+    pheap::run(h, [&](pheap::transaction &tx) {
+        tx.add(v);
+        for (long i = 0; i < 100; i++)
+            v.push_back(i);
+    });
+    std::uint64_t before = live_blocks(h);
+    try {
+        pheap::run(h, [&](pheap::transaction &tx) {
+            tx.add(v);
+            for (long i = 0; i < 1000; i++) /* grows: new blocks, the old freed */
+                v.push_back(-i);
+            throw boom();
+        });
+    } catch (const boom &) {
+    }
+    REQUIRE(v.size() == 100);
+    for (long i = 0; i < 100; i++)
+        CHECK_EQ(v[size_t(i)], i);
+    CHECK_EQ(live_blocks(h), before);
+    pheap::run(h, [&](pheap::transaction &tx) {
+        tx.add(v);
+        v.resize(5000, 1);
+    });
+    CHECK_EQ(v.size(), 5000u);
+    CHECK_EQ(live_blocks(h), before);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h.get(), &rep), 0);
+}
+
+TEST(allocator_finds_its_heap)
+{
+    std::string file = check::path("alloc.heap");
+    pheap_options o{};
+    o.size = 1 << 20;
+    o.flags = PHEAP_CREATE;
+    pheap_handle *raw = nullptr;
+    REQUIRE(pheap_open(file.c_str(), &o, &raw) == 0);
+    pheap::heap h(raw); /* adopted: the allocator knows it, the destructor closes it */
+    pheap::allocator<long> a(h);
+    pheap::allocator<char> b(a);
+    CHECK(a == b && !(a != b));
+    CHECK(a.heap_handle() == raw);
+    pheap::ptr<long> p = a.allocate(10);
+    CHECK(h.offset(p.get()) != 0);
+    CHECK(pheap_usable_size(raw, h.offset(p.get())) >= 80);
+    a.deallocate(p, 10);
+    CHECK_EQ(pheap_usable_size(raw, h.offset(p.get())), 0u);
+    CHECK_THROWS_CODE(a.allocate(std::size_t(1) << 40), PHEAP_ENOMEM);
+    pheap::heap other = fresh("other.heap");
+    CHECK(pheap::allocator<long>(other) != a);
+    h.close();
+    CHECK_THROWS_CODE(b.allocate(1), PHEAP_EINVAL); /* its heap is closed */
+}
+
+TEST(error_code_forms)
+{
+    std::error_code ec;
+    pheap::heap bad = pheap::heap::create(check::dir() + "/no/such/dir/x.heap", 1 << 20, ec);
+    CHECK(!bad && ec);
+    pheap::heap h = pheap::heap::create(check::path("ec.heap"), 1 << 20, ec);
+    REQUIRE(!ec);
+    struct big {
+        long v[8];
+    };
+    big *l = h.make<big>(ec);
+    REQUIRE(l && !ec);
+    h.destroy(&l->v[1], ec); /* inside a block: refused, nothing done */
+    CHECK(ec.value() == PHEAP_EINTERIOR);
+    h.destroy(l, ec);
+    CHECK(!ec);
+    h.destroy(l, ec);
+    CHECK(ec.value() == PHEAP_EDOUBLEFREE);
+    long &r = *h.root<long>("r", ec), &s = *h.root<long>("s", ec);
+    REQUIRE(!ec);
+    {
+        pheap::transaction tx(h, ec);
+        REQUIRE(!ec && tx.active());
+        tx.add(r, ec);
+        r = 9;
+        tx.write(r, 10L, ec); /* into an added range: stored at once */
+        CHECK(!ec && r == 10);
+        tx.write(s, 3L, ec);
+        CHECK(!ec && s == 0 && tx.read(s, ec) == 3);
+        tx.add(s, ec); /* written, then added: refused */
+        CHECK(ec.value() == PHEAP_EINVAL);
+        tx.commit(ec);
+        CHECK(!ec && !tx.active());
+        tx.commit(ec);
+        CHECK(ec.value() == PHEAP_ENOTX);
+    }
+    CHECK_EQ(r, 10);
+    CHECK_EQ(s, 3);
+    h.close(ec);
+    CHECK(!ec);
+}
+
+/* ---- GC mode: the filter of a list of ptr links ----------------------------- */
+
+namespace {
+struct gnode {
+    pheap::ptr<gnode> next;
+    long value;
+};
+struct gfree { /* a type without a filter: traced conservatively */
+    long words[4];
+};
+} // namespace
+
+template <>
+struct pheap::trace<gnode> {
+    static void children(const pheap::tracer &t, const gnode &n) { t(n.next); }
+};
+
+TEST(gc_recovery_with_trace_filters)
+{
+    std::string file = check::path("gc.heap");
+    pid_t pid = fork();
+    if (pid == 0) { /* builds the list, leaks one block, dies without closing */
+        pheap_options o{};
+        o.size = 4 << 20;
+        o.flags = PHEAP_CREATE;
+        o.consistency = PHEAP_CONSISTENCY_GC;
+        pheap::heap h = pheap::heap::open(file, &o);
+        gnode &head = *h.make<gnode>();
+        pheap_root_set(h.get(), "list", h.offset(&head));
+        gnode *tail = &head;
+        for (long i = 1; i <= 50; i++) {
+            gnode *n = h.make<gnode>();
+            n->value = i;
+            tail->next = n;
+            tail = n;
+        }
+        h.make<gfree>(); /* reachable from nothing */
+        _exit(0);
+    }
+    int st = 0;
+    REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    pheap::heap h = pheap::heap::open(file);
+    struct pheap_stats s;
+    REQUIRE(pheap_stats(h.get(), &s) == 0 && s.needs_recovery);
+    h.set_filter<gnode>("list");
+    pheap_gc_report rep;
+    REQUIRE(pheap_recover_ex(h.get(), nullptr, &rep) == 0); /* the filter alone sees the links */
+    CHECK_EQ(rep.marked_blocks, 51u); /* the head and 50 nodes, through the filter */
+    CHECK_EQ(rep.bad_refs, 0u);
+    long n = 0;
+    for (gnode *p = h.direct<gnode>(pheap_root_get(h.get(), "list"))->next.get(); p; p = p->next.get())
+        CHECK_EQ(p->value, ++n);
+    CHECK_EQ(n, 50);
+    CHECK_EQ(live_blocks(h), 51u); /* the unreachable block was freed */
+}
+
+TEST_MAIN
