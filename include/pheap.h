@@ -851,7 +851,10 @@ typedef struct pheap_gc_options {
  * (nothing to do) on a heap that needs no recovery, LOG heaps included.
  * Errors: PHEAP_EINVAL (NULL heap), PHEAP_ERDONLY (a read-only handle
  * cannot recover; it can read), PHEAP_ENOMEM (marking memory: nothing
- * changed), PHEAP_EFORKED. */
+ * changed), PHEAP_EFORKED, PHEAP_ECORRUPT (damaged metadata recovery
+ * cannot trust, such as a name directory's rebuild word naming no block:
+ * the message says what; the heap still needs recovery and nothing it
+ * holds was given out). */
 int pheap_recover(pheap *h);
 /* pheap_recover with options (NULL: defaults) and a report (may be NULL). */
 int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out);

@@ -166,5 +166,7 @@ void ph_gc_stats(pheap *h, struct pheap_stats *out);
 /* 0, or PHEAP_ENAME with the message of a bad root name. */
 int ph_root_name_check(const char *name);
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);
+/* Open's check of the root table (root.c): PHEAP_ECORRUPT or 0. */
+int ph_root_open_check(pheap *h);
 
 #endif /* PH_HEAP_H */
