@@ -261,12 +261,16 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * PHEAP_SNAPSHOT excludes PHEAP_CREATE and PHEAP_SIMULATE; with
  * PHEAP_RDONLY it means the same.  The flush back end is "none".
  *
- * Metadata that recovery cannot trust is refused, not obeyed: a damaged
- * extent log (a slot of its active half that is neither zero, nor an
- * entry, nor a torn append; impossible epochs; entries that contradict
- * each other) or a live slab whose descriptor is not its class's gives
- * PHEAP_ECORRUPT, with the finding in the message (docs/RECOVERY.md lists
- * what open refuses and what only pheap_check reports).
+ * Metadata that recovery cannot trust, or that no crash leaves, is
+ * refused, not obeyed: a damaged extent log (a slot of its active half
+ * that is neither zero, nor an entry, nor a torn append; impossible
+ * epochs; entries that contradict each other), a live slab whose
+ * descriptor is not its class's, a chunk that is no slab with allocated
+ * blocks in its descriptor, a damaged root entry, lane or transaction log
+ * (an operation in flight in a heap closed cleanly), a damaged name entry
+ * or rebuild word gives PHEAP_ECORRUPT, with the finding in the message
+ * (docs/RECOVERY.md lists what open refuses and what only pheap_check
+ * reports: a root or name of a block the program freed opens).
  *
  * Errors: PHEAP_EINVAL (bad options, empty path, a heap directory that is
  * not a directory), PHEAP_ENAME (a bad heap name: ".", "..", too long),

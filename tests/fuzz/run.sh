@@ -28,7 +28,10 @@ execs=$(echo "$last" | sed -n 's/^#\([0-9]*\):.*/\1/p')
 echo "executions: ${execs:-unknown} in $seconds s"
 after=$(ls findings | wc -l)
 echo "findings: $((after - before)) new, $after in all under $dir/findings"
-for f in $(ls -t findings | head -20); do
-  echo "  findings/$f"
+# What each new finding is: replayed one by one (the fuzz build's replay
+# driver prints the broken contract or the sanitizer's report).
+for f in $(ls -t findings | head -$((after - before))); do
+  line=$(timeout 120 ../tests/fuzz_replay "findings/$f" 2>&1 |
+         grep -m1 -E 'contract broken|SUMMARY|runtime error|ERROR: AddressSanitizer')
+  echo "  $f: ${line:-passes now}"
 done
-grep -h 'contract broken\|ERROR: AddressSanitizer\|runtime error' fuzz.log fuzz-*.log 2>/dev/null | sort | uniq -c | sort -rn | head -20
