@@ -454,7 +454,9 @@ pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn 
  * crash.  Nothing changes on error.
  * Errors: PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a
  * block), PHEAP_EDOUBLEFREE (already free), PHEAP_ENOTALLOC (never
- * allocated), PHEAP_ERDONLY.  Freeing 0 is a no-op returning 0.  A block of
+ * allocated), PHEAP_ERDONLY, PHEAP_EINVAL (a block pheap owns: a segment
+ * of the name directory, which a stale offset of a block freed before may
+ * name).  Freeing 0 is a no-op returning 0.  A block of
  * more than PHEAP_SMALL_MAX bytes freed twice across a reopen of the heap
  * reports PHEAP_ENOTALLOC (its past is not kept on media); small blocks
  * always report PHEAP_EDOUBLEFREE.  Free space of 256 KiB or more goes back
@@ -721,7 +723,8 @@ pheap_off pheap_tx_alloc(pheap *h, size_t size);
  * transaction already.  A block allocated by this transaction may be
  * freed too: at commit neither happens.
  * Errors: PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_ERANGE, PHEAP_EDOUBLEFREE,
- * PHEAP_EINTERIOR, PHEAP_ENOTALLOC, PHEAP_ENOMEM (the transaction is
+ * PHEAP_EINTERIOR, PHEAP_ENOTALLOC, PHEAP_EINVAL (a name-directory segment:
+ * see pheap_free), PHEAP_ENOMEM (the transaction is
  * aborted). */
 int pheap_tx_free(pheap *h, pheap_off off);
 

@@ -3,6 +3,7 @@
  * handle, the calling thread's record, then the engine.
  */
 #include "heap/heap.h"
+#include "heap/names.h"
 #include "util/error.h"
 
 static inline __attribute__((always_inline)) int writable(pheap *h, const char *call)
@@ -107,6 +108,18 @@ ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, phea
     return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, &bi);
 }
 
+/* PHEAP_EINVAL when the program frees a block pheap owns: a segment of
+ * the name directory (a stale offset of a block freed before, whose space
+ * the directory took since).  Else 0. */
+int ph_heap_not_owned(pheap *h, pheap_off off, const char *call)
+{
+    if (ph_likely(!ph_names_owns(h, off)))
+        return 0;
+    return ph_err(PHEAP_EINVAL, "%s: the block at %llu is a segment of the name directory, "
+                  "not the program's (names are freed with pheap_free_named)", call,
+                  (unsigned long long)off);
+}
+
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
     if (off == 0)
@@ -115,7 +128,7 @@ ph_export int pheap_free(pheap *h, pheap_off off)
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = offset_in_heap(h, off);
-    if (ph_unlikely(rc))
+    if (ph_unlikely(rc) || ph_unlikely(rc = ph_heap_not_owned(h, off, "pheap_free")))
         return rc;
     if (h->gc && ph_likely(ph_engine_gc_free_fast(h->engine, &t->tc, off)))
         return 0;
@@ -157,6 +170,8 @@ ph_export int pheap_free_from(pheap *h, pheap_off *src)
     if (ph_unlikely(!t))
         return pheap_errno();
     int rc = word_in_heap(h, src, "pheap_free_from");
+    if (!rc)
+        rc = ph_heap_not_owned(h, ph_load(src), "pheap_free_from");
     return rc ? rc : ph_engine_free_from(h->engine, &t->tc, &t->pctx, src);
 }
 

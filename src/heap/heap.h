@@ -166,6 +166,9 @@ void ph_gc_stats(pheap *h, struct pheap_stats *out);
 /* 0, or PHEAP_ENAME with the message of a bad root name. */
 int ph_root_name_check(const char *name);
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);
+/* PHEAP_EINVAL (with call's message) when a free of the program names a
+ * block pheap owns (a name-directory segment), else 0 (alloc.c). */
+int ph_heap_not_owned(pheap *h, pheap_off off, const char *call);
 /* Open's check of the root table (root.c): PHEAP_ECORRUPT or 0. */
 int ph_root_open_check(pheap *h);
 

@@ -119,6 +119,10 @@ int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, siz
  * PHEAP_ENOTLIVE. */
 int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref);
 
+/* 1 when the block at `off` is a segment of the directory (or of its
+ * rebuild): pheap's own, which no free of the program may take. */
+int ph_names_owns(pheap *h, uint64_t off);
+
 /* Calls fn for every distinct segment of the directory, in hash order. */
 typedef int (*ph_names_seg_fn)(void *arg, ph_names_seg *s, uint64_t seg_off);
 int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg);

@@ -680,6 +680,27 @@ static void check_rebuild(pheap *h, char *why, size_t n)
         snprintf(why, n, "the rebuild words name segments that do not replace one another");
 }
 
+int ph_names_owns(pheap *h, uint64_t off)
+{
+    ph_names *n = h->names;
+    if (!n || off % PH_PAGE_SIZE || off < h->sp.data_off ||
+        off > ph_space_size(&h->sp) - sizeof(ph_names_seg))
+        return 0;
+    const ph_names_seg *s = ph_space_at(&h->sp, off);
+    if (ph_load_relaxed(&s->magic) != PH_NAMES_SEG_MAGIC) /* the common case: one load */
+        return 0;
+    pthread_rwlock_rdlock(&n->lock);
+    ph_names_header *hd = n->hdr;
+    unsigned d = ph_names_depth(n);
+    uint64_t depth = s->depth, prefix = s->prefix;
+    int owned = off == ph_load(&hd->xnew[0]) || off == ph_load(&hd->xnew[1]) ||
+                off == ph_load(&hd->xold) ||
+                (depth <= d && prefix >> depth == 0 &&
+                 PH_NAMES_ENTRY_OFF(ph_load(&ph_names_dir(n)[prefix << (d - depth)])) == off);
+    pthread_rwlock_unlock(&n->lock);
+    return owned;
+}
+
 int ph_names_off_ok(const pheap *h, uint64_t off)
 {
     return off >= h->sp.data_off && off < ph_space_size(&h->sp) && off % 8 == 0;

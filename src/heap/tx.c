@@ -582,6 +582,9 @@ ph_export int pheap_tx_free(pheap *h, pheap_off off)
     if (off < h->sp.data_off || off >= ph_space_size(&h->sp))
         return ph_err(PHEAP_ERANGE, "pheap_tx_free: offset %llu is outside the heap's data region",
                       (unsigned long long)off);
+    int rc = ph_heap_not_owned(h, off, "pheap_tx_free");
+    if (rc)
+        return rc;
     uint64_t bytes = 0;
     int fresh = 0;
     for (size_t i = tx->changes.n; i-- > 0;) {
@@ -595,7 +598,7 @@ ph_export int pheap_tx_free(pheap *h, pheap_off off)
         bytes = c->bytes;
         break;
     }
-    int rc = fresh ? 0 : ph_engine_usable(h->engine, off, &bytes);
+    rc = fresh ? 0 : ph_engine_usable(h->engine, off, &bytes);
     if (rc) {
         if (rc == PHEAP_EDOUBLEFREE)
             ph_err(rc, "pheap_tx_free: double free of the block at %llu", (unsigned long long)off);

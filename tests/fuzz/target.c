@@ -401,6 +401,13 @@ static pheap_off pick(input *in, const pheap_off *keep, pheap *h)
         pheap_root_at(h, c % 4, name, &off);
         return off;
     }
+    if (c < 240) { /* somewhere in the data region: inside blocks, free space, past the end */
+        struct pheap_stats st;
+        if (pheap_stats(h, &st) != 0)
+            return 0;
+        uint64_t at = take_n(in, 3) * (c & 1 ? 16 : 8);
+        return st.data_offset + at % (st.data_size + PH_CHUNK_SIZE);
+    }
     return (pheap_off)take_n(in, 3) << (c & 7); /* anything, mostly not a block */
 }
 
@@ -429,7 +436,7 @@ static void operate(pheap *h, input *in, int log_mode)
     unsigned next = 0;
     char name[32];
     for (unsigned step = 0; in->n && step < 48; step++) {
-        unsigned op = take(in) % 10, a = take(in);
+        unsigned op = take(in) % 11, a = take(in);
         switch (op) {
         case 0: { size_t s = 8 + a * 9; remember(h, keep, &next, pheap_alloc(h, s), s); break; }
         case 1: { size_t s = 16385 + a * 3000; remember(h, keep, &next, pheap_alloc(h, s), s); break; }
@@ -495,6 +502,13 @@ static void operate(pheap *h, input *in, int log_mode)
                 breach("pheap_usable_size: undefined error %d", pheap_errno());
             break;
         }
+        case 10: /* offline collection: traces every root's words, damaged ones too */
+            if (a % 4 == 0) {
+                pheap_gc_report rep;
+                pheap_gc_options go = {.flags = a & 4 ? PHEAP_GC_DRY_RUN : 0, .threads = 1};
+                expect(pheap_gc_ex(h, &go, &rep), "pheap_gc");
+            }
+            break;
         default: {
             struct pheap_stats st;
             expect(pheap_stats(h, &st), "pheap_stats");
