@@ -1,6 +1,7 @@
 #!/bin/sh
 # run.sh BUILD SECONDS JOBS -- runs fuzz_heap (libFuzzer) for SECONDS on JOBS
 # processes, corpus and findings under BUILD/fuzz, and prints what it did.
+# FUZZ_BIN names the binary under BUILD/fuzz to run (default fuzz_heap).
 set -u
 build=$1 seconds=$2 jobs=$3
 dir=$build/fuzz
