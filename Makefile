@@ -5,6 +5,8 @@
 #   make install PREFIX=dir
 #   make test-asan  ASan+UBSan build and test     make test-tsan  TSan build and test
 #   make bench      benchmarks (never part of make test)   make torture  long soak runs
+#   make fuzz       libFuzzer (clang, ASan+UBSan) on hostile heap files for FUZZ_TIME
+#                   seconds (default 600) on FUZZ_JOBS jobs (2): docs/FUZZING.md
 
 BUILD   ?= build
 PREFIX  ?= /usr/local
@@ -13,7 +15,11 @@ CMAKE   ?= cmake
 GEN     := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?= --output-on-failure -j $(JOBS)
 
-.PHONY: all build test demo install test-asan test-tsan bench torture clean deps test-deps
+FUZZ_TIME ?= 600
+FUZZ_JOBS ?= 2
+FUZZ_BUILD ?= build-fuzz
+
+.PHONY: all build test demo install test-asan test-tsan bench torture clean deps test-deps fuzz fuzz-deps
 
 all: build
 
@@ -81,5 +87,24 @@ torture: build
 bench: build
 	sh bench/run.sh $(BUILD) $(if $(QUICK),--quick)
 
+# clang with libFuzzer's runtime; installed like deps when missing.
+fuzz-deps: | deps
+	@printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' > /tmp/pheap-fuzz-probe.c; \
+	if ! clang -fsanitize=fuzzer,address,undefined /tmp/pheap-fuzz-probe.c -o /tmp/pheap-fuzz-probe >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && apt-get install -y clang && \
+	    { clang -fsanitize=fuzzer /tmp/pheap-fuzz-probe.c -o /tmp/pheap-fuzz-probe >/dev/null 2>&1 || \
+	      apt-get install -y libclang-rt-$$(clang -dumpversion | cut -d. -f1)-dev; }; \
+	  else \
+	    echo "make fuzz needs clang with libFuzzer (Debian: sudo apt-get install clang)"; exit 1; \
+	  fi; \
+	fi; rm -f /tmp/pheap-fuzz-probe.c /tmp/pheap-fuzz-probe
+
+fuzz: | fuzz-deps
+	@test -f $(FUZZ_BUILD)/CMakeCache.txt || CC=clang $(CMAKE) -S . -B $(FUZZ_BUILD) $(GEN) \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPHEAP_SANITIZE=address -DPHEAP_FUZZ=ON -DPHEAP_BUILD_BENCH=OFF
+	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_heap fuzz_replay
+	sh tests/fuzz/run.sh $(CURDIR)/$(FUZZ_BUILD) $(FUZZ_TIME) $(FUZZ_JOBS)
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-faults
+	rm -rf $(BUILD) build-asan build-tsan build-faults $(FUZZ_BUILD)

@@ -301,12 +301,16 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * PHEAP_SNAPSHOT excludes PHEAP_CREATE and PHEAP_SIMULATE; with
  * PHEAP_RDONLY it means the same.  The flush back end is "none".
  *
- * Metadata that recovery cannot trust is refused, not obeyed: a damaged
- * extent log (a slot of its active half that is neither zero, nor an
- * entry, nor a torn append; impossible epochs; entries that contradict
- * each other) or a live slab whose descriptor is not its class's gives
- * PHEAP_ECORRUPT, with the finding in the message (docs/RECOVERY.md lists
- * what open refuses and what only pheap_check reports).
+ * Metadata that recovery cannot trust, or that no crash leaves, is
+ * refused, not obeyed: a damaged extent log (a slot of its active half
+ * that is neither zero, nor an entry, nor a torn append; impossible
+ * epochs; entries that contradict each other), a live slab whose
+ * descriptor is not its class's, a chunk that is no slab with allocated
+ * blocks in its descriptor, a damaged root entry, lane or transaction log
+ * (an operation in flight in a heap closed cleanly), a damaged name entry
+ * or rebuild word gives PHEAP_ECORRUPT, with the finding in the message
+ * (docs/RECOVERY.md lists what open refuses and what only pheap_check
+ * reports: a root or name of a block the program freed opens).
  *
  * Errors: PHEAP_EINVAL (bad options, empty path, a heap directory that is
  * not a directory), PHEAP_ENAME (a bad heap name: ".", "..", too long),
@@ -533,7 +537,9 @@ pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn 
  * crash.  Nothing changes on error.
  * Errors: PHEAP_ERANGE (outside the data region), PHEAP_EINTERIOR (inside a
  * block), PHEAP_EDOUBLEFREE (already free), PHEAP_ENOTALLOC (never
- * allocated), PHEAP_ERDONLY.  Freeing 0 is a no-op returning 0.  A block of
+ * allocated), PHEAP_ERDONLY, PHEAP_EINVAL (a block pheap owns: a segment
+ * of the name directory, which a stale offset of a block freed before may
+ * name).  Freeing 0 is a no-op returning 0.  A block of
  * more than PHEAP_SMALL_MAX bytes freed twice across a reopen of the heap
  * reports PHEAP_ENOTALLOC (its past is not kept on media); small blocks
  * always report PHEAP_EDOUBLEFREE.  Free space of 256 KiB or more goes back
@@ -800,7 +806,8 @@ pheap_off pheap_tx_alloc(pheap *h, size_t size);
  * transaction already.  A block allocated by this transaction may be
  * freed too: at commit neither happens.
  * Errors: PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_ERANGE, PHEAP_EDOUBLEFREE,
- * PHEAP_EINTERIOR, PHEAP_ENOTALLOC, PHEAP_ENOMEM (the transaction is
+ * PHEAP_EINTERIOR, PHEAP_ENOTALLOC, PHEAP_EINVAL (a name-directory segment:
+ * see pheap_free), PHEAP_ENOMEM (the transaction is
  * aborted). */
 int pheap_tx_free(pheap *h, pheap_off off);
 
@@ -941,7 +948,10 @@ typedef struct pheap_gc_options {
  * (nothing to do) on a heap that needs no recovery, LOG heaps included.
  * Errors: PHEAP_EINVAL (NULL heap), PHEAP_ERDONLY (a read-only handle
  * cannot recover; it can read), PHEAP_ENOMEM (marking memory: nothing
- * changed), PHEAP_EFORKED. */
+ * changed), PHEAP_EFORKED, PHEAP_ECORRUPT (damaged metadata recovery
+ * cannot trust, such as a name directory's rebuild word naming no block:
+ * the message says what; the heap still needs recovery and nothing it
+ * holds was given out). */
 int pheap_recover(pheap *h);
 /* pheap_recover with options (NULL: defaults) and a report (may be NULL). */
 int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out);

@@ -989,6 +989,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
         if (s->navail)
             partial_push(&e->arenas[s->arena], s);
     }
+    if (!o.rc)
+        o.rc = ph_engine_open_check(e, recover);
     if (o.rc) {
         ph_engine_close(e);
         return o.rc;

@@ -250,7 +250,14 @@ void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out);
 /* Deep check of the engine's durable metadata against its index; returns
  * the number of problems and writes the first into err.  With lanes_idle,
  * an active lane entry is a problem too (no operation may be in flight:
- * false for a read-only view of a heap that crashed). */
-unsigned ph_engine_check(ph_engine *e, int lanes_idle, char *err, size_t errlen);
+ * false for a read-only view of a heap that crashed).  `traced` is 0 for
+ * a GC heap awaiting pheap_recover: the descriptors of chunks that are no
+ * slab are not checked (recovery zeroes what they hold). */
+unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, size_t errlen);
+
+/* The part of that check each open makes after its recovery (`recovered`:
+ * the lanes and transaction logs were recovered): PHEAP_ECORRUPT with a
+ * message for damage no crash leaves, else 0 (engine_check.c). */
+int ph_engine_open_check(ph_engine *e, int recovered);
 
 #endif

@@ -2,7 +2,8 @@
  * engine_check.c -- what the allocation engine reports about itself: the
  * figures of pheap_stats, and the deep check of pheap_check (the extent
  * index against the log, every slab against its descriptor and bitmap,
- * descriptors that no slab owns, the lanes).
+ * descriptors that no slab owns, the lanes), and the part of that check
+ * every open makes, so that damage no recovery explains is refused.
  */
 #include "alloc/engine_int.h"
 
@@ -122,14 +123,15 @@ static void check_orphan_descriptors(walk_ctx *w)
     }
 }
 
-unsigned ph_engine_check(ph_engine *e, int lanes_idle, char *err, size_t errlen)
+unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, size_t errlen)
 {
     walk_ctx w = {e, NULL, err, errlen, 0};
     char msg[256];
     if (ph_extents_check(e->ext, msg, sizeof(msg)))
         check_fail(&w, msg);
     ph_extents_walk(e->ext, check_visit, &w);
-    check_orphan_descriptors(&w);
+    if (traced) /* else bitmaps of the last clean close, which recovery rewrites */
+        check_orphan_descriptors(&w);
     unsigned active = lanes_idle ? ph_lanes_active(&e->lanes) : 0;
     if (active) {
         snprintf(msg, sizeof(msg), "%u lane entries are active with no operation in flight", active);
@@ -139,4 +141,33 @@ unsigned ph_engine_check(ph_engine *e, int lanes_idle, char *err, size_t errlen)
     if (tx)
         check_fail(&w, msg);
     return w.errors + (tx ? tx - 1 : 0);
+}
+
+/* At open, once recovery (if any) ran: what no crash can leave behind and
+ * what the operations would trust -- an active lane entry or a transaction
+ * in flight on a heap that was closed cleanly or has just been recovered,
+ * a transaction log with an unknown state or a sequence at its ceiling,
+ * allocated blocks in the descriptor of a chunk that is no slab.  A GC
+ * heap recovered by tracing later (pheap_recover) has descriptors of its
+ * last clean close until then: they are checked after a clean close only.
+ * PHEAP_ECORRUPT with the finding, or 0.  Reads the lanes, the anchors and
+ * the descriptors of the chunks backed now. */
+int ph_engine_open_check(ph_engine *e, int recovered)
+{
+    const ph_header *hdr = ph_space_at(e->sp, 0);
+    int clean = ph_load(&e->sp->state->xclean) == PH_STATE_CLEAN;
+    int settled = clean || recovered;
+    char msg[256] = "";
+    walk_ctx w = {e, NULL, msg, sizeof(msg), 0};
+    unsigned active = settled ? ph_lanes_active(&e->lanes) : 0;
+    if (active)
+        return ph_err(PHEAP_ECORRUPT, "%u lane entries are active in a heap %s", active,
+                      clean ? "closed cleanly" : "just recovered");
+    if (ph_engine_tx_check(e, settled, msg, sizeof(msg)))
+        return ph_err(PHEAP_ECORRUPT, "%s%s", msg, settled ? " (after a clean close or recovery)" : "");
+    if (settled && (clean || hdr->consistency != PH_CONSISTENCY_GC))
+        check_orphan_descriptors(&w);
+    if (w.errors)
+        return ph_err(PHEAP_ECORRUPT, "%s", msg);
+    return 0;
 }

@@ -207,6 +207,22 @@ static void rebuild_slab(ph_engine *e, ph_pctx *c, const ph_gc_marks *m, uint64_
     ph_slab_store_desc(e->sp, c, s);
 }
 
+/* Recovery: a chunk that is no slab has no allocated block in its
+ * descriptor (a slab is released only once its bitmap is durably zero);
+ * bits found there are damage, and the chunk is free in the extent log:
+ * the bitmap is zeroed to agree (the sweep's last fence makes it durable;
+ * a crash before leaves it for the next recovery to zero). */
+static void clear_orphan_desc(ph_engine *e, ph_pctx *c, uint64_t ch)
+{
+    ph_slab_desc *d = ph_space_at(e->sp, e->sp->slab_region + ch * PH_SLAB_DESC_SIZE);
+    if (!ph_slab_desc_allocated(d))
+        return;
+    for (unsigned w = 0; w < PH_SLAB_WORDS; w++)
+        if (ph_load(&d->xbits[w]))
+            ph_persist_write(&e->sp->persist, c, &d->xbits[w], 0);
+    ph_persist_flush(&e->sp->persist, c, d->xbits, sizeof(d->xbits));
+}
+
 int ph_engine_gc_sweep(ph_engine *e, ph_tcache *t, ph_pctx *c, ph_gc_marks *m, int dry,
                        ph_gc_sweep *out, ph_gc_progress progress, void *arg)
 {
@@ -222,6 +238,8 @@ int ph_engine_gc_sweep(ph_engine *e, ph_tcache *t, ph_pctx *c, ph_gc_marks *m, i
         if (progress && ch % 4096 == 0)
             progress(arg, ch, m->nchunks);
         ph_slab *s = e->chunks[ch];
+        if (!s && recover && !dry)
+            clear_orphan_desc(e, c, ch);
         if (!s)
             continue;
         if (recover) {

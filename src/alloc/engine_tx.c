@@ -479,6 +479,11 @@ static int unretired(ph_engine *e, unsigned l, uint64_t st)
     return o.committed;
 }
 
+/* Sequences live in the 56 bits above a state word's kind byte: a ceiling
+ * from which the next block of sequences would not fit is damage (no heap
+ * takes 2^36 blocks of them). */
+#define PH_TX_CEILING_MAX ((1ull << 56) - 2 * PH_TX_SEQ_BLOCK)
+
 unsigned ph_engine_tx_check(ph_engine *e, int idle, char *err, size_t errlen)
 {
     unsigned errors = 0;
@@ -487,6 +492,7 @@ unsigned ph_engine_tx_check(ph_engine *e, int idle, char *err, size_t errlen)
         uint64_t st = ph_load_relaxed(&a->xstate), ceil = ph_load_relaxed(&a->xceiling);
         const char *why = (st & 0xff) > PH_TX_FORWARD ? "an unknown state"
                           : (st >> 8) >= ceil && st >> 8 ? "a sequence at or above its ceiling"
+                          : ceil > PH_TX_CEILING_MAX     ? "a sequence ceiling past 2^56"
                           : idle && (st & 0xff)          ? "a transaction in flight"
                           : idle && ph_load_relaxed(&a->xnext) ? "an overflow segment left"
                           : idle && unretired(e, l, st)  ? "a committed transaction never retired"

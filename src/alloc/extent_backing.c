@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "alloc/slab.h"
 #include "pheap.h"
 #include "util/error.h"
 
@@ -20,12 +21,36 @@ void ph_extent_backing_prefault(ph_extents *x, uint64_t from, uint64_t to)
     memset(x->last + from, 0, (to - from) * sizeof(*x->last));
 }
 
+/* The descriptors of chunks the heap grew over hold no allocated block:
+ * they were never a slab (the file is made with zeros there).  Bits found
+ * there are damage of the file that no open could see (open reads the
+ * descriptors of backed chunks only); they are zeroed, durably, before a
+ * chunk of them can become anything. */
+static void clear_new_descriptors(ph_extents *x, ph_pctx *c, uint64_t from, uint64_t to)
+{
+    ph_space *sp = x->sp;
+    int wrote = 0;
+    for (uint64_t ch = from / PAGES_PER_CHUNK; ch < to / PAGES_PER_CHUNK; ch++) {
+        ph_slab_desc *d = ph_space_at(sp, sp->slab_region + ch * PH_SLAB_DESC_SIZE);
+        if (!ph_slab_desc_allocated(d))
+            continue;
+        for (unsigned w = 0; w < PH_SLAB_WORDS; w++)
+            if (ph_load(&d->xbits[w]))
+                ph_persist_write(&sp->persist, c, &d->xbits[w], 0);
+        ph_persist_flush(&sp->persist, c, d->xbits, sizeof(d->xbits));
+        wrote = 1;
+    }
+    if (wrote)
+        ph_persist_fence(&sp->persist, c);
+}
+
 /* Makes [x->pages, new pages) free space after the heap grew. */
-static int add_backed(ph_extents *x)
+static int add_backed(ph_extents *x, ph_pctx *c)
 {
     uint64_t pages = (ph_space_size(x->sp) - x->sp->data_off) / PH_PAGE_SIZE;
     if (pages <= x->pages)
         return 0;
+    clear_new_descriptors(x, c, x->pages, pages);
     ph_extent_backing_prefault(x, x->pages, pages);
     ph_extnode *n = ph_extent_index_node(x, x->pages, pages - x->pages, PH_EXT_FREE, 0);
     if (!n)
@@ -44,7 +69,7 @@ int ph_extent_backing_grow(ph_extents *x, ph_pctx *c, uint64_t n, int aligned)
     uint64_t have = tail && tail->kind == PH_EXT_FREE ? tail->npages : 0;
     uint64_t need = n + (aligned ? PAGES_PER_CHUNK : 0) - PH_MIN(have, n);
     int rc = ph_space_grow(x->sp, c, ph_space_size(x->sp) + need * PH_PAGE_SIZE);
-    return rc ? rc : add_backed(x);
+    return rc ? rc : add_backed(x, c);
 }
 
 void ph_extent_backing_mark_punched(ph_extents *x, uint64_t page, uint64_t n)

@@ -50,7 +50,8 @@ int ph_heap_guarded(pheap *h, uint64_t off, uint64_t len, const char *call)
     if (ph_likely(!ph_space_guarded_overlap(&h->sp, off, len)))
         return 0;
     return ph_err(PHEAP_EINVAL, "%s: %llu is in a block that holds pheap's own metadata (a "
-                  "name-directory or transaction-log segment), never one of the program's",
+                  "segment of the name directory or of a transaction log), never one of the "
+                  "program's",
                   call, (unsigned long long)off);
 }
 
@@ -127,6 +128,9 @@ ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, phea
     return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, &bi);
 }
 
+/* PHEAP_EINVAL when the program frees a block pheap owns: a segment of
+ * the name directory (a stale offset of a block freed before, whose space
+ * the directory took since).  Else 0. */
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
     if (off == 0)

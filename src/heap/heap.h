@@ -185,5 +185,7 @@ void ph_mode_load(pheap *h);
 /* 0, or PHEAP_ENAME with the message of a bad root name. */
 int ph_root_name_check(const char *name);
 int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen);
+/* Open's check of the root table (root.c): PHEAP_ECORRUPT or 0. */
+int ph_root_open_check(pheap *h);
 
 #endif /* PH_HEAP_H */

@@ -130,6 +130,9 @@ int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg);
 /* ---- names.c ---- */
 /* pheap_check's part: 0 or the number of problems, the first in err. */
 unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen);
+/* Open's part of it (damage only, not a name of a freed block):
+ * PHEAP_ECORRUPT or 0. */
+int ph_names_open_check(pheap *h);
 
 /* The tracer's roots: every directory segment (fn with name NULL: a block
  * whose words are no references) and every named block (with its name). */

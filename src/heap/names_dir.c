@@ -672,8 +672,15 @@ static void check_rebuild(pheap *h, char *why, size_t n)
     uint64_t v[3] = {ph_load(&hd->xnew[0]), ph_load(&hd->xnew[1]), ph_load(&hd->xold)};
     const ph_names_seg *seg[3] = {NULL, NULL, NULL};
     char w[120];
+    for (unsigned i = 0; i < 2; i++) /* in any state: 0 or a large block's start */
+        if (v[i] && (v[i] % PH_PAGE_SIZE || v[i] < h->sp.data_off || v[i] >= ph_space_size(&h->sp))) {
+            snprintf(why, n, "the rebuild word %u names %llu, outside the data region or unaligned",
+                     i, (unsigned long long)v[i]);
+            return;
+        }
     for (unsigned i = 0; i < 3; i++) {
-        if (v[i] == 0 || (i == 2 && v[i] == 1) || !v[0] || !v[2])
+        /* xold alone: applied, the replaced segment not yet freed */
+        if (v[i] == 0 || (i == 2 && v[i] == 1) || (i < 2 && (!v[0] || !v[2])))
             continue;
         /* as a directory entry of a depth-13 directory whose index has the
          * segment's own prefix */
@@ -752,11 +759,19 @@ int ph_names_open(pheap *h)
     }
     if (!why[0])
         check_rebuild(h, why, sizeof(why));
+    /* A rebuild is finished or undone before a clean close (and by the
+     * recovery of the next open): one left on a clean heap is damage. */
+    if (!why[0] && ph_load(&h->sp.state->xclean) == PH_STATE_CLEAN &&
+        (ph_load(&hd->xold) || ph_load(&hd->xnew[0]) || ph_load(&hd->xnew[1])))
+        snprintf(why, sizeof(why), "a segment rebuild is unfinished in a heap closed cleanly");
     if (why[0]) {
         ph_names_close(h);
         return ph_err(PHEAP_ECORRUPT, "the name directory is damaged: %s", why);
     }
-    return 0;
+    int rc = ph_names_open_check(h);
+    if (rc)
+        ph_names_close(h);
+    return rc;
 }
 
 void ph_names_close(pheap *h)
@@ -775,8 +790,13 @@ int ph_names_recover(pheap *h, ph_thread *t)
         return 0;
     ph_names_header *hd = n->hdr;
     if (ph_load(&hd->xold)) { /* committed: finish it */
+        uint64_t old = ph_load(&hd->xold);
         apply(h, &t->pctx);
-        return finish(h, t);
+        int rc = finish(h, t);
+        if (rc)
+            rc = ph_err(PHEAP_ECORRUPT, "the name directory's replaced segment %llu is no "
+                        "block: %s", (unsigned long long)old, pheap_errmsg());
+        return rc;
     }
     int rc = 0;
     for (unsigned i = 0; i < 2 && !rc; i++) /* not committed: undo it */

@@ -282,6 +282,15 @@ static void release(pheap *h)
     free(h);
 }
 
+/* A name-segment rebuild cut short by the crash: finished or undone. */
+static int recover_names(pheap *h)
+{
+    ph_thread *t = ph_thread_get(h);
+    if (!t)
+        return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
+    return ph_names_recover(h, t);
+}
+
 /* Builds the allocator and marks the heap open (see the protocol above).
  * After an unclean shutdown, recovery runs first: the allocator rolls the
  * committed per-thread log entries forward and rebuilds its volatile state
@@ -304,6 +313,8 @@ static int start_session(pheap *h)
         return rc;
     if ((rc = ph_names_open(h)) != 0)
         return ph_err(rc, "%s: %s", h->path, pheap_errmsg());
+    if ((rc = ph_root_open_check(h)) != 0)
+        return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
     if (h->hdr.consistency == PH_CONSISTENCY_GC) {
         /* Unclean: the bitmaps are those of the last clean close, not the
          * truth, until pheap_recover traces the roots. */
@@ -311,8 +322,8 @@ static int start_session(pheap *h)
         h->needs_recovery = h->was_unclean;
         ph_engine_set_gc(h->engine);
     }
-    if (h->readonly)
-        return 0;
+    if (h->readonly) /* a snapshot's view also finishes a cut-short name rebuild */
+        return recover && h->snapshot && !h->needs_recovery ? recover_names(h) : 0;
     ph_persist *p = &h->sp.persist;
     ph_pctx *c = ph_heap_pctx(h);
     if (h->was_unclean)
@@ -330,13 +341,8 @@ static int start_session(pheap *h)
     ph_persist_range(p, c, s, sizeof(*s));
     /* A name-segment rebuild cut short: finished or undone (GC mode: by
      * pheap_recover, once the tracing made the allocator's state true). */
-    if (h->was_unclean && !h->needs_recovery) {
-        ph_thread *t = ph_thread_get(h);
-        if (!t)
-            return ph_err(PHEAP_ENOMEM, "out of memory for a thread record");
-        if ((rc = ph_names_recover(h, t)) != 0)
-            return rc;
-    }
+    if (h->was_unclean && !h->needs_recovery && (rc = recover_names(h)) != 0)
+        return rc;
     if (!h->needs_recovery)
         ph_names_guard(h);
     return 0;

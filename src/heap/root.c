@@ -293,3 +293,38 @@ int ph_root_check(pheap *h, unsigned *nroots, char *err, size_t errlen)
     *nroots = n;
     return (int)errors;
 }
+
+/* At open: the entries as the root calls rely on them -- a commit word of
+ * 0 or 1 that agrees with the check word (format 1.5), and for a used entry
+ * a terminated name not used twice and an offset of 0 or within the file's
+ * data region.  (A root naming a freed
+ * block is the program's doing, not damage: pheap_check reports it.)
+ * PHEAP_ECORRUPT naming the entry, or 0. */
+int ph_root_open_check(pheap *h)
+{
+    for (unsigned i = 0; i < PH_ROOTS_MAX; i++) {
+        ph_root_entry *e = &h->roots[i];
+        uint64_t used = ph_load(&e->xused), off = ph_load(&e->xoff);
+        const char *why = NULL;
+        int st = entry_state(h, e);
+        if (used > 1)
+            why = "its commit word is neither 0 nor 1";
+        else if (!used && st == ROOT_DAMAGED)
+            why = "it is free, but its check word matches its name: its commit word was damaged";
+        else if (!used)
+            continue;
+        else if (!e->name[0] || memchr(e->name, 0, sizeof(e->name)) == NULL)
+            why = "its name is empty or not terminated";
+        else if (off && (off < h->sp.data_off || off >= ph_space_size(&h->sp)))
+            why = "its offset is outside the data region";
+        else if (st == ROOT_DAMAGED)
+            why = "its name fails its check word";
+        for (unsigned j = i + 1; j < PH_ROOTS_MAX && !why; j++)
+            if (ph_load(&h->roots[j].xused) == 1 &&
+                strncmp(h->roots[j].name, e->name, sizeof(e->name)) == 0)
+                why = "its name is used twice";
+        if (why)
+            return ph_err(PHEAP_ECORRUPT, "root entry %u is damaged: %s", i, why);
+    }
+    return 0;
+}

@@ -462,22 +462,12 @@ TEST(damaged_directory)
     REQUIRE_OK(ph_test_copy_file(path, copy));
     uint64_t meta_at = line_at(copy, victim - 1) + offsetof(ph_name_line, meta);
     set_file_word(copy, meta_at, read_word(copy, meta_at) | 0xff0000u);
-    REQUIRE_OK(pheap_open(copy, NULL, &h));
+    /* open reads every entry: refused, read-write or not, naming what */
+    CHECK_EQ(pheap_open(copy, NULL, &h), PHEAP_ECORRUPT);
+    CHECK(strstr(pheap_errmsg(), "line count") != NULL);
+    pheap_options ro = {.flags = PHEAP_RDONLY};
+    CHECK_EQ(pheap_open(copy, &ro, &h), PHEAP_ECORRUPT);
     pheap_check_report r;
-    CHECK_EQ(pheap_check(h, &r), PHEAP_ECORRUPT);
-    CHECK(strstr(r.first_error, "line count") != NULL);
-    pheap_name_info info;
-    unsigned listed = 0;
-    for (int rc = pheap_name_next(h, NULL, &info); rc == 0; rc = pheap_name_next(h, info.name, &info))
-        listed++;
-    CHECK_EQ(listed, 39); /* the damaged one is skipped */
-    for (unsigned i = 0, found = 0; i < 40; i++) {
-        name_of(name, sizeof(name), i);
-        found += pheap_lookup(h, name) != 0;
-        if (i == 39)
-            CHECK_EQ(found, 39);
-    }
-    pheap_close(h);
     /* a directory entry that names no segment: refused at open */
     REQUIRE_OK(ph_test_copy_file(path, copy));
     uint64_t bad = 12345;

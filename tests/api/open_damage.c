@@ -1,0 +1,247 @@
+/*
+ * open_damage.c -- damage the fuzz target found (docs/FUZZING.md), one
+ * case each: what no crash leaves in the root table, the lanes, the
+ * transaction logs, the descriptors of chunks that are no slab and the
+ * name directory's rebuild words is refused at open with PHEAP_ECORRUPT,
+ * a message naming it and the file unchanged; what a recovery or a growth
+ * can put right (a GC heap's descriptors, those of chunks the heap grows
+ * over) is put right, and pheap_check then passes.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/layout.h"
+#include "harness.h"
+
+static uint64_t word_at(const char *path, uint64_t off)
+{
+    uint64_t v = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || pread(fd, &v, 8, (off_t)off) != 8)
+        ph_test_fail(__FILE__, __LINE__, "cannot read %s at %llu", path, (unsigned long long)off);
+    if (fd >= 0)
+        close(fd);
+    return v;
+}
+
+static void set_word(const char *path, uint64_t off, uint64_t v)
+{
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || pwrite(fd, &v, 8, (off_t)off) != 8)
+        ph_test_fail(__FILE__, __LINE__, "cannot write %s at %llu", path, (unsigned long long)off);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void set_bytes(const char *path, uint64_t off, const void *buf, size_t n)
+{
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || pwrite(fd, buf, n, (off_t)off) != (ssize_t)n)
+        ph_test_fail(__FILE__, __LINE__, "cannot write %s at %llu", path, (unsigned long long)off);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* 1 when the files at a and b hold the same bytes. */
+static int same_file(const char *a, const char *b)
+{
+    int fa = open(a, O_RDONLY), fb = open(b, O_RDONLY), same = fa >= 0 && fb >= 0;
+    static char ba[1 << 16], bb[1 << 16];
+    while (same) {
+        ssize_t na = read(fa, ba, sizeof(ba)), nb = read(fb, bb, sizeof(bb));
+        same = na == nb && na >= 0 && memcmp(ba, bb, (size_t)(na > 0 ? na : 0)) == 0;
+        if (na <= 0)
+            break;
+    }
+    if (fa >= 0)
+        close(fa);
+    if (fb >= 0)
+        close(fb);
+    return same;
+}
+
+static char base_path[512];
+static uint64_t base_backed_chunks;
+
+/* A closed LOG heap with roots, names and a committed transaction. */
+static int make_base(void)
+{
+    if (base_path[0])
+        return 0;
+    static char path[512];
+    snprintf(path, sizeof(path), "%s", ph_test_path("damage-base.heap"));
+    pheap *h = ph_test_create(path, 1u << 20);
+    if (!h)
+        return -1;
+    pheap_off a = pheap_alloc(h, 64), b = pheap_alloc(h, 40000);
+    if (!a || !b || pheap_root_set(h, "a", a) || pheap_root_set(h, "b", b) ||
+        !pheap_alloc_named(h, "named", 100) || pheap_tx_begin(h))
+        return -1;
+    pheap_tx_add(h, pheap_direct(h, a), 8);
+    *(uint64_t *)pheap_direct(h, a) = 7;
+    if (pheap_tx_commit(h))
+        return -1;
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    base_backed_chunks = st.data_size / PH_CHUNK_SIZE;
+    if (pheap_close(h))
+        return -1;
+    snprintf(base_path, sizeof(base_path), "%s", path);
+    return 0;
+}
+
+/* Opens a copy of the base with one word changed: PHEAP_ECORRUPT with
+ * `msg` in the message, the file byte for byte as it was. */
+static void expect_refused(const char *what, uint64_t off, uint64_t v, const char *msg)
+{
+    char copy[512], before[512];
+    snprintf(copy, sizeof(copy), "%s", ph_test_path("damage-copy.heap"));
+    snprintf(before, sizeof(before), "%s", ph_test_path("damage-before.heap"));
+    if (ph_test_copy_file(base_path, copy) != 0) {
+        ph_test_fail(__FILE__, __LINE__, "%s: cannot copy the base", what);
+        return;
+    }
+    set_word(copy, off, v);
+    ph_test_copy_file(copy, before);
+    pheap *h = NULL;
+    int rc = pheap_open(copy, NULL, &h);
+    if (rc != PHEAP_ECORRUPT || !strstr(pheap_errmsg(), msg))
+        ph_test_fail(__FILE__, __LINE__, "%s: open gave %d (%s), expected PHEAP_ECORRUPT naming '%s'",
+                     what, rc, pheap_errmsg(), msg);
+    if (!rc)
+        pheap_close(h);
+    pheap_options ro = {.flags = PHEAP_RDONLY};
+    if (pheap_open(copy, &ro, &h) != PHEAP_ECORRUPT) {
+        ph_test_fail(__FILE__, __LINE__, "%s: a read-only open is not refused", what);
+        pheap_close(h);
+    }
+    if (!same_file(copy, before))
+        ph_test_fail(__FILE__, __LINE__, "%s: the refused open changed the file", what);
+}
+
+TEST(root_table)
+{
+    REQUIRE_OK(make_base());
+    uint64_t roots = ph_test_region_offset(base_path, PH_REGION_ROOTS);
+    expect_refused("root commit word 2", roots + offsetof(ph_root_entry, xused), 2,
+                   "neither 0 nor 1");
+    expect_refused("root offset in the metadata", roots + offsetof(ph_root_entry, xoff), 4096,
+                   "outside the data region");
+    /* the second root named like the first: "a" */
+    expect_refused("root name twice", roots + sizeof(ph_root_entry) + offsetof(ph_root_entry, name),
+                   'a', "used twice");
+    char full[PH_ROOT_NAME_MAX + 1];
+    memset(full, 'x', sizeof(full));
+    const char *copy = ph_test_path("damage-copy.heap");
+    REQUIRE_OK(ph_test_copy_file(base_path, copy));
+    set_bytes(copy, roots + offsetof(ph_root_entry, name), full, sizeof(full));
+    pheap *h = NULL;
+    CHECK_EQ(pheap_open(copy, NULL, &h), PHEAP_ECORRUPT);
+    CHECK(strstr(pheap_errmsg(), "not terminated") != NULL);
+}
+
+TEST(lanes_and_transaction_logs)
+{
+    REQUIRE_OK(make_base());
+    uint64_t lanes = ph_test_region_offset(base_path, PH_REGION_LANES);
+    expect_refused("an active lane entry after a clean close", lanes + 5 * PH_LANE_SIZE,
+                   1u << 8 | PH_LOG_ACTIVE, "lane entries are active");
+    uint64_t anchor = lanes + PH_TXLOG_ANCHORS; /* lane 0's: the base's transaction */
+    uint64_t st = word_at(base_path, anchor + offsetof(ph_txlog_anchor, xstate));
+    CHECK(st >> 8 != 0);
+    expect_refused("a transaction in flight after a clean close",
+                   anchor + offsetof(ph_txlog_anchor, xstate), st | PH_TX_ACTIVE,
+                   "a transaction in flight");
+    expect_refused("a ceiling below the sequence", anchor + offsetof(ph_txlog_anchor, xceiling),
+                   st >> 8, "at or above its ceiling");
+    expect_refused("a ceiling past 2^56", anchor + offsetof(ph_txlog_anchor, xceiling),
+                   (1ull << 56) - 1, "past 2^56");
+}
+
+TEST(descriptor_of_a_chunk_that_is_no_slab)
+{
+    REQUIRE_OK(make_base());
+    uint64_t slabs = ph_test_region_offset(base_path, PH_REGION_SLABS);
+    uint64_t last = base_backed_chunks - 1; /* free space in the base */
+    expect_refused("allocated bits in a free chunk's descriptor",
+                   slabs + last * PH_SLAB_DESC_SIZE + offsetof(ph_slab_desc, xbits), 3,
+                   "no slab in the extent log");
+}
+
+TEST(name_rebuild_words)
+{
+    REQUIRE_OK(make_base());
+    uint64_t names = ph_test_region_offset(base_path, PH_REGION_NAMES);
+    expect_refused("a rebuild committed in a clean heap", names + offsetof(ph_names_header, xold), 1,
+                   "rebuild is unfinished in a heap closed cleanly");
+    expect_refused("a rebuild word in the metadata", names + offsetof(ph_names_header, xnew), 8192,
+                   "outside the data region");
+}
+
+/* A GC heap's descriptors are those of its last clean close until
+ * pheap_recover: recovery zeroes what a chunk that is no slab holds. */
+TEST(gc_recovery_zeroes_descriptors_of_no_slab)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", ph_test_path("damage-gc.heap"));
+    pheap *h = ph_test_create_mode(path, 1u << 20, PHEAP_CONSISTENCY_GC, 0);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc(h, 64);
+    REQUIRE(a);
+    REQUIRE_OK(pheap_root_set(h, "a", a));
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    uint64_t last = st.data_size / PH_CHUNK_SIZE - 1;
+    REQUIRE_OK(pheap_close(h));
+    pheap_options sim = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(path, &sim, &h));
+    const char *image = ph_test_path("damage-gc-image.heap");
+    REQUIRE_OK(pheap_sim_crash(h, image, 0, 0));
+    uint64_t bits = ph_test_region_offset(image, PH_REGION_SLABS) + last * PH_SLAB_DESC_SIZE +
+                    offsetof(ph_slab_desc, xbits);
+    set_word(image, bits, 3);
+    REQUIRE_OK(pheap_open(image, NULL, &h));
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.needs_recovery, 1);
+    pheap_check_report r;
+    CHECK_EQ(pheap_check(h, &r), 0); /* not judged before the tracing */
+    REQUIRE_OK(pheap_recover(h));
+    CHECK_EQ(pheap_check(h, &r), 0);
+    CHECK_EQ(pheap_root_get(h, "a"), a);
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(word_at(image, bits), 0);
+    REQUIRE_OK(pheap_open(image, NULL, &h));
+    CHECK_EQ(pheap_check(h, &r), 0);
+    pheap_close(h);
+}
+
+/* Open reads the descriptors of backed chunks only: a growth zeroes the
+ * allocated bits it finds in those of the chunks it adds. */
+TEST(growth_zeroes_descriptors_of_new_chunks)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", ph_test_path("damage-grow.heap"));
+    unlink(path);
+    pheap_options o = {.size = 1u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = NULL;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    uint64_t backed = st.data_size / PH_CHUNK_SIZE, max = (st.max_size - st.data_offset) / PH_CHUNK_SIZE;
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE(max > backed + 2);
+    uint64_t bits = ph_test_region_offset(path, PH_REGION_SLABS) + (backed + 1) * PH_SLAB_DESC_SIZE +
+                    offsetof(ph_slab_desc, xbits);
+    set_word(path, bits, ~0ull);
+    REQUIRE_OK(pheap_open(path, NULL, &h)); /* not backed: not read */
+    pheap_off big = pheap_alloc(h, (backed + 2) * PH_CHUNK_SIZE);
+    REQUIRE(big);
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK(st.data_size / PH_CHUNK_SIZE > backed + 1);
+    pheap_check_report r;
+    CHECK_EQ(pheap_check(h, &r), 0);
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(word_at(path, bits), 0);
+}
