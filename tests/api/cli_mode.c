@@ -157,18 +157,7 @@ TEST(format_1_4)
     pheap *h = ph_test_create(path, 4u << 20);
     REQUIRE(h);
     REQUIRE_OK(pheap_close(h));
-    int fd = open(path, O_RDWR);
-    REQUIRE(fd >= 0);
-    ph_header hdr;
-    REQUIRE(pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr));
-    hdr.minor = 4;
-    hdr.feat_ro_compat = 0;
-    hdr.owner_uid = 0;
-    hdr.checksum = ph_header_checksum(&hdr);
-    REQUIRE(pwrite(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr));
-    uint64_t zero = 0;
-    REQUIRE(pwrite(fd, &zero, 8, PH_STATE_OFFSET + offsetof(ph_state, xmode)) == 8);
-    close(fd);
+    REQUIRE(ph_test_as_format_1_4(path) == 0);
     run_result *r = run("info", path, NULL);
     const char *v;
     CHECK_TOOL(r->code == 0 && (v = ph_test_text_field(r->out, "owner:")) &&

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "format/header.h"
 #include "format/layout.h"
 #include "util/util.h"
 
@@ -347,4 +348,22 @@ int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off)
     two_alloc_tos(h, &before, &after);
     pheap_sim_crash(h, NULL, 0, 0);
     return access(image, F_OK);
+}
+
+int ph_test_as_format_1_4(const char *path)
+{
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return -1;
+    ph_header hdr;
+    uint64_t zero = 0;
+    int ok = pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
+    hdr.minor = 4;
+    hdr.feat_ro_compat = 0;
+    hdr.owner_uid = 0;
+    hdr.checksum = ph_header_checksum(&hdr);
+    ok = ok && pwrite(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr) &&
+         pwrite(fd, &zero, 8, PH_STATE_OFFSET + offsetof(ph_state, xmode)) == 8;
+    close(fd);
+    return ok ? 0 : -1;
 }

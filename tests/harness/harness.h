@@ -102,6 +102,10 @@ int ph_test_copy_file(const char *from, const char *to);
  * `path`, read from its header; 0 when the file or the region is missing. */
 uint64_t ph_test_region_offset(const char *path, unsigned kind);
 
+/* Rewrites the closed heap at `path` as a format 1.4 heap would have it:
+ * no owner, no mode word (header checksum recomputed).  0, or -1. */
+int ph_test_as_format_1_4(const char *path);
+
 /* Forks a child that opens `path` read-write (flags 0) or with `flags` and
  * holds it until ph_test_release; returns the child's pid, or -1 when it
  * could not open the heap. */
