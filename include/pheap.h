@@ -1059,6 +1059,12 @@ struct pheap_stats {
                                  metadata now (name-directory and transaction-log
                                  segments): refused by the program's calls, and
                                  read-only in its view when protection is on */
+    uint64_t largest_alloc;   /* the largest block pheap_alloc can give now: the
+                                 largest free extent, or the free space at the end
+                                 of the data region grown up to max_size */
+    uint64_t file_bytes;      /* storage the file takes (its allocated blocks, which
+                                 sparse metadata and punched holes keep below its
+                                 length, `size`); 0 when the file system cannot say */
     unsigned mode;            /* PHEAP_MODE_WRITABLE or PHEAP_MODE_READONLY */
     unsigned owner_known;     /* 1 if the heap records its owner (format 1.5) */
     uint64_t owner_uid;       /* the owner's user id (when owner_known) */

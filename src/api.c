@@ -8,6 +8,7 @@
 #include "format/layout.h"
 #include "heap/heap.h"
 #include "heap/names.h"
+#include "os/os.h"
 #include "util/error.h"
 
 #define PH_STR2(x) #x
@@ -163,6 +164,8 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->large_bytes = st.large_bytes;
     out->free_bytes = st.free_bytes;
     out->largest_free = st.largest_free;
+    out->largest_alloc = st.largest_alloc;
+    (void)ph_os_file_bytes(h->sp.fd, &out->file_bytes);
     uint64_t tx[3];
     ph_thread_sum_tx(h, tx);
     out->tx_commits = tx[0];

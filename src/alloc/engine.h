@@ -243,6 +243,8 @@ void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c);
 typedef struct ph_engine_stats {
     uint64_t live_blocks, live_bytes, slabs, slab_bytes, large_extents, large_bytes;
     uint64_t free_bytes, largest_free;
+    uint64_t largest_alloc;   /* largest large block an allocation gets now: a free
+                                 extent, or the free tail grown up to max_size */
     uint64_t class_slabs[PH_CLASSES], class_live[PH_CLASSES];
 } ph_engine_stats;
 void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out);

@@ -52,7 +52,9 @@ void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out)
     memset(out, 0, sizeof(*out));
     walk_ctx w = {e, out, NULL, 0, 0};
     ph_extents_walk(e->ext, stats_visit, &w);
-    out->largest_free = ph_extents_largest_free(e->ext) * PH_PAGE_SIZE;
+    uint64_t tail, grow = (e->sp->max_size - ph_space_size(e->sp)) / PH_PAGE_SIZE;
+    out->largest_free = ph_extents_largest_free(e->ext, &tail) * PH_PAGE_SIZE;
+    out->largest_alloc = PH_MAX(out->largest_free, (tail + grow) * PH_PAGE_SIZE);
 }
 
 static void check_fail(walk_ctx *w, const char *msg)

@@ -385,13 +385,15 @@ void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), 
     ph_spin_unlock(&x->xlock);
 }
 
-uint64_t ph_extents_largest_free(ph_extents *x)
+uint64_t ph_extents_largest_free(ph_extents *x, uint64_t *tail)
 {
     uint64_t best = 0;
     lock_index(x);
     for (int b = PH_EXT_BINS - 1; b >= 0 && !best; b--)
         for (ph_extnode *f = x->bins[b]; f; f = f->next)
             best = PH_MAX(best, f->npages);
+    const ph_extnode *last = x->pages ? x->last[x->pages - 1] : NULL;
+    *tail = last && last->kind == PH_EXT_FREE ? last->npages : 0;
     ph_spin_unlock(&x->xlock);
     return best;
 }

@@ -144,8 +144,9 @@ int ph_extent_live_at(ph_extents *x, uint64_t off);
 /* Calls fn for every extent in address order, under the lock. */
 void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg);
 
-/* Largest free extent, pages. */
-uint64_t ph_extents_largest_free(ph_extents *x);
+/* Largest free extent, pages; *tail: the free pages that end the backed
+ * data region (what a growth extends, see ph_extent_backing_grow). */
+uint64_t ph_extents_largest_free(ph_extents *x, uint64_t *tail);
 
 /* Compares the index with a fresh replay of the log and checks that the
  * extents tile the backed data region.  0 or 1 with a message. */

@@ -45,6 +45,9 @@ int ph_os_sync_dir(const char *path);
 /* Size of the file; PHEAP_EISDIR for a directory. */
 int ph_os_file_size(int fd, const char *path, uint64_t *size);
 
+/* Storage the file takes: its allocated blocks, in bytes. */
+int ph_os_file_bytes(int fd, uint64_t *bytes);
+
 /* Sets the size of the file; new bytes read as zero and take no space
  * until written (sparse). */
 int ph_os_resize(int fd, const char *path, uint64_t size);

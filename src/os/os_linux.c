@@ -225,6 +225,15 @@ int ph_os_file_size(int fd, const char *path, uint64_t *size)
     return 0;
 }
 
+int ph_os_file_bytes(int fd, uint64_t *bytes)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ph_err_sys("cannot stat", "heap file");
+    *bytes = (uint64_t)st.st_blocks * 512u;
+    return 0;
+}
+
 int ph_os_resize(int fd, const char *path, uint64_t size)
 {
     if (ftruncate(fd, (off_t)size) != 0)

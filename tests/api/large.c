@@ -257,3 +257,35 @@ TEST(many_compactions)
     REQUIRE_OK(pheap_check(h, NULL));
     pheap_close(h);
 }
+
+/* pheap_stats.largest_alloc is exact: a block of that size can be had, one
+ * page more cannot; file_bytes is the file's storage. */
+TEST(largest_alloc_and_file_bytes)
+{
+    const char *path = ph_test_path("figures.heap");
+    unlink(path);
+    pheap_options o = {.size = 4 * MiB, .max_size = 40 * MiB, .flags = PHEAP_CREATE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    struct pheap_stats st = stats(h);
+    CHECK(st.largest_alloc >= st.max_size - st.size); /* growth counts */
+    CHECK(st.largest_alloc >= st.largest_free);
+    CHECK_EQ(st.file_bytes, file_blocks(path));
+    CHECK(st.file_bytes >= st.data_size && st.file_bytes < st.size);
+    pheap_off a = pheap_alloc(h, 1 * MiB), b = pheap_alloc(h, 64);
+    REQUIRE(a && b);
+    st = stats(h);
+    pheap_off big = pheap_alloc(h, st.largest_alloc);
+    REQUIRE(big);
+    st = stats(h);
+    CHECK_EQ(st.size, st.max_size);
+    CHECK_EQ(pheap_alloc(h, st.largest_alloc + 4096), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOMEM);
+    if (st.largest_alloc)
+        CHECK(pheap_alloc(h, st.largest_alloc) != 0);
+    REQUIRE_OK(pheap_free(h, a));
+    CHECK(stats(h).largest_alloc >= 1 * MiB);
+    CHECK_EQ(stats(h).file_bytes, file_blocks(path));
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
+}

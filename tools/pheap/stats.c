@@ -109,10 +109,11 @@ int cmd_stats(int argc, char **argv)
         print_classes(h, 1);
         printf("], \"slabs\": %llu, \"slab_bytes\": %llu, \"large_extents\": %llu, "
                "\"large_bytes\": %llu, \"free_bytes\": %llu, \"largest_free\": %llu, "
-               "\"fragmentation\": ",
+               "\"largest_alloc\": %llu, \"file_bytes\": %llu, \"fragmentation\": ",
                (unsigned long long)st.slabs, (unsigned long long)st.slab_bytes,
                (unsigned long long)st.large_extents, (unsigned long long)st.large_bytes,
-               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free);
+               (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free,
+               (unsigned long long)st.largest_alloc, (unsigned long long)st.file_bytes);
         if (st.slab_bytes + st.large_bytes < FRAG_MIN_HELD)
             printf("null"); /* not measured, as in the text */
         else
@@ -163,6 +164,10 @@ int cmd_stats(int argc, char **argv)
            cli_bytes(b1, st.large_bytes), percent(st.large_bytes, st.data_size));
     printf("free:           %s (%.1f%%), largest free extent %s\n", cli_bytes(b1, st.free_bytes),
            percent(st.free_bytes, st.data_size), cli_bytes(b2, st.largest_free));
+    printf("largest block:  %s can be allocated now (free space, or growth up to the maximum)\n",
+           cli_bytes(b1, st.largest_alloc));
+    printf("file:           %s on storage for a length of %s (sparse metadata, punched holes)\n",
+           cli_bytes(b1, st.file_bytes), cli_bytes(b2, st.size));
     if (st.slab_bytes + st.large_bytes < FRAG_MIN_HELD)
         printf("fragmentation:  not measured: less than %llu MiB in slabs and extents (every "
                "size class in use holds at least one 64 KiB slab)\n", FRAG_MIN_HELD >> 20);
