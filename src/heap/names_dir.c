@@ -684,9 +684,9 @@ static void check_rebuild(pheap *h, char *why, size_t n)
             continue;
         /* as a directory entry of a depth-13 directory whose index has the
          * segment's own prefix */
-        seg[i] = ph_space_at(&h->sp, v[i]);
-        uint64_t idx = v[i] >= h->sp.data_off && v[i] < ph_space_size(&h->sp) &&
-                               seg[i]->depth <= PH_NAMES_DEPTH_MAX
+        int inside = v[i] >= h->sp.data_off && v[i] < ph_space_size(&h->sp);
+        seg[i] = inside ? ph_space_at(&h->sp, v[i]) : NULL; /* check_segment refuses outside */
+        uint64_t idx = inside && seg[i]->depth <= PH_NAMES_DEPTH_MAX
                            ? seg[i]->prefix << (PH_NAMES_DEPTH_MAX - seg[i]->depth)
                            : 0;
         if (check_segment(h, idx, PH_NAMES_DEPTH_MAX, v[i], w, sizeof(w))) {
