@@ -179,7 +179,13 @@ const char *pheap_flush_source_name(unsigned source);
  * pheap_stats.protection tells what an open uses; a PHEAP_RDONLY open maps
  * everything read-only (PHEAP_PROTECT_READONLY).  The program's stores
  * through its own blocks are never checked: an overflow past a block
- * damages the neighbouring block only (no block has an in-band header). */
+ * damages the neighbouring block only (no block has an in-band header).
+ * Whatever the kind, the program's calls never free a block that holds
+ * pheap's metadata nor write through one (PHEAP_EINVAL), and a block the
+ * program freed behind a call's back (a use after free) that became one is
+ * left alone when the call goes on (docs/PROTECTION.md).
+ * Errors of pheap_open: PHEAP_EINVAL (an unknown kind, or READONLY asked
+ * for), PHEAP_ENOTSUP (KEYS). */
 enum pheap_protect_kind {
     PHEAP_PROTECT_AUTO = 0,
     PHEAP_PROTECT_ALIAS,    /* metadata read-only in the program's view, written via an alias */
@@ -237,7 +243,7 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     uint64_t sim_crash_store;   /* or just after this durable store (1-based), same image */
     unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG */
     unsigned protect;           /* enum pheap_protect_kind: how metadata is kept out of
-                                   the program's reach (0 = AUTO; see "Protection") */
+                                   the program's reach (0 = AUTO; see pheap_protect_kind) */
     double sim_store_evict_probability; /* at each durable store, its line is written
                                    back on its own with this probability */
     uint64_t sim_store_seed;    /*   drawn from this seed */
