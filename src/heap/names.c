@@ -288,23 +288,22 @@ static void check_head(check_ctx *k, ph_names_seg *s, uint32_t i)
 }
 
 /* A line that is no head but whose word no store makes: a kind beyond
- * CONT, an EMPTY kind with other bits, or a head's contents (its entry
- * checksum holds) under a kind that says otherwise -- a head whose kind
- * bits flipped, which lookups would pass over.  (A removed head is FREE,
- * two bits away from HEAD, and keeps its contents: not counted.) */
-static int damaged_line(ph_names_seg *s, uint32_t i, uint64_t r)
+ * CONT, an EMPTY kind with other bits, or a CONT word with more than a
+ * head's line in its payload (bits 3..15, a line at most four before it):
+ * a head whose kind bits flipped, which lookups would pass over.  (A
+ * removed head is FREE, two bits away from HEAD, and keeps its contents:
+ * not counted.  Nor is a CONT line that still holds an old head's
+ * contents: a create cut short by a crash leaves one, its word stored and
+ * not its body; it belongs to no head and is free space.) */
+static int damaged_line(uint32_t i, uint64_t r)
 {
     unsigned kind = (unsigned)(r & 7);
     if (kind > PH_NAME_CONT || (kind == PH_NAME_EMPTY && r != 0))
         return 1;
     if (kind != PH_NAME_CONT)
         return 0;
-    ph_name_line *l = &ph_names_lines(s)[i];
-    unsigned len = ph_name_len(l), lines = ph_name_nlines(l);
-    if (len == 0 || len > PH_NAME_MAX || lines != ph_names_entry_lines(len) ||
-        i + lines > ph_names_total(s))
-        return 0;
-    return (uint32_t)(l->meta >> 32) == ph_names_entry_crc(s, i);
+    uint64_t head = (r & 0xffffffffffffull) >> 3;
+    return head >= i || i - head > 4;
 }
 
 static int check_seg(void *arg, ph_names_seg *s, uint64_t seg_off)
@@ -330,7 +329,7 @@ static int check_seg(void *arg, ph_names_seg *s, uint64_t seg_off)
         uint64_t r = ph_load(&ph_names_lines(s)[i].xref);
         if (ph_name_kind(r) == PH_NAME_HEAD)
             check_head(k, s, i); /* damaged heads too: reported */
-        else if (damaged_line(s, i, r))
+        else if (damaged_line(i, r))
             problem(k, "entry%s at line %llu: its kind word is damaged (the name is lost to "
                     "lookups)", "", i);
     }
