@@ -465,6 +465,17 @@ static int segment_takes(pheap *h, pheap_off b)
     return ph_space_guarded_overlap(&h->sp, b, 1);
 }
 
+/* A new heap with one block of a first segment's size at *b. */
+static pheap *heap_with_block(const char *path, pheap_off *b)
+{
+    pheap *h = ph_test_create(path, 8 * MiB);
+    if (h && !(*b = pheap_alloc(h, SEG_BYTES))) {
+        pheap_close(h);
+        h = NULL;
+    }
+    return h;
+}
+
 /* The segment intact: names work, check passes, and so does a reopen. */
 static void directory_intact(pheap *h, const char *path)
 {
@@ -482,10 +493,9 @@ static void directory_intact(pheap *h, const char *path)
 TEST(abort_never_restores_over_a_segment)
 {
     const char *path = ph_test_path("uaf-undo.heap");
-    pheap *h = ph_test_create(path, 8 * MiB);
+    pheap_off b;
+    pheap *h = heap_with_block(path, &b);
     REQUIRE(h);
-    pheap_off b = pheap_alloc(h, SEG_BYTES);
-    REQUIRE(b);
     REQUIRE_OK(pheap_tx_begin(h));
     REQUIRE_OK(pheap_tx_add(h, pheap_direct(h, b), 4096));
     REQUIRE_OK(pheap_free(h, b)); /* the program's bug */
@@ -497,10 +507,9 @@ TEST(abort_never_restores_over_a_segment)
 TEST(commit_never_writes_into_a_segment)
 {
     const char *path = ph_test_path("uaf-redo.heap");
-    pheap *h = ph_test_create(path, 8 * MiB);
+    pheap_off b;
+    pheap *h = heap_with_block(path, &b);
     REQUIRE(h);
-    pheap_off b = pheap_alloc(h, SEG_BYTES);
-    REQUIRE(b);
     char junk[64];
     memset(junk, 0x6b, sizeof(junk));
     REQUIRE_OK(pheap_tx_begin(h));
@@ -514,10 +523,9 @@ TEST(commit_never_writes_into_a_segment)
 TEST(commit_never_frees_a_segment)
 {
     const char *path = ph_test_path("uaf-free.heap");
-    pheap *h = ph_test_create(path, 8 * MiB);
+    pheap_off b;
+    pheap *h = heap_with_block(path, &b);
     REQUIRE(h);
-    pheap_off b = pheap_alloc(h, SEG_BYTES);
-    REQUIRE(b);
     REQUIRE_OK(pheap_tx_begin(h));
     REQUIRE_OK(pheap_tx_free(h, b));
     REQUIRE_OK(pheap_free(h, b)); /* freed twice: once now, once at commit */
