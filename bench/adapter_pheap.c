@@ -7,13 +7,15 @@
  * exactly as it would on DAX.
  * Three allocators share this code and differ only in the heaps they
  * create: "pheap" (LOG), "pheap-noprot" (LOG, metadata protection off: the
- * price of protection) and "pheap-gc" (GC, which also has root_set and
+ * price of protection), "pheap-keys" (LOG, protected by protection keys
+ * instead of the alias; skipped where there are none) and "pheap-gc" (GC, which also has root_set and
  * recover: pheap_root_set, pheap_recover_ex).
  */
 #include "bench.h"
 
 #include <pheap.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 static pheap *heap;
 static uint64_t free_errors;          /* failed pheap_free calls (atomic) */
@@ -74,6 +76,27 @@ static int pheap_noprot_bench_init(const bench_heap_conf *conf)
 static int pheap_noprot_bench_reopen(const bench_heap_conf *conf)
 {
     return reopen(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_OFF);
+}
+
+static int pheap_keys_bench_load(void)
+{
+    int k = pkey_alloc(0, 0);
+    if (k < 0) {
+        bench_fail("no protection keys here (pkey_alloc failed)");
+        return -1;
+    }
+    pkey_free(k);
+    return pheap_bench_load();
+}
+
+static int pheap_keys_bench_init(const bench_heap_conf *conf)
+{
+    return create(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_KEYS);
+}
+
+static int pheap_keys_bench_reopen(const bench_heap_conf *conf)
+{
+    return reopen(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_KEYS);
 }
 
 static int pheap_gc_bench_init(const bench_heap_conf *conf)
@@ -168,7 +191,6 @@ static int pheap_bench_heap_bytes(uint64_t *out)
 
 #define PHEAP_CALLS                          \
     .persistent = 1,                         \
-    .load = pheap_bench_load,                \
     .alloc = pheap_bench_alloc,              \
     .free = pheap_bench_free,                \
     .addr = pheap_bench_addr,                \
@@ -180,6 +202,7 @@ const bench_allocator bench_pheap = {
     .name = "pheap",
     .what = "pheap pheap_alloc/pheap_free (persistent, LOG consistency)",
     PHEAP_CALLS,
+    .load = pheap_bench_load,
     .init = pheap_bench_init,
     .reopen = pheap_bench_reopen,
 };
@@ -188,14 +211,25 @@ const bench_allocator bench_pheap_noprot = {
     .name = "pheap-noprot",
     .what = "pheap with metadata protection off (PHEAP_PROTECT=off): what protection costs",
     PHEAP_CALLS,
+    .load = pheap_bench_load,
     .init = pheap_noprot_bench_init,
     .reopen = pheap_noprot_bench_reopen,
+};
+
+const bench_allocator bench_pheap_keys = {
+    .name = "pheap-keys",
+    .what = "pheap with metadata protected by protection keys (PHEAP_PROTECT=keys)",
+    PHEAP_CALLS,
+    .load = pheap_keys_bench_load,
+    .init = pheap_keys_bench_init,
+    .reopen = pheap_keys_bench_reopen,
 };
 
 const bench_allocator bench_pheap_gc = {
     .name = "pheap-gc",
     .what = "pheap pheap_alloc/pheap_free (persistent, GC consistency: recovery by tracing)",
     PHEAP_CALLS,
+    .load = pheap_bench_load,
     .init = pheap_gc_bench_init,
     .reopen = pheap_gc_bench_reopen,
     .root_set = pheap_bench_root_set,

@@ -19,9 +19,9 @@ import shutil
 import subprocess
 import sys
 
-ORDER = ["pheap", "pheap-gc", "pheap-noprot", "pmemobj", "mimalloc", "jemalloc", "glibc"]
+ORDER = ["pheap", "pheap-gc", "pheap-noprot", "pheap-keys", "pmemobj", "mimalloc", "jemalloc", "glibc"]
 PEERS = ["pmemobj", "mimalloc"]          # ratio columns are against these
-COLORS = {"pheap": "#d62728", "pheap-gc": "#e377c2", "pheap-noprot": "#8c564b",
+COLORS = {"pheap": "#d62728", "pheap-gc": "#e377c2", "pheap-noprot": "#8c564b", "pheap-keys": "#bcbd22",
           "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",
           "jemalloc": "#ff7f0e", "glibc": "#7f7f7f"}   # the same in every chart
 LAT_KEYS = ["p50", "p99", "p999", "max"]
@@ -184,16 +184,20 @@ def protection_section(results, idx):
         if not on or not off or not metric(off, "ops_per_s"):
             continue
         v = metric(on, "ops_per_s") / metric(off, "ops_per_s")
+        keys = idx.get((wl, thr, "pheap-keys"))
+        kv = metric(keys, "ops_per_s") / metric(off, "ops_per_s") if keys and metric(keys, "ops_per_s") else None
         rows.append([wl, thr, si(metric(on, "ops_per_s")), si(metric(off, "ops_per_s")),
-                     f"{v:.3f}× ({'met' if v >= PROTECTION_TARGET else 'missed'})"])
+                     f"{v:.3f}× ({'met' if v >= PROTECTION_TARGET else 'missed'})",
+                     f"{kv:.3f}×" if kv is not None else "n/a"])
     if not rows:
         return ""
     return ("\n## Protection\n\nMetadata read-only in the program's mapping (`pheap`, the "
-            "default) against the same build with `PHEAP_PROTECT=off` (`pheap-noprot`): median "
+            "default: alias) against the same build with `PHEAP_PROTECT=off` (`pheap-noprot`): median "
             f"ops/s and their ratio (target at least {PROTECTION_TARGET}: protection costs at most "
-            "3 %). The key-value workload's row is `pheap-redo ÷ pheap-redo-noprot` in the "
-            "transactions section.\n\n"
-            + table(["workload", "threads", "protected", "off", "protected ÷ off"], rows))
+            "3 %); the last column is `pheap-keys` (`PHEAP_PROTECT=keys`, n/a where the machine has "
+            "no protection keys) against the same. The key-value workload's row is "
+            "`pheap-redo ÷ pheap-redo-noprot` in the transactions section.\n\n"
+            + table(["workload", "threads", "protected", "off", "protected ÷ off", "keys ÷ off"], rows))
 
 
 def latency_section(results, allocs):

@@ -12,9 +12,10 @@
 #
 # usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]
 #   --quick        smaller parameters and a 512 MiB heap, under two minutes
-#   --alloc LIST   allocators to run (default pheap,pheap-gc,pheap-noprot,pmemobj,mimalloc,
+#   --alloc LIST   allocators to run (default pheap,pheap-gc,pheap-noprot,pheap-keys,pmemobj,mimalloc,
 #                  jemalloc,glibc; pheap-noprot is pheap with PHEAP_PROTECT=off: what
-#                  protection costs)
+#                  protection costs; pheap-keys is pheap with PHEAP_PROTECT=keys,
+#                  skipped where the machine has no protection keys)
 #   --fs-dir DIR   where the back-end table runs (default BUILD_DIR-bench/heaps,
 #                  on the file system of the build tree; --fs-dir none skips it)
 #   other options go to pheap_bench (--heap-dir, --heap-size, --threads, --reps, ...)
@@ -35,7 +36,7 @@ usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap
 BUILD=${1%/}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=""
-ALLOCS="pheap,pheap-gc,pheap-noprot,pmemobj,mimalloc,jemalloc,glibc"
+ALLOCS="pheap,pheap-gc,pheap-noprot,pheap-keys,pmemobj,mimalloc,jemalloc,glibc"
 FS_DIR=""
 PASS=""
 while [ $# -gt 0 ]; do

@@ -167,9 +167,15 @@ const char *pheap_flush_source_name(unsigned source);
  *          mapping of the same file at an address it never hands out.  No
  *          system call per operation; twice the address space (reserved,
  *          not memory).
- *   KEYS   memory protection keys (one mapping, the metadata pages tagged
- *          with a key whose writes only pheap's calls enable): reserved for
- *          CPUs that have them; this build refuses it (PHEAP_ENOTSUP).
+ *   KEYS   memory protection keys: one mapping, the metadata pages tagged
+ *          with a key whose writes each thread denies except inside pheap's
+ *          own calls (two WRPKRU per call, no system call; shut again while
+ *          initialisers and filters run).  Only when asked for (AUTO stays
+ *          ALIAS, which costs nothing per call), and only where the CPU and
+ *          the kernel have keys (pkey_alloc succeeds): else PHEAP_ENOTSUP.
+ *          Uses one of the process's keys (kept until exit).  A thread
+ *          whose PKRU denies the key -- on Linux, one that existed before
+ *          the key was allocated -- cannot read the metadata either.
  *   OFF    no protection: a debugging aid.  Also what a PHEAP_SNAPSHOT view
  *          (a private copy-on-write mapping, which nothing can alias) and a
  *          simulated heap (PHEAP_SIMULATE: its working copy is such a
@@ -185,11 +191,11 @@ const char *pheap_flush_source_name(unsigned source);
  * program freed behind a call's back (a use after free) that became one is
  * left alone when the call goes on (docs/PROTECTION.md).
  * Errors of pheap_open: PHEAP_EINVAL (an unknown kind, or READONLY asked
- * for), PHEAP_ENOTSUP (KEYS). */
+ * for), PHEAP_ENOTSUP (KEYS where there are no keys: the message says why). */
 enum pheap_protect_kind {
     PHEAP_PROTECT_AUTO = 0,
     PHEAP_PROTECT_ALIAS,    /* metadata read-only in the program's view, written via an alias */
-    PHEAP_PROTECT_KEYS,     /* protection keys: reserved (PHEAP_ENOTSUP) */
+    PHEAP_PROTECT_KEYS,     /* metadata tagged with a protection key pheap's calls enable */
     PHEAP_PROTECT_OFF,      /* nothing protected */
     PHEAP_PROTECT_READONLY, /* read-only open: the whole mapping is read-only */
 };

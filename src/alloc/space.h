@@ -85,7 +85,10 @@ static inline uint64_t ph_space_user_off(const ph_space *s, const void *addr)
  *   ALIAS  a second shared mapping of the same file, s->view, whose
  *          metadata pages are read-only; pheap writes through s->base,
  *          at an address it never hands out.
- *   KEYS   (memory protection keys) reserved: PHEAP_ENOTSUP for now.
+ *   KEYS   one mapping (s->view == s->base) whose metadata pages carry
+ *          the process's protection key: writable only inside pheap's
+ *          write window (alloc/keys.h); PHEAP_ENOTSUP where the CPU or
+ *          the kernel has no keys (space_keys.c).
  *   OFF    one mapping, everything writable (a debugging aid); also what
  *          a snapshot (a private copy-on-write mapping cannot be aliased)
  *          uses.
@@ -127,6 +130,17 @@ void ph_space_unguard(ph_space *s, uint64_t off);
 
 /* Blocks guarded now. */
 uint64_t ph_space_guarded_count(const ph_space *s);
+
+/* ---- protection keys (alloc/space_keys.c, alloc/keys.h) ----
+ * ph_keys_setup makes the process's key ready (once; PHEAP_ENOTSUP when
+ * there is none).  ph_keys_attach keys the metadata below data_off of a
+ * heap mapped with KEYS, ph_keys_detach forgets it before the unmap;
+ * ph_keys_tag keys (keyed) or frees (!keyed) the whole OS pages of
+ * [off, off+len). */
+int ph_keys_setup(void);
+int ph_keys_attach(ph_space *s);
+void ph_keys_detach(ph_space *s);
+int ph_keys_tag(ph_space *s, uint64_t off, uint64_t len, int keyed);
 
 /* The clock of timed work (purges): real time, or the simulator's logical
  * clock, so that a simulated heap's fences do not depend on timing. */

@@ -25,21 +25,17 @@ struct ph_protected {
     uint64_t (*v)[2];     /* PH_GUARDED_MAX entries reserved */
 };
 
-static uint64_t os_page(void)
-{
-    long p = sysconf(_SC_PAGESIZE);
-    return p > 0 ? (uint64_t)p : PH_PAGE_SIZE;
-}
-
 static int protects(const ph_space *s)
 {
-    return s->protect == PHEAP_PROTECT_ALIAS;
+    return s->protect == PHEAP_PROTECT_ALIAS || s->protect == PHEAP_PROTECT_KEYS;
 }
 
 /* Read-only in the program's view: the whole OS pages of [off, off+len). */
 static int view_readonly(ph_space *s, uint64_t off, uint64_t len, int readonly)
 {
-    uint64_t pg = os_page(), a = PH_ALIGN_UP(off, pg), e = PH_ALIGN_DOWN(off + len, pg);
+    if (s->protect == PHEAP_PROTECT_KEYS)
+        return ph_keys_tag(s, off, len, readonly);
+    uint64_t pg = ph_os_page(), a = PH_ALIGN_UP(off, pg), e = PH_ALIGN_DOWN(off + len, pg);
     if (e <= a)
         return 0;
     return ph_os_protect(s->view + a, e - a, !readonly);
@@ -70,15 +66,17 @@ static unsigned resolve(unsigned protect, int kind, int simulated)
         return PHEAP_PROTECT_OFF; /* a copy-on-write view cannot be aliased */
     if (protect == PHEAP_PROTECT_AUTO && simulated)
         return PHEAP_PROTECT_OFF; /* see ph_space_map */
+    if (protect == PHEAP_PROTECT_KEYS)
+        return PHEAP_PROTECT_KEYS;
     return protect == PHEAP_PROTECT_OFF ? PHEAP_PROTECT_OFF : PHEAP_PROTECT_ALIAS;
 }
 
 int ph_space_map(ph_space *s, int kind, int simulated, unsigned protect, int *dax)
 {
     s->wfd = -1;
-    if (protect == PHEAP_PROTECT_KEYS) /* whatever the kind of open */
-        return ph_err(PHEAP_ENOTSUP, "protection keys (PHEAP_PROTECT=keys) are not available in "
-                      "this build: use alias");
+    int rc;
+    if (protect == PHEAP_PROTECT_KEYS && (rc = ph_keys_setup()) != 0)
+        return rc; /* whatever the kind of open: the choice is refused */
     s->protect = resolve(protect, kind, simulated);
     s->protect_rw = resolve(protect, PH_MAP_SHARED, simulated);
     s->guarded = calloc(1, sizeof(*s->guarded));
@@ -90,7 +88,7 @@ int ph_space_map(ph_space *s, int kind, int simulated, unsigned protect, int *da
         return ph_err(PHEAP_ENOMEM, "out of memory");
     pthread_mutex_init(&s->guarded->lock, NULL);
     void *base, *view = NULL;
-    int rc = ph_os_reserve(s->reserve, &base);
+    rc = ph_os_reserve(s->reserve, &base);
     if (rc)
         return rc;
     s->base = s->view = base;
@@ -110,13 +108,17 @@ int ph_space_map(ph_space *s, int kind, int simulated, unsigned protect, int *da
     rc = map_range(s, 0, s->xsize, kind, dax);
     if (!rc && shared_copy)
         rc = ph_os_copy_file(s->fd, s->xsize, s->base);
-    if (!rc && protects(s))
+    if (!rc && s->protect == PHEAP_PROTECT_ALIAS)
         rc = view_readonly(s, 0, s->data_off, 1);
+    if (!rc && s->protect == PHEAP_PROTECT_KEYS && (rc = ph_keys_attach(s)) != 0)
+        s->protect = PHEAP_PROTECT_OFF; /* not attached: nothing to detach */
     return rc;
 }
 
 void ph_space_unmap(ph_space *s)
 {
+    if (s->protect == PHEAP_PROTECT_KEYS)
+        ph_keys_detach(s);
     if (s->view != s->base)
         ph_os_unreserve(s->view, s->reserve);
     ph_os_unreserve(s->base, s->reserve);

@@ -81,6 +81,7 @@ static int offset_in_heap(pheap *h, pheap_off off)
 
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
+    PH_WINDOW();
     ph_thread *t = writer(h, "pheap_alloc", 1);
     if (ph_unlikely(!t))
         return 0;
@@ -100,7 +101,10 @@ static int call_user_init(void *arg, void *block, size_t usable)
 {
     ph_user_init *u = arg;
     uint64_t off = (uint64_t)((char *)block - u->h->sp.base);
-    return u->fn(u->h, ph_space_user(&u->h->sp, off), usable, u->arg);
+    int sealed = ph_window_seal(); /* the program's code: no metadata writes */
+    int r = u->fn(u->h, ph_space_user(&u->h->sp, off), usable, u->arg);
+    ph_window_unseal(sealed);
+    return r;
 }
 
 int ph_heap_block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, ph_user_init *u,
@@ -116,6 +120,7 @@ int ph_heap_block_init(pheap *h, unsigned flags, pheap_init_fn fn, void *arg, ph
 ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn init,
                                      void *arg)
 {
+    PH_WINDOW();
     ph_thread *t = ph_heap_writer(h, "pheap_alloc_init");
     ph_user_init u;
     ph_block_init bi;
@@ -133,6 +138,7 @@ ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, phea
  * the directory took since).  Else 0. */
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
+    PH_WINDOW();
     if (off == 0)
         return writable(h, "pheap_free", 1);
     ph_thread *t = writer(h, "pheap_free", 1);
@@ -150,6 +156,7 @@ ph_export int pheap_free(pheap *h, pheap_off off)
 
 ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
 {
+    PH_WINDOW();
     ph_thread *t = ph_heap_writer(h, "pheap_alloc_to");
     if (ph_unlikely(!t))
         return pheap_errno();
@@ -162,6 +169,7 @@ ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
 ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsigned flags,
                                   pheap_init_fn init, void *arg)
 {
+    PH_WINDOW();
     ph_thread *t = ph_heap_writer(h, "pheap_alloc_to_init");
     if (ph_unlikely(!t))
         return pheap_errno();
@@ -180,6 +188,7 @@ ph_export int pheap_alloc_to_init(pheap *h, size_t size, pheap_off *dest, unsign
 
 ph_export int pheap_free_from(pheap *h, pheap_off *src)
 {
+    PH_WINDOW();
     ph_thread *t = ph_heap_writer(h, "pheap_free_from");
     if (ph_unlikely(!t))
         return pheap_errno();
@@ -192,6 +201,7 @@ ph_export int pheap_free_from(pheap *h, pheap_off *src)
 
 ph_export size_t pheap_usable_size(pheap *h, pheap_off off)
 {
+    PH_WINDOW();
     uint64_t bytes = 0;
     if (!h) {
         ph_err(PHEAP_EINVAL, "pheap_usable_size: heap is NULL");
@@ -225,6 +235,7 @@ ph_export unsigned pheap_class_count(void)
 
 ph_export int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out)
 {
+    PH_WINDOW();
     if (!h || !out || cls >= PH_CLASSES)
         return ph_err(PHEAP_EINVAL, "pheap_stats_class: bad argument (class %u of %u)", cls,
                       PH_CLASSES);

@@ -113,6 +113,7 @@ void ph_gc_stats(pheap *h, struct pheap_stats *out)
 
 ph_export int pheap_root_set_filter(pheap *h, const char *name, pheap_filter_fn fn)
 {
+    PH_WINDOW();
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_root_set_filter: heap is NULL");
     if (ph_heap_inherited(h))
@@ -172,6 +173,7 @@ static void push(pheap_tracer *tr, uint64_t off, uint64_t bytes, pheap_filter_fn
 
 ph_export void pheap_trace(pheap_tracer *tr, pheap_off child, pheap_filter_fn filter)
 {
+    PH_WINDOW();
     uint64_t bytes;
     if (!tr || !child)
         return;
@@ -303,9 +305,11 @@ static void mark_loop(pheap_tracer *tr)
     do {
         while (tr->n) {
             work w = tr->stack[--tr->n];
-            if (w.fn)
+            if (w.fn) { /* the program's filter: outside pheap's window */
+                int sealed = ph_window_seal();
                 w.fn(tr, w.off, pheap_direct(mk->h, w.off), (size_t)w.bytes);
-            else
+                ph_window_unseal(sealed);
+            } else
                 scan(tr, &w);
             if ((++tr->visited & 1023) == 0)
                 report(tr);
@@ -318,6 +322,7 @@ static void mark_loop(pheap_tracer *tr)
 
 static void *mark_thread(void *arg)
 {
+    PH_WINDOW(); /* a thread of pheap's own: its window is open throughout */
     mark_loop(arg);
     return NULL;
 }
@@ -486,6 +491,7 @@ static ph_thread *tracer_thread(pheap *h, const char *call)
 
 ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out)
 {
+    PH_WINDOW();
     static const pheap_gc_options defaults;
     pheap_gc_report rep = {0};
     if (out)
@@ -516,6 +522,7 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
 
 ph_export int pheap_recover(pheap *h)
 {
+    PH_WINDOW();
     return pheap_recover_ex(h, NULL, NULL);
 }
 
@@ -532,6 +539,7 @@ static void drain_all_caches(pheap *h, ph_thread *self)
 
 ph_export int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out)
 {
+    PH_WINDOW();
     static const pheap_gc_options defaults;
     pheap_gc_report rep = {0};
     if (out)
@@ -556,5 +564,6 @@ ph_export int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_repor
 
 ph_export int pheap_gc(pheap *h)
 {
+    PH_WINDOW();
     return pheap_gc_ex(h, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "alloc/engine.h"
+#include "alloc/keys.h"
 #include "alloc/space.h"
 #include "format/layout.h"
 #include "persist/persist.h"

@@ -37,6 +37,7 @@ void ph_mode_load(pheap *h)
 
 ph_export int pheap_get_mode(pheap *h)
 {
+    PH_WINDOW();
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_get_mode: heap is NULL");
     if (ph_heap_inherited(h))
@@ -46,6 +47,7 @@ ph_export int pheap_get_mode(pheap *h)
 
 ph_export int pheap_set_mode(pheap *h, unsigned mode)
 {
+    PH_WINDOW();
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_set_mode: heap is NULL");
     if (ph_heap_inherited(h))

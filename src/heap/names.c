@@ -53,6 +53,7 @@ static ph_thread *name_writer(pheap *h, const char *name, const char *call, size
 ph_export pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t size,
                                            unsigned flags, pheap_init_fn init, void *arg)
 {
+    PH_WINDOW();
     const char *call = "pheap_alloc_named";
     size_t len;
     ph_thread *t = name_writer(h, name, call, &len);
@@ -76,11 +77,13 @@ ph_export pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t si
 
 ph_export pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size)
 {
+    PH_WINDOW();
     return pheap_alloc_named_init(h, name, size, 0, NULL, NULL);
 }
 
 ph_export pheap_off pheap_lookup(pheap *h, const char *name)
 {
+    PH_WINDOW();
     size_t len;
     if (!h) {
         ph_err(PHEAP_EINVAL, "pheap_lookup: heap is NULL");
@@ -115,6 +118,7 @@ ph_export pheap_off pheap_lookup(pheap *h, const char *name)
 
 ph_export int pheap_free_named(pheap *h, const char *name)
 {
+    PH_WINDOW();
     size_t len;
     ph_thread *t = name_writer(h, name, "pheap_free_named", &len);
     if (!t)
@@ -175,6 +179,7 @@ static int least_above(ph_names_seg *s, uint32_t from, const char *cur, size_t c
 
 ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
 {
+    PH_WINDOW();
     size_t clen = 0;
     if (!h || !out)
         return ph_err(PHEAP_EINVAL, "pheap_name_next: NULL argument");

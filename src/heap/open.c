@@ -358,6 +358,9 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     ph_config cfg;
     int rc = ph_options_resolve(opts, &cfg);
     char *file = NULL;
+    if (!rc && cfg.protect == PHEAP_PROTECT_KEYS)
+        (void)ph_keys_setup(); /* before the window opens; a failure is ph_space_map's to report */
+    PH_WINDOW();
     if (!rc)
         rc = ph_namespace_resolve(path, (cfg.flags & PHEAP_CREATE) != 0, &file);
     if (rc)
@@ -407,6 +410,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
 
 ph_export int pheap_close(pheap *h)
 {
+    PH_WINDOW();
     if (!h)
         return 0;
     if (ph_heap_inherited(h)) {
@@ -450,6 +454,7 @@ ph_export int pheap_close(pheap *h)
 
 ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, double evict_probability)
 {
+    PH_WINDOW();
     if (h && ph_heap_inherited(h))
         return ph_heap_forked("pheap_sim_crash");
     if (!h || !h->sp.sim)

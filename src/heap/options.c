@@ -54,7 +54,8 @@ static const option_def option_table[] = {
     {"PHEAP_PROTECT", "auto",
      "How the allocator's metadata is kept out of the program's reach: alias (read-only in the "
      "program's mapping, written through a second mapping), off (a debugging aid) or auto "
-     "(alias); keys (memory protection keys) is reserved and refused for now. pheap_options.protect wins over it.",
+     "(alias); keys (memory protection keys: one mapping, metadata writable only inside pheap's "
+     "calls; refused where the CPU or kernel has none). pheap_options.protect wins over it.",
      env_protect},
     {"PHEAP_DIR", "$XDG_DATA_HOME/pheap, else ~/.local/share/pheap",
      "The heap directory: where pheap_open looks up a heap name (no '/': \"mydata\" is "

@@ -122,6 +122,7 @@ static int live_start(pheap *h, pheap_off off)
 
 ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
 {
+    PH_WINDOW();
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_root_set: heap is NULL");
     if (ph_heap_inherited(h))
@@ -182,6 +183,7 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
 
 ph_export pheap_off pheap_root_get(pheap *h, const char *name)
 {
+    PH_WINDOW();
     if (!h) {
         ph_err(PHEAP_EINVAL, "pheap_root_get: heap is NULL");
         return 0;
@@ -208,6 +210,7 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
 
 ph_export unsigned pheap_root_count(pheap *h)
 {
+    PH_WINDOW();
     unsigned n = 0;
     if (!h) {
         ph_err(PHEAP_EINVAL, "pheap_root_count: heap is NULL");
@@ -224,6 +227,7 @@ ph_export unsigned pheap_root_count(pheap *h)
 
 ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
 {
+    PH_WINDOW();
     if (!h || !name || !off)
         return ph_err(PHEAP_EINVAL, "pheap_root_at: NULL argument");
     if (ph_heap_inherited(h))

@@ -74,6 +74,7 @@ static void fold(pheap *h, ph_thread *t, int keep)
 static void tls_destructor(void *arg)
 {
     (void)arg;
+    PH_WINDOW(); /* returns cached blocks: metadata writes */
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < tls_records.n; i++) {
         tls_entry *e = &tls_records.v[i];

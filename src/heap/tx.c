@@ -246,6 +246,7 @@ static int check_range(pheap *h, ph_tx *tx, const void *addr, size_t len, uint64
 
 ph_export int pheap_tx_begin(pheap *h)
 {
+    PH_WINDOW();
     ph_thread *t = ph_heap_writer(h, "pheap_tx_begin");
     if (!t)
         return pheap_errno();
@@ -302,6 +303,7 @@ int ph_tx_usable(pheap *h, uint64_t off, uint64_t *bytes)
 
 ph_export int pheap_tx_depth(pheap *h)
 {
+    PH_WINDOW();
     if (!h || ph_heap_inherited(h))
         return 0;
     ph_thread *t = ph_thread_get(h);
@@ -366,6 +368,7 @@ static void commit_redo(pheap *h, ph_thread *t, ph_tx *tx)
 
 ph_export int pheap_tx_commit(pheap *h)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = open_levels(h, &t, "pheap_tx_commit");
     if (!tx)
@@ -393,6 +396,7 @@ ph_export int pheap_tx_commit(pheap *h)
 
 ph_export int pheap_tx_abort(pheap *h)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = open_levels(h, &t, "pheap_tx_abort");
     if (!tx)
@@ -435,6 +439,7 @@ static int snapshot_piece(void *arg, uint64_t off, uint64_t len, int added)
 
 ph_export int pheap_tx_add(pheap *h, const void *addr, size_t len)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = current(h, &t, "pheap_tx_add");
     uint64_t off;
@@ -495,6 +500,7 @@ static int write_piece(void *arg, uint64_t off, uint64_t len, int added)
 
 ph_export int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = current(h, &t, "pheap_tx_write");
     uint64_t off;
@@ -529,6 +535,7 @@ ph_export int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len)
 
 ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = current(h, &t, "pheap_tx_read");
     if (!tx)
@@ -552,6 +559,7 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
 
 ph_export pheap_off pheap_tx_alloc(pheap *h, size_t size)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = current(h, &t, "pheap_tx_alloc");
     if (!tx)
@@ -582,6 +590,7 @@ ph_export pheap_off pheap_tx_alloc(pheap *h, size_t size)
 
 ph_export int pheap_tx_free(pheap *h, pheap_off off)
 {
+    PH_WINDOW();
     ph_thread *t;
     ph_tx *tx = current(h, &t, "pheap_tx_free");
     if (!tx)

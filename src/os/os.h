@@ -113,9 +113,27 @@ int ph_os_memfd(uint64_t size, int *out);
  * and zero pages of the file stay unallocated in `dst`. */
 int ph_os_copy_file(int fd, uint64_t size, char *dst);
 
+/* The kernel's page size (4 KiB when it cannot tell). */
+uint64_t ph_os_page(void);
+
 /* Makes the whole OS pages of [addr, addr+len), inside a mapping,
  * read-only (writable == 0) or readable and writable. */
 int ph_os_protect(void *addr, size_t len, int writable);
+
+/* Memory protection keys (PHEAP_PROTECT_KEYS).  ph_os_pkey_alloc takes a
+ * key whose rights, in the calling thread, deny writes (other threads keep
+ * what their PKRU says: on Linux, no access) and stores it in *key.
+ * Errors: PHEAP_ENOTSUP (the CPU or the kernel has no keys, or none is
+ * free), with the reason in pheap_errmsg().  The rest are called only
+ * once a key was allocated: ph_os_pkey_tag gives the whole OS pages of
+ * [addr, addr+len) the key `key` (0: the default key), readable and
+ * writable as far as page protection goes; ph_os_pkey_get/set read and
+ * write this thread's rights for `key` (PKEY_DISABLE_WRITE,
+ * PKEY_DISABLE_ACCESS): one RDPKRU or WRPKRU, no system call. */
+int ph_os_pkey_alloc(int *key);
+int ph_os_pkey_tag(void *addr, size_t len, int key);
+unsigned ph_os_pkey_get(int key);
+void ph_os_pkey_set(int key, unsigned rights);
 
 /* Faults in [addr, addr+len) for writing ahead of use (file pages are
  * allocated), so that later stores take no page fault.  Best effort. */

@@ -493,11 +493,46 @@ int ph_os_copy_file(int fd, uint64_t size, char *dst)
     return 0;
 }
 
+uint64_t ph_os_page(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (uint64_t)p : 4096;
+}
+
 int ph_os_protect(void *addr, size_t len, int writable)
 {
     if (len && mprotect(addr, len, writable ? PROT_READ | PROT_WRITE : PROT_READ) != 0)
         return ph_err_sys("cannot change the protection of", "heap pages");
     return 0;
+}
+
+int ph_os_pkey_alloc(int *key)
+{
+    int k = pkey_alloc(0, PKEY_DISABLE_WRITE);
+    if (k < 0)
+        return ph_err(PHEAP_ENOTSUP, "protection keys are not available here (pkey_alloc: %s): "
+                      "the CPU or the kernel has none, or none is free; use PHEAP_PROTECT=alias",
+                      strerror(errno));
+    *key = k;
+    return 0;
+}
+
+int ph_os_pkey_tag(void *addr, size_t len, int key)
+{
+    if (len && pkey_mprotect(addr, len, PROT_READ | PROT_WRITE, key) != 0)
+        return ph_err_sys("cannot give a protection key to", "heap pages");
+    return 0;
+}
+
+unsigned ph_os_pkey_get(int key)
+{
+    int r = pkey_get(key);
+    return r < 0 ? 0 : (unsigned)r;
+}
+
+void ph_os_pkey_set(int key, unsigned rights)
+{
+    (void)pkey_set(key, rights);
 }
 
 void ph_os_populate(void *addr, size_t len)

@@ -16,50 +16,10 @@
 #include "format/layout.h"
 #include "harness.h"
 #include "heap/heap.h"
+#include "traps.h"
 
 #define MiB (1024u * 1024u)
 #define STRAYS 1000 /* stray stores per region */
-
-/* The program's view of offset 0 (its metadata is readable there). */
-static char *view_of(pheap *h)
-{
-    struct pheap_stats st;
-    if (pheap_stats(h, &st) != 0)
-        return NULL;
-    return (char *)pheap_direct(h, st.data_offset) - st.data_offset;
-}
-
-/* 1 when one byte stored at `p` in a child process kills the child with
- * SIGSEGV or SIGBUS; 0 when the store succeeds. */
-static int store_traps(volatile char *p, char value)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        signal(SIGSEGV, SIG_DFL);
-        signal(SIGBUS, SIG_DFL);
-        *p = value;
-        _exit(0);
-    }
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid)
-        return -1;
-    return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
-}
-
-/* Stores at `n` random offsets of [off, off+len) of the view, each in a
- * child: the number that did not trap. */
-static unsigned strays(char *view, uint64_t off, uint64_t len, unsigned n, uint64_t *seed)
-{
-    unsigned missed = 0;
-    for (unsigned i = 0; i < n; i++) {
-        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
-        uint64_t at = off + (*seed >> 17) % len;
-        if (store_traps(view + at, (char)(*seed >> 8 | 1)) != 1)
-            missed++;
-    }
-    return missed;
-}
 
 /* A heap with something in every metadata structure: slabs, large blocks,
  * roots, names (several directory segments), a transaction. */
@@ -183,12 +143,7 @@ TEST(protection_options_and_kinds)
     pheap_close(h);
     pheap_options o = {.protect = PHEAP_PROTECT_READONLY};
     CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
-    o.protect = PHEAP_PROTECT_KEYS;
-    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOTSUP);
-    o.flags = PHEAP_SNAPSHOT; /* refused for every kind of open */
-    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOTSUP);
-    o.flags = PHEAP_RDONLY;
-    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_ENOTSUP);
+    /* PHEAP_PROTECT_KEYS: api_protect_keys. */
     setenv("PHEAP_PROTECT", "sometimes", 1);
     CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EINVAL);
     CHECK(strstr(pheap_errmsg(), "PHEAP_PROTECT") != NULL);

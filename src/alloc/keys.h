@@ -1,0 +1,67 @@
+/*
+ * keys.h -- protection keys (PHEAP_PROTECT_KEYS): pheap's write window.
+ *
+ * Under KEYS a heap is mapped once, and its metadata pages -- every page
+ * below data_off and the guarded blocks -- carry a protection key whose
+ * rights deny writes in every thread (and, in threads that never ran
+ * pheap's code, reads too).  pheap's code opens the window for its own
+ * thread on entry to every public call that reaches the heap (PH_WINDOW)
+ * and shuts it again around the program's code it calls (initialisers,
+ * filters: ph_window_seal).  Two WRPKRU instructions per call, no system
+ * call.
+ *
+ * Emulated (PHEAP_KEYS_EMULATE=1 always, =fallback where the hardware
+ * has no keys: test aids): the same windows, kept with mprotect of the
+ * metadata below data_off of every keyed heap while any thread has one
+ * open -- system calls on every call, a window one thread opens is open
+ * for all, guarded blocks stay writable; enough to show that every path
+ * of pheap's that writes metadata runs inside a window, which is what the
+ * tests that use it are for.
+ *
+ * Until a heap opens with KEYS, every window costs one load and a branch.
+ */
+#ifndef PH_ALLOC_KEYS_H
+#define PH_ALLOC_KEYS_H
+
+#include "util/util.h"
+
+enum { PH_KEYS_NONE = 0, PH_KEYS_HW, PH_KEYS_EMULATED };
+
+extern unsigned ph_keys_in_use; /* PH_KEYS_*: set by the first keyed open, never reset */
+
+int ph_window_open_slow(void);
+int ph_window_seal_slow(void);
+void ph_window_restore(int token);
+
+/* Lets this thread write the keyed pages; returns what ph_window_restore
+ * needs to put things back (0: nothing to put back). */
+static inline int ph_window_open(void)
+{
+    return ph_load_relaxed(&ph_keys_in_use) ? ph_window_open_slow() : 0;
+}
+
+/* Shuts this thread's window for a call into the program's code;
+ * ph_window_unseal(token) opens it again. */
+static inline int ph_window_seal(void)
+{
+    return ph_load_relaxed(&ph_keys_in_use) ? ph_window_seal_slow() : 0;
+}
+
+static inline void ph_window_unseal(int token)
+{
+    if (token)
+        ph_window_restore(token);
+}
+
+static inline void ph_window_end(int *token)
+{
+    if (*token)
+        ph_window_restore(*token);
+}
+
+/* The first statement of a public call that reaches the heap: the window
+ * stays open until the call returns, by whatever path. */
+#define PH_WINDOW() \
+    int ph_window_token_ __attribute__((cleanup(ph_window_end), unused)) = ph_window_open()
+
+#endif

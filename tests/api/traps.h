@@ -1,0 +1,75 @@
+/*
+ * traps.h -- helpers of the protection tests: the program's view of a
+ * heap, and stores made in a child process to see whether they trap.
+ */
+#ifndef PH_TEST_TRAPS_H
+#define PH_TEST_TRAPS_H
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pheap.h"
+
+/* The program's view of offset 0 (its metadata is readable there). */
+static inline char *view_of(pheap *h)
+{
+    struct pheap_stats st;
+    if (pheap_stats(h, &st) != 0)
+        return NULL;
+    return (char *)pheap_direct(h, st.data_offset) - st.data_offset;
+}
+
+/* 1 when one byte stored at `p` in a child process kills the child with
+ * SIGSEGV or SIGBUS; 0 when the store succeeds. */
+static inline int store_traps(volatile char *p, char value)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        signal(SIGBUS, SIG_DFL);
+        *p = value;
+        _exit(0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
+}
+
+/* Stores at `n` random offsets of [off, off+len) of the view, each in a
+ * child: the number that did not trap. */
+static inline unsigned strays(char *view, uint64_t off, uint64_t len, unsigned n, uint64_t *seed)
+{
+    unsigned missed = 0;
+    for (unsigned i = 0; i < n; i++) {
+        *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t at = off + (*seed >> 17) % len;
+        if (store_traps(view + at, (char)(*seed >> 8 | 1)) != 1)
+            missed++;
+    }
+    return missed;
+}
+
+/* 1 when a PHEAP_PROTECT_KEYS open can succeed here: the CPU and the
+ * kernel have a free protection key, or PHEAP_KEYS_EMULATE asks for the
+ * emulation (always, or as the fallback). */
+static inline int keys_available(void)
+{
+    const char *emu = getenv("PHEAP_KEYS_EMULATE");
+    if (emu && (strcmp(emu, "1") == 0 || strcmp(emu, "fallback") == 0))
+        return 1;
+    int k = pkey_alloc(0, 0);
+    if (k < 0)
+        return 0;
+    pkey_free(k);
+    return 1;
+}
+
+#endif
