@@ -121,6 +121,7 @@ void ph_heap_engine_stats(pheap *h, ph_engine_stats *st, uint64_t *flushes, uint
 ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
 {
     PH_WINDOW();
+    PH_OUT(out);
     if (!h || !out)
         return ph_err(PHEAP_EINVAL, "pheap_stats: NULL argument");
     if (ph_heap_inherited(h))

@@ -23,6 +23,8 @@
 #ifndef PH_ALLOC_KEYS_H
 #define PH_ALLOC_KEYS_H
 
+#include <string.h>
+
 #include "util/util.h"
 
 enum { PH_KEYS_NONE = 0, PH_KEYS_HW, PH_KEYS_EMULATED };
@@ -63,5 +65,38 @@ static inline void ph_window_end(int *token)
  * stays open until the call returns, by whatever path. */
 #define PH_WINDOW() \
     int ph_window_token_ __attribute__((cleanup(ph_window_end), unused)) = ph_window_open()
+
+/* Copies n bytes into the program's memory with this thread's window
+ * shut: what a call hands back lands where the program's own store would,
+ * and traps where that would trap (a stale pointer into a block that is
+ * metadata now, another heap's metadata). */
+static inline void ph_window_copy_out(void *dst, const void *src, size_t n)
+{
+    int sealed = ph_window_seal();
+    memmove(dst, src, n);
+    ph_window_unseal(sealed);
+}
+
+typedef struct ph_out {
+    void *user;        /* the program's object, or NULL */
+    const void *local; /* the call's copy of it */
+    size_t n;
+} ph_out;
+
+static inline void ph_out_end(ph_out *o)
+{
+    if (o->user)
+        ph_window_copy_out(o->user, o->local, o->n);
+}
+
+/* After PH_WINDOW, for an out-parameter `p` (a pointer to one object):
+ * the call works on a copy of *p (p points at it from here on), handed
+ * back with ph_window_copy_out when the call returns, by whatever path. */
+#define PH_OUT(p)                                                                     \
+    __typeof__(*(p)) ph_out_copy_##p;                                                 \
+    ph_out ph_out_##p __attribute__((cleanup(ph_out_end))) = {(p), &ph_out_copy_##p,  \
+                                                              sizeof(*(p))};          \
+    if (p)                                                                            \
+        ph_out_copy_##p = *(p), (p) = &ph_out_copy_##p
 
 #endif

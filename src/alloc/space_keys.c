@@ -32,6 +32,28 @@ static __thread unsigned emu_depth;
 #define TOKEN_EMU_OPEN 0x100
 #define TOKEN_EMU_SEAL 0x10000 /* | the depth sealed */
 
+/* fork() under emulation: the child has one thread, the one that forked,
+ * so the windows open in it are that thread's own. */
+static void emu_fork_prepare(void)
+{
+    pthread_mutex_lock(&keys_lock);
+}
+
+static void emu_fork_parent(void)
+{
+    pthread_mutex_unlock(&keys_lock);
+}
+
+static void emu_protect_all(int writable);
+
+static void emu_fork_child(void)
+{
+    emu_open = emu_depth ? 1 : 0;
+    if (!emu_open)
+        emu_protect_all(0);
+    pthread_mutex_unlock(&keys_lock);
+}
+
 int ph_keys_setup(void)
 {
     int rc = 0;
@@ -46,6 +68,7 @@ int ph_keys_setup(void)
             ph_store_relaxed(&ph_keys_in_use, PH_KEYS_HW);
         else if (always || fallback) {
             rc = 0;
+            pthread_atfork(emu_fork_prepare, emu_fork_parent, emu_fork_child);
             ph_store_relaxed(&ph_keys_in_use, PH_KEYS_EMULATED);
         }
     }

@@ -236,6 +236,7 @@ ph_export unsigned pheap_class_count(void)
 ph_export int pheap_stats_class(pheap *h, unsigned cls, pheap_class_info *out)
 {
     PH_WINDOW();
+    PH_OUT(out);
     if (!h || !out || cls >= PH_CLASSES)
         return ph_err(PHEAP_EINVAL, "pheap_stats_class: bad argument (class %u of %u)", cls,
                       PH_CLASSES);

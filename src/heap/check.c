@@ -14,6 +14,7 @@
 ph_export int pheap_check(pheap *h, pheap_check_report *out)
 {
     PH_WINDOW();
+    PH_OUT(out);
     pheap_check_report r;
     memset(&r, 0, sizeof(r));
     if (!h)

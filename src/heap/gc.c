@@ -231,7 +231,9 @@ static void report(pheap_tracer *tr)
     uint64_t t = now_ns();
     if (t >= mk->next_report) {
         mk->next_report = t + PROGRESS_NS;
+        int sealed = ph_window_seal(); /* the program's code */
         mk->o->progress(mk->o->progress_arg, "mark", ph_load_relaxed(&mk->xmarked), 0);
+        ph_window_unseal(sealed);
     }
 }
 
@@ -421,7 +423,9 @@ static void on_sweep(void *arg, uint64_t done, uint64_t total)
     uint64_t t = now_ns();
     if (t >= s->next || done == total) {
         s->next = t + PROGRESS_NS;
+        int sealed = ph_window_seal(); /* the program's code */
         s->o->progress(s->o->progress_arg, "sweep", done, total);
+        ph_window_unseal(sealed);
     }
 }
 
@@ -492,6 +496,7 @@ static ph_thread *tracer_thread(pheap *h, const char *call)
 ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out)
 {
     PH_WINDOW();
+    PH_OUT(out);
     static const pheap_gc_options defaults;
     pheap_gc_report rep = {0};
     if (out)
@@ -540,6 +545,7 @@ static void drain_all_caches(pheap *h, ph_thread *self)
 ph_export int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out)
 {
     PH_WINDOW();
+    PH_OUT(out);
     static const pheap_gc_options defaults;
     pheap_gc_report rep = {0};
     if (out)

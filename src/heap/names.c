@@ -180,6 +180,7 @@ static int least_above(ph_names_seg *s, uint32_t from, const char *cur, size_t c
 ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
 {
     PH_WINDOW();
+    PH_OUT(out);
     size_t clen = 0;
     if (!h || !out)
         return ph_err(PHEAP_EINVAL, "pheap_name_next: NULL argument");

@@ -361,6 +361,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     if (!rc && cfg.protect == PHEAP_PROTECT_KEYS)
         (void)ph_keys_setup(); /* before the window opens; a failure is ph_space_map's to report */
     PH_WINDOW();
+    PH_OUT(out);
     if (!rc)
         rc = ph_namespace_resolve(path, (cfg.flags & PHEAP_CREATE) != 0, &file);
     if (rc)

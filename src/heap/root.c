@@ -238,9 +238,12 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
         ph_root_entry *e = &h->roots[i];
         if (entry_state(h, e) != ROOT_USED || seen++ != idx)
             continue;
-        memcpy(name, e->name, PH_ROOT_NAME_MAX);
-        name[PH_ROOT_NAME_MAX] = '\0';
-        *off = ph_load(&e->xoff);
+        char copy[PH_ROOT_NAME_MAX + 1];
+        memcpy(copy, e->name, PH_ROOT_NAME_MAX);
+        copy[PH_ROOT_NAME_MAX] = '\0';
+        pheap_off o = ph_load(&e->xoff);
+        ph_window_copy_out(name, copy, sizeof(copy));
+        ph_window_copy_out(off, &o, sizeof(o));
         rc = 0;
         break;
     }

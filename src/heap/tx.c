@@ -511,8 +511,8 @@ ph_export int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len)
         return ph_err(PHEAP_EINVAL, "pheap_tx_write: src is NULL");
     if ((rc = check_range(h, tx, dst, len, &off, &fresh, "pheap_tx_write")) != 0)
         return rc;
-    if (fresh) {
-        memmove(dst, src, len);
+    if (fresh) { /* the program's bytes, as its own store would */
+        ph_window_copy_out(dst, src, len);
         return 0;
     }
     /* Pieces in added bytes are stored at once: a source that overlaps the
@@ -546,6 +546,7 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
     int rc = data_range(h, src, len, &off, "pheap_tx_read");
     if (rc)
         return rc;
+    int sealed = ph_window_seal(); /* buf is the program's */
     memmove(buf, src, len);
     for (size_t i = 0; i < tx->redos.n; i++) {
         const redo *r = &tx->redos.v[i];
@@ -554,6 +555,7 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
         uint64_t s = PH_MAX(off, r->off), e = PH_MIN(off + len, r->off + r->len);
         memcpy((uint8_t *)buf + (s - off), r->data + (s - r->off), e - s);
     }
+    ph_window_unseal(sealed);
     return 0;
 }
 

@@ -524,6 +524,29 @@ int ph_os_pkey_tag(void *addr, size_t len, int key)
     return 0;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+/* RDPKRU and WRPKRU themselves (glibc's pkey_get and pkey_set are calls
+ * around them); the "memory" clobbers keep the compiler from moving loads
+ * and stores of the heap across a change of rights. */
+static inline uint32_t rdpkru(void)
+{
+    uint32_t eax, edx;
+    __asm__ volatile(".byte 0x0f, 0x01, 0xee" : "=a"(eax), "=d"(edx) : "c"(0) : "memory");
+    return eax;
+}
+
+unsigned ph_os_pkey_get(int key)
+{
+    return (rdpkru() >> (2 * key)) & 3u;
+}
+
+void ph_os_pkey_set(int key, unsigned rights)
+{
+    uint32_t v = rdpkru(), w = (v & ~(3u << (2 * key))) | (rights & 3u) << (2 * key);
+    if (w != v)
+        __asm__ volatile(".byte 0x0f, 0x01, 0xef" : : "a"(w), "c"(0), "d"(0) : "memory");
+}
+#else
 unsigned ph_os_pkey_get(int key)
 {
     int r = pkey_get(key);
@@ -534,6 +557,7 @@ void ph_os_pkey_set(int key, unsigned rights)
 {
     (void)pkey_set(key, rights);
 }
+#endif
 
 void ph_os_populate(void *addr, size_t len)
 {

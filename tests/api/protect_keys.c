@@ -171,6 +171,16 @@ static int init_tries_metadata(pheap *h, void *block, size_t usable, void *arg)
     return 0;
 }
 
+static unsigned progress_trapped, progress_calls;
+static pheap *progress_heap;
+
+static void progress_tries_metadata(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+    (void)arg, (void)phase, (void)done, (void)total;
+    progress_calls++;
+    progress_trapped += store_traps(view_of(progress_heap) + lanes_off + 64, 1) == 1;
+}
+
 static void filter_tries_metadata(pheap_tracer *tr, pheap_off off, const void *block,
                                   size_t usable)
 {
@@ -202,10 +212,14 @@ TEST(initialisers_and_filters_run_outside_the_window)
     /* Keys are per thread: the filter runs on a marking thread while the
      * caller's window is open.  Emulated windows are for every thread at
      * once, so there the filter runs on the calling thread. */
-    pheap_gc_options go = {.threads = ph_keys_in_use == PH_KEYS_HW ? 2 : 1};
+    pheap_gc_options go = {.threads = ph_keys_in_use == PH_KEYS_HW ? 2 : 1,
+                           .progress = progress_tries_metadata};
+    progress_heap = h;
     REQUIRE_OK(pheap_gc_ex(h, &go, NULL));
     CHECK_EQ(filter_calls, 1);
     CHECK_EQ(filter_trapped, 1);
+    CHECK(progress_calls >= 1); /* the sweep's last report at least */
+    CHECK_EQ(progress_trapped, progress_calls);
     pheap_off after = pheap_alloc(h, 64); /* the window works again after each */
     CHECK(after != 0);
     REQUIRE_OK(pheap_check(h, NULL));
@@ -371,5 +385,79 @@ TEST(simulated_grown_readonly_and_snapshot_opens)
             REQUIRE_OK(pheap_check(h, NULL));
             pheap_close(h);
         }
+    }
+}
+
+/* ---- what a call hands back lands as the program's own store --------
+ * An out-parameter pointing at metadata (a stale pointer into a block
+ * that became a directory segment, or another heap's header) traps in the
+ * call as the program's store would, under both kinds of protection. */
+
+typedef struct out_case {
+    const char *path;
+    unsigned kind;
+    uint64_t at; /* offset of the metadata the result is aimed at */
+    int which;
+} out_case;
+
+/* In a child: its own handle (an inherited one refuses every call). */
+static void hand_back(void *arg)
+{
+    out_case *c = arg;
+    pheap_options o = {.protect = c->kind};
+    pheap *h = NULL;
+    if (pheap_open(c->path, &o, &h) != 0)
+        _exit(3);
+    void *at = view_of(h) + c->at;
+    switch (c->which) {
+    case 0:
+        (void)pheap_stats(h, at);
+        break;
+    case 1:
+        (void)pheap_check(h, at);
+        break;
+    case 2:
+        (void)pheap_name_next(h, NULL, at);
+        break;
+    case 3:
+        (void)pheap_root_at(h, 0, at, &(pheap_off){0});
+        break;
+    case 4:
+        (void)pheap_gc_ex(h, NULL, at);
+        break;
+    default:
+        (void)pheap_stats_class(h, 0, at);
+        break;
+    }
+    _exit(0); /* the heap stays open: no clean close from the child */
+}
+
+TEST(results_land_where_the_program_would_store)
+{
+    static const unsigned kinds[] = {PHEAP_PROTECT_ALIAS, PHEAP_PROTECT_KEYS};
+    for (unsigned k = 0; k < 2; k++) {
+        if (kinds[k] == PHEAP_PROTECT_KEYS && skipped())
+            return;
+        const char *path = ph_test_path("out.heap");
+        unlink(path);
+        pheap_options o = {.size = 8 * MiB, .flags = PHEAP_CREATE | PHEAP_EXCL,
+                           .protect = kinds[k]};
+        pheap *h = NULL;
+        REQUIRE_OK(pheap_open(path, &o, &h));
+        REQUIRE(pheap_alloc_named(h, "first", 64) != 0);
+        REQUIRE_OK(pheap_root_set(h, "r", pheap_alloc(h, 32)));
+        REQUIRE_OK(pheap_close(h));
+        uint64_t lanes = ph_test_region_offset(path, PH_REGION_LANES);
+        for (int w = 0; w < 6; w++) {
+            out_case c = {path, kinds[k], lanes + 256, w};
+            if (child_traps(hand_back, &c) != 1)
+                ph_test_fail(__FILE__, __LINE__, "%s: call %d wrote its result into metadata",
+                             pheap_protect_name(kinds[k]), w);
+        }
+        h = ph_test_open(path, NULL);
+        REQUIRE(h);
+        REQUIRE_OK(pheap_check(h, NULL));
+        CHECK(pheap_lookup(h, "first") != 0);
+        pheap_close(h);
     }
 }

@@ -25,22 +25,41 @@ static inline char *view_of(pheap *h)
     return (char *)pheap_direct(h, st.data_offset) - st.data_offset;
 }
 
-/* 1 when one byte stored at `p` in a child process kills the child with
- * SIGSEGV or SIGBUS; 0 when the store succeeds. */
-static inline int store_traps(volatile char *p, char value)
+/* 1 when fn(arg), run in a child process, kills the child with SIGSEGV or
+ * SIGBUS; 0 when it returns. */
+static inline int child_traps(void (*fn)(void *), void *arg)
 {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         signal(SIGSEGV, SIG_DFL);
         signal(SIGBUS, SIG_DFL);
-        *p = value;
+        fn(arg);
         _exit(0);
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid)
         return -1;
     return WIFSIGNALED(status) && (WTERMSIG(status) == SIGSEGV || WTERMSIG(status) == SIGBUS);
+}
+
+typedef struct store_arg {
+    volatile char *p;
+    char value;
+} store_arg;
+
+static inline void store_one(void *arg)
+{
+    store_arg *a = arg;
+    *a->p = a->value;
+}
+
+/* 1 when one byte stored at `p` in a child process traps; 0 when the
+ * store succeeds. */
+static inline int store_traps(volatile char *p, char value)
+{
+    store_arg a = {p, value};
+    return child_traps(store_one, &a);
 }
 
 /* Stores at `n` random offsets of [off, off+len) of the view, each in a
