@@ -121,6 +121,21 @@ int ph_test_release(int pid);
 int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off);
 
 
+/* ---- a heap of known shape for heap maps (map_shape.c) ---- */
+typedef struct ph_map_shape {
+    pheap_off punched;        /* a freed large block the close punches */
+    uint64_t punched_bytes;   /* its bytes */
+    pheap_off kept_free;      /* a freed 64 KiB extent between live ones (stored) */
+    pheap_off large[3];       /* live large blocks */
+} ph_map_shape;
+
+/* Creates at `path` (removing an old file) a heap of 2 MiB of data that
+ * may grow to 64 MiB, in `consistency` mode, and gives it its shape: full,
+ * half and partly used slabs of four size classes, three large blocks, a
+ * named object, a freed 2 MiB block (punched at close) and a freed 64 KiB
+ * one (kept).  Returns the open heap, or NULL with the test failed. */
+pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *out);
+
 /* ---- running programs (tool.c) ---- */
 typedef struct ph_tool_result {
     int code;        /* exit status; -1 if it did not exit normally */

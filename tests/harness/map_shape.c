@@ -1,0 +1,74 @@
+/*
+ * map_shape.c -- a heap of known shape for the heap-map tests: slabs of
+ * several size classes at different occupancies, large blocks, a freed
+ * large block that the close punches, a small freed extent between live
+ * ones that it does not, a named object (a names segment: metadata in the
+ * data region), and a data region grown past its first size.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* Blocks of class size `size` to allocate, and every how-many-th of them
+ * to free again (0: none). */
+static const struct {
+    size_t size;
+    unsigned count, free_every;
+} smalls[] = {
+    {64, 2048, 0},   /* two full slabs of 64-byte blocks */
+    {256, 256, 2},   /* one slab half used */
+    {4096, 4, 0},    /* a quarter of a slab */
+    {16384, 12, 3},  /* three slabs, two thirds used */
+};
+
+pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *out)
+{
+    memset(out, 0, sizeof(*out));
+    unlink(path);
+    pheap_options o = {.size = 2u << 20, .max_size = 64u << 20,
+                       .flags = PHEAP_CREATE | PHEAP_EXCL, .consistency = consistency};
+    pheap *h = ph_test_open(path, &o);
+    if (!h)
+        return NULL;
+    static pheap_off blocks[2048];
+    for (size_t c = 0; c < PH_ARRAY_N(smalls); c++) {
+        for (unsigned i = 0; i < smalls[c].count; i++)
+            if (!(blocks[i] = pheap_alloc(h, smalls[c].size)))
+                goto fail;
+        for (unsigned i = 0; smalls[c].free_every && i < smalls[c].count; i += smalls[c].free_every)
+            if (pheap_free(h, blocks[i]))
+                goto fail;
+    }
+    if (!pheap_alloc_named(h, "shape", 100))
+        goto fail;
+    /* A freed 64 KiB extent between two live ones: below the punch size,
+     * it keeps its storage. */
+    pheap_off x1 = pheap_alloc(h, 64u << 10);
+    out->kept_free = pheap_alloc(h, 64u << 10);
+    pheap_off x2 = pheap_alloc(h, 64u << 10);
+    if (!x1 || !out->kept_free || !x2)
+        goto fail;
+    for (pheap_off b = x1; b <= x2; b += 64u << 10)
+        memset(pheap_direct(h, b), 0x5a, 64u << 10);
+    if (x1 + (64u << 10) != out->kept_free || out->kept_free + (64u << 10) != x2 ||
+        pheap_free(h, out->kept_free))
+        goto fail;
+    /* A freed 2 MiB block, written first so that its pages take storage
+     * until the close punches them; the heap grows past 2 MiB. */
+    out->punched = pheap_alloc(h, 2u << 20);
+    if (!out->punched)
+        goto fail;
+    memset(pheap_direct(h, out->punched), 0xa5, 2u << 20);
+    out->large[0] = pheap_alloc(h, 100u << 10);
+    out->large[1] = pheap_alloc(h, 1u << 20);
+    out->large[2] = pheap_alloc(h, 3u << 20);
+    if (!out->large[0] || !out->large[1] || !out->large[2] || pheap_free(h, out->punched))
+        goto fail;
+    out->punched_bytes = 2u << 20;
+    return h;
+fail:
+    ph_test_fail(__FILE__, __LINE__, "map shape: %s", pheap_errmsg());
+    pheap_close(h);
+    return NULL;
+}
