@@ -58,54 +58,6 @@ static unsigned kind_at(const walk *w, uint64_t off)
     return 0;
 }
 
-/* Runs tile [0, size) in order and add up to what the statistics say. */
-static void check_against_stats(pheap *h, const walk *w)
-{
-    struct pheap_stats st;
-    REQUIRE_OK(pheap_stats(h, &st));
-    uint64_t at = 0, bytes[7] = {0}, data_meta = 0;
-    uint64_t slabs[64] = {0}, used[64] = {0};
-    for (unsigned i = 0; i < w->n; i++) {
-        const pheap_chunk_run *r = &w->runs[i];
-        CHECK_EQ(r->off, at);
-        CHECK(r->bytes > 0 && r->bytes % PH_PAGE_SIZE == 0);
-        REQUIRE(r->kind >= PHEAP_CHUNK_META && r->kind <= PHEAP_CHUNK_RESERVED);
-        CHECK((r->kind == PHEAP_CHUNK_META) == (r->what != NULL));
-        CHECK(r->off >= st.data_offset || r->kind == PHEAP_CHUNK_META);
-        bytes[r->kind] += r->bytes;
-        if (r->kind == PHEAP_CHUNK_META && r->off >= st.data_offset) {
-            CHECK(!strcmp(r->what, "metadata block"));
-            data_meta += r->bytes;
-        }
-        if (r->kind == PHEAP_CHUNK_SLAB) {
-            REQUIRE(r->cls < pheap_class_count());
-            CHECK_EQ(r->bytes, PH_CHUNK_SIZE);
-            CHECK_EQ(r->off % PH_CHUNK_SIZE, st.data_offset % PH_CHUNK_SIZE);
-            CHECK(r->blocks_used <= r->blocks_total);
-            slabs[r->cls]++;
-            used[r->cls] += r->blocks_used;
-        } else {
-            CHECK(r->cls == 0 && r->blocks_used == 0 && r->blocks_total == 0);
-        }
-        at = r->off + r->bytes;
-    }
-    CHECK_EQ(at, st.size);
-    CHECK_EQ(bytes[PHEAP_CHUNK_SLAB], st.slab_bytes);
-    CHECK_EQ(bytes[PHEAP_CHUNK_LARGE] + data_meta, st.large_bytes);
-    CHECK_EQ(bytes[PHEAP_CHUNK_FREE] + bytes[PHEAP_CHUNK_PUNCHED], st.free_bytes);
-    CHECK_EQ(bytes[PHEAP_CHUNK_RESERVED], 0);
-    CHECK_EQ(bytes[PHEAP_CHUNK_META] - data_meta, st.data_offset);
-    for (unsigned c = 0; c < pheap_class_count(); c++) {
-        pheap_class_info ci;
-        REQUIRE_OK(pheap_stats_class(h, c, &ci));
-        CHECK_EQ(slabs[c], ci.slabs);
-        CHECK_EQ(used[c], ci.live_blocks);
-        for (unsigned i = 0; i < w->n; i++)
-            if (w->runs[i].kind == PHEAP_CHUNK_SLAB && w->runs[i].cls == c)
-                CHECK_EQ(w->runs[i].blocks_total, ci.blocks_per_slab);
-    }
-}
-
 static int same_runs(const walk *a, const walk *b)
 {
     if (a->n != b->n)
@@ -130,7 +82,7 @@ static void check_shape(unsigned consistency)
     walk *w = walk_heap(h);
     REQUIRE(w);
     if (consistency == PHEAP_CONSISTENCY_LOG) /* GC: cached blocks count as used until close */
-        check_against_stats(h, w);
+        ph_test_map_consistent(h, w->runs, w->n);
     CHECK_EQ(kind_at(w, shape.large[1]), PHEAP_CHUNK_LARGE);
     free(w);
     REQUIRE_OK(pheap_close(h));
@@ -138,7 +90,7 @@ static void check_shape(unsigned consistency)
     h = ph_test_open(path, NULL);
     REQUIRE(h);
     REQUIRE(w = walk_heap(h));
-    check_against_stats(h, w);
+    ph_test_map_consistent(h, w->runs, w->n);
     struct pheap_stats st;
     REQUIRE_OK(pheap_stats(h, &st));
     CHECK(st.data_size > (2u << 20)); /* grown */
@@ -170,7 +122,7 @@ static void check_shape(unsigned consistency)
         walk *v = walk_heap(h);
         REQUIRE(v);
         CHECK(same_runs(w, v));
-        check_against_stats(h, v);
+        ph_test_map_consistent(h, v->runs, v->n);
         free(v);
     }
     pheap_check_report rep;
@@ -207,7 +159,7 @@ TEST(held_elsewhere)
         CHECK(st.held_elsewhere);
         walk *w = walk_heap(h);
         if (w)
-            check_against_stats(h, w);
+            ph_test_map_consistent(h, w->runs, w->n);
         free(w);
         pheap_close(h);
     }
@@ -236,7 +188,7 @@ TEST(stop_and_allocate)
     }
     free(w);
     REQUIRE(w = walk_heap(h));
-    check_against_stats(h, w);
+    ph_test_map_consistent(h, w->runs, w->n);
     free(w);
     pheap_check_report rep;
     CHECK_EQ(pheap_check(h, &rep), 0);

@@ -121,7 +121,7 @@ int ph_test_release(int pid);
 int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off);
 
 
-/* ---- a heap of known shape for heap maps (map_shape.c) ---- */
+/* ---- heap maps: a heap of known shape, the map checked (heapmap.c) ---- */
 typedef struct ph_map_shape {
     pheap_off punched;        /* a freed large block the close punches */
     uint64_t punched_bytes;   /* its bytes */
@@ -135,6 +135,11 @@ typedef struct ph_map_shape {
  * named object, a freed 2 MiB block (punched at close) and a freed 64 KiB
  * one (kept).  Returns the open heap, or NULL with the test failed. */
 pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *out);
+
+/* Fails the test unless the n runs pheap_walk_chunks gave for h tile the
+ * file in order and add up to pheap_stats and pheap_stats_class: slabs
+ * and their live blocks per class, large, free and metadata bytes. */
+void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n);
 
 /* ---- running programs (tool.c) ---- */
 typedef struct ph_tool_result {

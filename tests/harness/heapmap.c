@@ -3,11 +3,13 @@
  * several size classes at different occupancies, large blocks, a freed
  * large block that the close punches, a small freed extent between live
  * ones that it does not, a named object (a names segment: metadata in the
- * data region), and a data region grown past its first size.
+ * data region), and a data region grown past its first size; and the
+ * check that a heap map agrees with the statistics.
  */
 #include <string.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "harness.h"
 
 /* Blocks of class size `size` to allocate, and every how-many-th of them
@@ -72,3 +74,51 @@ fail:
     pheap_close(h);
     return NULL;
 }
+
+void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n)
+{
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    uint64_t at = 0, bytes[7] = {0}, data_meta = 0;
+    uint64_t slabs[64] = {0}, used[64] = {0};
+    for (unsigned i = 0; i < n; i++) {
+        const pheap_chunk_run *r = &runs[i];
+        CHECK_EQ(r->off, at);
+        CHECK(r->bytes > 0 && r->bytes % PH_PAGE_SIZE == 0);
+        REQUIRE(r->kind >= PHEAP_CHUNK_META && r->kind <= PHEAP_CHUNK_RESERVED);
+        CHECK((r->kind == PHEAP_CHUNK_META) == (r->what != NULL));
+        CHECK(r->off >= st.data_offset || r->kind == PHEAP_CHUNK_META);
+        bytes[r->kind] += r->bytes;
+        if (r->kind == PHEAP_CHUNK_META && r->off >= st.data_offset) {
+            CHECK(!strcmp(r->what, "metadata block"));
+            data_meta += r->bytes;
+        }
+        if (r->kind == PHEAP_CHUNK_SLAB) {
+            REQUIRE(r->cls < pheap_class_count());
+            CHECK_EQ(r->bytes, PH_CHUNK_SIZE);
+            CHECK_EQ(r->off % PH_CHUNK_SIZE, st.data_offset % PH_CHUNK_SIZE);
+            CHECK(r->blocks_used <= r->blocks_total);
+            slabs[r->cls]++;
+            used[r->cls] += r->blocks_used;
+        } else {
+            CHECK(r->cls == 0 && r->blocks_used == 0 && r->blocks_total == 0);
+        }
+        at = r->off + r->bytes;
+    }
+    CHECK_EQ(at, st.size);
+    CHECK_EQ(bytes[PHEAP_CHUNK_SLAB], st.slab_bytes);
+    CHECK_EQ(bytes[PHEAP_CHUNK_LARGE] + data_meta, st.large_bytes);
+    CHECK_EQ(bytes[PHEAP_CHUNK_FREE] + bytes[PHEAP_CHUNK_PUNCHED], st.free_bytes);
+    CHECK_EQ(bytes[PHEAP_CHUNK_RESERVED], 0);
+    CHECK_EQ(bytes[PHEAP_CHUNK_META] - data_meta, st.data_offset);
+    for (unsigned c = 0; c < pheap_class_count(); c++) {
+        pheap_class_info ci;
+        REQUIRE_OK(pheap_stats_class(h, c, &ci));
+        CHECK_EQ(slabs[c], ci.slabs);
+        CHECK_EQ(used[c], ci.live_blocks);
+        for (unsigned i = 0; i < n; i++)
+            if (runs[i].kind == PHEAP_CHUNK_SLAB && runs[i].cls == c)
+                CHECK_EQ(runs[i].blocks_total, ci.blocks_per_slab);
+    }
+}
+

@@ -1,0 +1,104 @@
+/*
+ * map.c -- pheap_walk_chunks through crashes: a workload of small and
+ * large allocations and frees (slabs made and emptied, a large block
+ * freed, the heap grown) walks its heap after every operation, which must
+ * write nothing -- no fence, no durable store, the same simulator trace --
+ * and agree with the statistics; every crash image, once recovered, used
+ * and reopened, maps in agreement with its statistics too.
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MAX_RUNS 1024
+#define NOPS 8
+
+typedef struct runs {
+    pheap_chunk_run v[MAX_RUNS];
+    unsigned n;
+} runs;
+
+static int collect(void *arg, const pheap_chunk_run *r)
+{
+    runs *w = arg;
+    if (w->n == MAX_RUNS)
+        return 1;
+    w->v[w->n++] = *r;
+    return 0;
+}
+
+static void map_and_check(pheap *h)
+{
+    runs *w = calloc(1, sizeof(*w));
+    if (!w || pheap_walk_chunks(h, collect, w) != 0)
+        ph_test_fail(__FILE__, __LINE__, "walk: %s", pheap_errmsg());
+    else
+        ph_test_map_consistent(h, w->v, w->n);
+    free(w);
+}
+
+/* The walk writes nothing: the simulator sees no store, flush or fence. */
+static void walk_writes_nothing(pheap *h)
+{
+    uint64_t fences = pheap_sim_fence_count(h), stores = pheap_sim_store_count(h);
+    uint64_t trace = pheap_sim_trace_hash(h);
+    map_and_check(h);
+    if (pheap_sim_fence_count(h) != fences || pheap_sim_store_count(h) != stores ||
+        pheap_sim_trace_hash(h) != trace)
+        ph_test_fail(__FILE__, __LINE__, "the walk wrote to the heap");
+}
+
+static void workload(ph_crash_ctx *c)
+{
+    pheap *h = c->heap;
+    pheap_off small[16], large = 0, big = 0;
+    for (unsigned op = 0; op < NOPS; op++) {
+        int rc = 0;
+        switch (op) {
+        case 0: case 1: /* slabs of two classes */
+            for (unsigned i = 0; i < 6 && rc == 0; i++)
+                rc = (small[op * 6 + i] = pheap_alloc(h, op ? 2048 : 48)) ? 0 : -1;
+            break;
+        case 2:
+            rc = (large = pheap_alloc(h, 300u << 10)) ? 0 : -1;
+            break;
+        case 3: /* past the first size: the heap grows */
+            rc = (big = pheap_alloc(h, 3u << 20)) ? 0 : -1;
+            break;
+        case 4:
+            rc = pheap_free(h, large);
+            break;
+        default: /* the 2048-byte slab emptied */
+            for (unsigned i = (op - 5) * 2; i < (op - 4) * 2 && rc == 0; i++)
+                rc = pheap_free(h, small[6 + i]);
+            break;
+        }
+        if (rc)
+            ph_test_fail(__FILE__, __LINE__, "op %u: %s", op, pheap_errmsg());
+        ph_crash_mark(c);
+        walk_writes_nothing(h);
+    }
+    (void)big;
+}
+
+static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
+{
+    (void)done;
+    (void)c;
+    map_and_check(h);
+}
+
+TEST(map_at_every_fence)
+{
+    const char *base = ph_test_path("map-crash.heap");
+    unlink(base);
+    pheap_options o = {.size = 1u << 20, .max_size = 32u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = ph_test_open(base, &o);
+    REQUIRE(h);
+    REQUIRE_OK(pheap_close(h));
+    ph_crash_stats st = ph_crash_enumerate("map", base, workload, verify, NULL);
+    CHECK(st.fences > NOPS);
+    CHECK(st.images > st.fences);
+    CHECK_EQ(st.violations, 0);
+}
