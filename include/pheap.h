@@ -1147,8 +1147,9 @@ typedef int (*pheap_chunk_fn)(void *arg, const pheap_chunk_run *run);
  * their blocks_used add up to its live_blocks (GC mode: once no thread
  * caches blocks), the LARGE and data-region META runs add up to
  * pheap_stats .large_bytes, and FREE and PUNCHED to .free_bytes.
- * Reads only, writes nothing (not even a pending hole punch): works on
- * read-only handles and snapshots, and on a GC heap before pheap_recover
+ * Reads only, writes nothing (not even a pending hole punch), so a crash
+ * during a walk leaves the heap as it was; works on read-only handles and
+ * snapshots, and on a GC heap before pheap_recover
  * (whose slabs then show the bitmaps of its last clean close).  fn runs
  * with no lock held and may call pheap; what changes meanwhile shows in
  * the runs not yet reported.  A simulated heap (PHEAP_SIMULATE) reports

@@ -3,8 +3,8 @@
  * with pheap_stats and pheap_stats_class (slabs per class, their live
  * blocks, large and free bytes), a freed large block punched at close and
  * a small one kept, names segments as metadata, the same map through
- * read-only, snapshot and read-write handles, GC mode, a heap held by
- * another process, a walk stopped by its function, one that allocates as
+ * read-only, snapshot and read-write handles, GC mode (also left by a
+ * crash, before and after pheap_recover), a heap held by another process, a walk stopped by its function, one that allocates as
  * it goes, and the refused calls.
  */
 #include <stdlib.h>
@@ -139,6 +139,44 @@ TEST(shape_log)
 TEST(shape_gc)
 {
     check_shape(PHEAP_CONSISTENCY_GC);
+}
+
+/* A GC heap left by a crash: mapped before pheap_recover (slabs with the
+ * bitmaps of the last clean close), through a snapshot and read-write,
+ * and after it. */
+TEST(gc_before_recovery)
+{
+    const char *path = ph_test_path("map-gc-crash.heap");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        ph_map_shape shape;
+        _exit(ph_test_map_shape(path, PHEAP_CONSISTENCY_GC, &shape) ? 0 : 1); /* no close */
+    }
+    int status = 0;
+    REQUIRE(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    REQUIRE_EQ(WEXITSTATUS(status), 0);
+    for (unsigned f = 0; f < 2; f++) {
+        pheap_options o = {.flags = f ? 0 : PHEAP_SNAPSHOT};
+        pheap *h = ph_test_open(path, &o);
+        REQUIRE(h);
+        struct pheap_stats st;
+        REQUIRE_OK(pheap_stats(h, &st));
+        CHECK_EQ(st.needs_recovery, 1);
+        walk *w = walk_heap(h);
+        if (w)
+            ph_test_map_consistent(h, w->runs, w->n);
+        free(w);
+        if (f) {
+            REQUIRE_OK(pheap_recover(h));
+            REQUIRE(w = walk_heap(h));
+            ph_test_map_consistent(h, w->runs, w->n);
+            free(w);
+            pheap_check_report rep;
+            CHECK_EQ(pheap_check(h, &rep), 0);
+        }
+        REQUIRE_OK(pheap_close(h));
+    }
 }
 
 /* A heap another process holds read-write: mapped through a snapshot. */
