@@ -401,8 +401,10 @@ TEST(shapes)
         CHECK(x && y && a == b && !memcmp(x, y, a)); /* untouched */
         free(x);
         free(y);
-        h = ph_test_open(heap, NULL);
+        h = ph_test_open(heap, NULL); /* and usable: the map agrees with a read-write open */
         REQUIRE(h);
+        ph_test_map_check(h);
+        CHECK(pheap_alloc(h, 100) != 0);
         pheap_check_report rep;
         CHECK_EQ(pheap_check(h, &rep), 0);
         REQUIRE_OK(pheap_close(h));

@@ -163,15 +163,10 @@ TEST(gc_before_recovery)
         struct pheap_stats st;
         REQUIRE_OK(pheap_stats(h, &st));
         CHECK_EQ(st.needs_recovery, 1);
-        walk *w = walk_heap(h);
-        if (w)
-            ph_test_map_consistent(h, w->runs, w->n);
-        free(w);
+        ph_test_map_check(h);
         if (f) {
             REQUIRE_OK(pheap_recover(h));
-            REQUIRE(w = walk_heap(h));
-            ph_test_map_consistent(h, w->runs, w->n);
-            free(w);
+            ph_test_map_check(h);
             pheap_check_report rep;
             CHECK_EQ(pheap_check(h, &rep), 0);
         }
@@ -195,10 +190,7 @@ TEST(held_elsewhere)
         struct pheap_stats st;
         CHECK_EQ(pheap_stats(h, &st), 0);
         CHECK(st.held_elsewhere);
-        walk *w = walk_heap(h);
-        if (w)
-            ph_test_map_consistent(h, w->runs, w->n);
-        free(w);
+        ph_test_map_check(h);
         pheap_close(h);
     }
     CHECK_EQ(ph_test_release(pid), 0);
@@ -225,9 +217,7 @@ TEST(stop_and_allocate)
         at = w->runs[i].off + w->runs[i].bytes;
     }
     free(w);
-    REQUIRE(w = walk_heap(h));
-    ph_test_map_consistent(h, w->runs, w->n);
-    free(w);
+    ph_test_map_check(h);
     pheap_check_report rep;
     CHECK_EQ(pheap_check(h, &rep), 0);
     REQUIRE_OK(pheap_close(h));

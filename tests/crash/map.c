@@ -6,44 +6,18 @@
  * and agree with the statistics; every crash image, once recovered, used
  * and reopened, maps in agreement with its statistics too.
  */
-#include <stdlib.h>
 #include <unistd.h>
 
 #include "harness.h"
 
-#define MAX_RUNS 1024
 #define NOPS 8
-
-typedef struct runs {
-    pheap_chunk_run v[MAX_RUNS];
-    unsigned n;
-} runs;
-
-static int collect(void *arg, const pheap_chunk_run *r)
-{
-    runs *w = arg;
-    if (w->n == MAX_RUNS)
-        return 1;
-    w->v[w->n++] = *r;
-    return 0;
-}
-
-static void map_and_check(pheap *h)
-{
-    runs *w = calloc(1, sizeof(*w));
-    if (!w || pheap_walk_chunks(h, collect, w) != 0)
-        ph_test_fail(__FILE__, __LINE__, "walk: %s", pheap_errmsg());
-    else
-        ph_test_map_consistent(h, w->v, w->n);
-    free(w);
-}
 
 /* The walk writes nothing: the simulator sees no store, flush or fence. */
 static void walk_writes_nothing(pheap *h)
 {
     uint64_t fences = pheap_sim_fence_count(h), stores = pheap_sim_store_count(h);
     uint64_t trace = pheap_sim_trace_hash(h);
-    map_and_check(h);
+    ph_test_map_check(h);
     if (pheap_sim_fence_count(h) != fences || pheap_sim_store_count(h) != stores ||
         pheap_sim_trace_hash(h) != trace)
         ph_test_fail(__FILE__, __LINE__, "the walk wrote to the heap");
@@ -86,7 +60,7 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     (void)done;
     (void)c;
-    map_and_check(h);
+    ph_test_map_check(h);
 }
 
 TEST(map_at_every_fence)

@@ -140,6 +140,8 @@ pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *o
  * file in order and add up to pheap_stats and pheap_stats_class: slabs
  * and their live blocks per class, large, free and metadata bytes. */
 void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n);
+/* Walks h and checks its runs so. */
+void ph_test_map_check(pheap *h);
 
 /* ---- running programs (tool.c) ---- */
 typedef struct ph_tool_result {

@@ -6,6 +6,7 @@
  * data region), and a data region grown past its first size; and the
  * check that a heap map agrees with the statistics.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -122,3 +123,34 @@ void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n)
     }
 }
 
+
+typedef struct run_list {
+    pheap_chunk_run *v;
+    unsigned n, cap;
+} run_list;
+
+static int add_run(void *arg, const pheap_chunk_run *r)
+{
+    run_list *l = arg;
+    if (l->n == l->cap) {
+        unsigned cap = l->cap ? 2 * l->cap : 256;
+        pheap_chunk_run *grown = realloc(l->v, cap * sizeof(*grown));
+        if (!grown)
+            return 1;
+        l->v = grown;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *r;
+    return 0;
+}
+
+void ph_test_map_check(pheap *h)
+{
+    run_list l = {0};
+    int rc = pheap_walk_chunks(h, add_run, &l);
+    if (rc)
+        ph_test_fail(__FILE__, __LINE__, "walk: %d (%s)", rc, pheap_errmsg());
+    else
+        ph_test_map_consistent(h, l.v, l.n);
+    free(l.v);
+}
