@@ -178,14 +178,11 @@ TEST(gc_before_recovery)
 TEST(held_elsewhere)
 {
     const char *path = ph_test_path("map-held.heap");
-    ph_map_shape shape;
-    pheap *h = ph_test_map_shape(path, PHEAP_CONSISTENCY_LOG, &shape);
-    REQUIRE(h);
-    REQUIRE_OK(pheap_close(h));
+    REQUIRE(ph_test_map_shape_file(path, PHEAP_CONSISTENCY_LOG) == 0);
     int pid = ph_test_hold(path, 0);
     REQUIRE(pid > 0);
     pheap_options o = {.flags = PHEAP_SNAPSHOT};
-    h = ph_test_open(path, &o);
+    pheap *h = ph_test_open(path, &o);
     if (h) {
         struct pheap_stats st;
         CHECK_EQ(pheap_stats(h, &st), 0);

@@ -135,6 +135,8 @@ typedef struct ph_map_shape {
  * named object, a freed 2 MiB block (punched at close) and a freed 64 KiB
  * one (kept).  Returns the open heap, or NULL with the test failed. */
 pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *out);
+/* The same heap, closed: 0, or -1 with the test failed. */
+int ph_test_map_shape_file(const char *path, unsigned consistency);
 
 /* Fails the test unless the n runs pheap_walk_chunks gave for h tile the
  * file in order and add up to pheap_stats and pheap_stats_class: slabs

@@ -76,6 +76,13 @@ fail:
     return NULL;
 }
 
+int ph_test_map_shape_file(const char *path, unsigned consistency)
+{
+    ph_map_shape shape;
+    pheap *h = ph_test_map_shape(path, consistency, &shape);
+    return h && pheap_close(h) == 0 ? 0 : -1;
+}
+
 void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n)
 {
     struct pheap_stats st;
