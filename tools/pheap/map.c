@@ -126,6 +126,7 @@ static int write_file(const map_grid *g, const map_args *a)
     } else {
         mode_t mask = umask(0);
         umask(mask);
+        errno = 0;
         if (fchmod(fd, 0666 & ~mask) || render(g, a->path, a->format, f, 0) ||
             fflush(f) || fsync(fd))
             err = errno ? errno : EIO;
