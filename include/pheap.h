@@ -1108,6 +1108,62 @@ int pheap_stats(pheap *h, struct pheap_stats *out);
 #pragma GCC diagnostic pop
 #endif
 
+/* The heap map: what each part of the file holds, run by run. */
+enum pheap_chunk_kind {
+    PHEAP_CHUNK_META = 1,     /* pheap's own metadata: a region before the data
+                                 region (header, roots, lanes, slab descriptors,
+                                 extent log, names directory), or a block of the
+                                 data region holding some (a names-directory or
+                                 transaction-log segment) */
+    PHEAP_CHUNK_SLAB = 2,     /* one 64 KiB chunk of blocks of one size class */
+    PHEAP_CHUNK_LARGE = 3,    /* one allocated large block (an extent of pages) */
+    PHEAP_CHUNK_FREE = 4,     /* free pages the file stores */
+    PHEAP_CHUNK_PUNCHED = 5,  /* free pages the file holds no storage for: given
+                                 back to the file system (hole punching), or
+                                 never written since the heap grew over them */
+    PHEAP_CHUNK_RESERVED = 6  /* pages chosen for an allocation that has not
+                                 committed yet (a transaction's large block, a
+                                 slab being made) */
+};
+
+typedef struct pheap_chunk_run {
+    pheap_off off;            /* first byte, from the start of the file */
+    uint64_t bytes;           /* length, whole pages (4 KiB) */
+    unsigned kind;            /* enum pheap_chunk_kind */
+    unsigned cls;             /* SLAB: its size class (see pheap_stats_class); else 0 */
+    uint32_t blocks_used;     /* SLAB: blocks allocated now (GC mode: blocks in
+                                 thread caches count too); else 0 */
+    uint32_t blocks_total;    /* SLAB: blocks it holds; else 0 */
+    const char *what;         /* META: "header", "roots", "lanes", "slab descriptors",
+                                 "extent log", "names", "padding" (between
+                                 regions) or "metadata block" (in the data
+                                 region); NULL for the other kinds */
+} pheap_chunk_run;
+
+/* Called once per run; a nonzero return stops the walk. */
+typedef int (*pheap_chunk_fn)(void *arg, const pheap_chunk_run *run);
+
+/* Walks the file from its first byte to its current size (pheap_stats
+ * .size) and calls fn for each run, in offset order, with no gap: each
+ * metadata region, then the data region extent by extent -- a slab per
+ * chunk with its class and occupancy, a large block per extent, free
+ * space split where the file's storage starts or stops (SEEK_HOLE; a file
+ * system that cannot tell reports all of it stored).  For a heap no other
+ * thread changes, the slabs of class c are pheap_stats_class's `slabs`,
+ * their blocks_used add up to its live_blocks (GC mode: once no thread
+ * caches blocks), the LARGE and data-region META runs add up to
+ * pheap_stats .large_bytes, and FREE and PUNCHED to .free_bytes.
+ * Reads only, writes nothing (not even a pending hole punch), so a crash
+ * during a walk leaves the heap as it was; works on read-only handles and
+ * snapshots, and on a GC heap before pheap_recover
+ * (whose slabs then show the bitmaps of its last clean close).  fn runs
+ * with no lock held and may call pheap; what changes meanwhile shows in
+ * the runs not yet reported.  A simulated heap (PHEAP_SIMULATE) reports
+ * the holes of the file as it was opened.
+ * Returns 0 after the last run, or fn's nonzero return as it is.
+ * Errors: PHEAP_EINVAL (NULL heap or fn), PHEAP_EFORKED, PHEAP_ENOMEM. */
+int pheap_walk_chunks(pheap *h, pheap_chunk_fn fn, void *arg);
+
 typedef struct pheap_check_report {
     unsigned errors;          /* problems found; 0 = consistent */
     unsigned roots;           /* roots found */

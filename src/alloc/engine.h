@@ -249,6 +249,19 @@ typedef struct ph_engine_stats {
 } ph_engine_stats;
 void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out);
 
+/* The data region's runs for pheap_walk_chunks (engine_map.c), from its
+ * first page to the backed end, in offset order: free pages are PUNCHED
+ * where file `fd` has a hole, large blocks are META where
+ * is_meta(arg, off, bytes) says they hold pheap's metadata.  Returns 0,
+ * or fn's nonzero return. */
+typedef struct ph_engine_map_req {
+    int fd;
+    int (*is_meta)(void *arg, uint64_t off, uint64_t bytes);
+    pheap_chunk_fn fn;
+    void *arg;                 /* for is_meta and fn */
+} ph_engine_map_req;
+int ph_engine_map(ph_engine *e, const ph_engine_map_req *req);
+
 /* Deep check of the engine's durable metadata against its index; returns
  * the number of problems and writes the first into err.  With lanes_idle,
  * an active lane entry is a problem too (no operation may be in flight:

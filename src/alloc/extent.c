@@ -385,6 +385,23 @@ void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), 
     ph_spin_unlock(&x->xlock);
 }
 
+size_t ph_extents_copy(ph_extents *x, uint64_t page, ph_extnode *out, size_t max)
+{
+    size_t n = 0;
+    ph_spin_lock(&x->xlock);
+    drain_released(x);
+    /* `page` starts a node unless the index changed since the caller's
+     * last copy: then the node holding it starts further back (nodes tile
+     * the backed pages, and only a node's first page has a head). */
+    uint64_t p = page;
+    while (p < x->pages && p > 0 && !x->head[p])
+        p--;
+    for (; p < x->pages && x->head[p] && n < max; p += x->head[p]->npages)
+        out[n++] = *x->head[p];
+    ph_spin_unlock(&x->xlock);
+    return n;
+}
+
 uint64_t ph_extents_largest_free(ph_extents *x, uint64_t *tail)
 {
     uint64_t best = 0;

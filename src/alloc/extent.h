@@ -141,6 +141,14 @@ int ph_extent_large_start(const ph_extents *x, uint64_t off, uint64_t *bytes);
  * byte included), 0 otherwise: free space, a slab, a reservation. */
 int ph_extent_live_at(ph_extents *x, uint64_t off);
 
+/* Copies the index from the extent that holds data page `page` on: up to
+ * `max` nodes, in page order, into out[] (their links are meaningless);
+ * returns how many, 0 past the backed data.  Holds the index lock only
+ * while copying.  Extents whose free is durable become free space first,
+ * as at every index operation, but no purge runs: the file is never
+ * touched (the heap map, pheap_walk_chunks). */
+size_t ph_extents_copy(ph_extents *x, uint64_t page, ph_extnode *out, size_t max);
+
 /* Calls fn for every extent in address order, under the lock. */
 void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg);
 

@@ -69,6 +69,12 @@ int ph_os_allocate(int fd, const char *path, uint64_t off, uint64_t len);
  * they read as zero afterwards.  PHEAP_ENOTSUP where unsupported. */
 int ph_os_punch_hole(int fd, uint64_t off, uint64_t len);
 
+/* The first range of [off, end) the file stores (SEEK_DATA / SEEK_HOLE):
+ * 1 with [*data, *data_end), or 0 when the rest of [off, end) is a hole.
+ * A file system that cannot tell reports everything as stored.  Reads
+ * nothing and changes nothing. */
+int ph_os_next_data(int fd, uint64_t off, uint64_t end, uint64_t *data, uint64_t *data_end);
+
 /* Reads exactly `len` bytes at `off`; returns the number read (short at
  * end of file) or a negative code. */
 ssize_t ph_os_pread(int fd, void *buf, size_t len, uint64_t off);

@@ -292,6 +292,26 @@ int ph_os_punch_hole(int fd, uint64_t off, uint64_t len)
     return 0;
 }
 
+int ph_os_next_data(int fd, uint64_t off, uint64_t end, uint64_t *data, uint64_t *data_end)
+{
+    if (off >= end)
+        return 0;
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    if (d < 0 && errno == ENXIO)
+        return 0; /* a hole up to the end of the file */
+    if (d < 0) { /* SEEK_DATA unknown here: all of it is stored */
+        *data = off;
+        *data_end = end;
+        return 1;
+    }
+    if ((uint64_t)d >= end)
+        return 0;
+    off_t e = lseek(fd, d, SEEK_HOLE);
+    *data = (uint64_t)d;
+    *data_end = e < 0 ? end : PH_MIN((uint64_t)e, end);
+    return 1;
+}
+
 ssize_t ph_os_pread(int fd, void *buf, size_t len, uint64_t off)
 {
     size_t done = 0;

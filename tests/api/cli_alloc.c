@@ -84,9 +84,13 @@ TEST(stats_per_class_and_read_only)
     /* The 64-byte class row: class, block size 64, ..., live blocks NSMALL. */
     int found = 0;
     for (const char *p = r->out; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        unsigned cls, bs, per, slabs, live;
-        if (sscanf(p, " %u %u %u %u %u", &cls, &bs, &per, &slabs, &live) == 5 && bs == 64)
-            found = live == NSMALL && slabs == 1 && per * bs <= 65536;
+        unsigned cls, bs, per, slabs, live, avail, unused;
+        double used;
+        if (sscanf(p, " %u %u %u %u %u %u %lf%% %u", &cls, &bs, &per, &slabs, &live, &avail,
+                   &used, &unused) == 8 && bs == 64)
+            found = live == NSMALL && slabs == 1 && per * bs <= 65536 && avail == per &&
+                    unused == (per - NSMALL) * 64 && used > 100.0 * NSMALL / per - 0.1 &&
+                    used < 100.0 * NSMALL / per + 0.1;
     }
     CHECK_TOOL(found, r);
     r = run("stats", "--json", path, NULL);
@@ -96,6 +100,13 @@ TEST(stats_per_class_and_read_only)
     CHECK_TOOL(strstr(r->out, "\"state\": \"clean\""), r);
     const char *c64 = strstr(r->out, "\"block_size\": 64,");
     CHECK_TOOL(c64 && ph_test_json_num(c64, "live_blocks") == NSMALL, r);
+    long long avail = c64 ? ph_test_json_num(c64, "available_blocks") : -1;
+    const char *frag = c64 ? strstr(c64, "\"fragmentation\": ") : NULL;
+    CHECK_TOOL(avail > NSMALL && frag, r);
+    if (frag && avail > 0) { /* the share of the class's blocks unused */
+        double d = strtod(frag + 17, NULL) - (1.0 - (double)NSMALL / (double)avail);
+        CHECK(d < 1e-4 && d > -1e-4);
+    }
     char cmd[1300];
     snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s'", path, copy);
     CHECK(system(cmd) == 0); /* read-only: not a byte changed */

@@ -12,10 +12,10 @@
 #define run(...) ph_test_run_tool(PHEAP_TOOL, __VA_ARGS__)
 
 static const char *const commands[] = {"create", "info", "check", "stats", "recover", "gc", "ls",
-                                       "names", "dump", "mode"};
+                                       "names", "dump", "mode", "map"};
 /* What each command's usage names first. */
 static const char *const operand[] = {"PATH", "PATH", "PATH", "PATH", "PATH",
-                                      "PATH", "[DIR]", "PATH", "PATH", "PATH"};
+                                      "PATH", "[DIR]", "PATH", "PATH", "PATH", "PATH"};
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 TEST(every_command_takes_help)

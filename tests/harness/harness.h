@@ -121,6 +121,30 @@ int ph_test_release(int pid);
 int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off);
 
 
+/* ---- heap maps: a heap of known shape, the map checked (heapmap.c) ---- */
+typedef struct ph_map_shape {
+    pheap_off punched;        /* a freed large block the close punches */
+    uint64_t punched_bytes;   /* its bytes */
+    pheap_off kept_free;      /* a freed 64 KiB extent between live ones (stored) */
+    pheap_off large[3];       /* live large blocks */
+} ph_map_shape;
+
+/* Creates at `path` (removing an old file) a heap of 2 MiB of data that
+ * may grow to 64 MiB, in `consistency` mode, and gives it its shape: full,
+ * half and partly used slabs of four size classes, three large blocks, a
+ * named object, a freed 2 MiB block (punched at close) and a freed 64 KiB
+ * one (kept).  Returns the open heap, or NULL with the test failed. */
+pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *out);
+/* The same heap, closed: 0, or -1 with the test failed. */
+int ph_test_map_shape_file(const char *path, unsigned consistency);
+
+/* Fails the test unless the n runs pheap_walk_chunks gave for h tile the
+ * file in order and add up to pheap_stats and pheap_stats_class: slabs
+ * and their live blocks per class, large, free and metadata bytes. */
+void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n);
+/* Walks h and checks its runs so. */
+void ph_test_map_check(pheap *h);
+
 /* ---- running programs (tool.c) ---- */
 typedef struct ph_tool_result {
     int code;        /* exit status; -1 if it did not exit normally */

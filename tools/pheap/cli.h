@@ -19,6 +19,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_names(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_mode(int argc, char **argv);
+int cmd_map(int argc, char **argv);
 
 /* 1 when an argument is --help or -h: the subcommand then prints its usage
  * on stdout and exits 0 (cli_help). */

@@ -24,6 +24,7 @@ static const struct {
     {"ls", cmd_ls, "ls [DIR] [--json]       (the heaps of the heap directory, or of DIR)"},
     {"names", cmd_names, "names PATH [--prefix P] [--json]  (the named objects, sorted by name)"},
     {"dump", cmd_dump, "dump PATH NAME [--raw]  (a named object in hex, or its raw bytes)"},
+    {"map", cmd_map, "map PATH [-o FILE.png|FILE.svg|FILE.txt] [--text]  (a picture of the heap)"},
     {"mode", cmd_mode, "mode PATH [readonly|writable] [--json]  (the access mode; owner sets it)"},
     {"help", NULL, "help [COMMAND]          (this text, or the options of COMMAND)"},
 };

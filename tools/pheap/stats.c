@@ -18,6 +18,8 @@ static double percent(uint64_t part, uint64_t whole)
     return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
+/* Per class with slabs: its blocks used of those its slabs hold, and
+ * the fragmentation inside them (the share of those blocks unused). */
 static void print_classes(pheap *h, int json)
 {
     int first = 1;
@@ -25,18 +27,23 @@ static void print_classes(pheap *h, int json)
         pheap_class_info ci;
         if (pheap_stats_class(h, c, &ci) || ci.slabs == 0)
             continue;
-        uint64_t capacity = ci.slabs * ci.blocks_per_slab;
+        uint64_t available = ci.slabs * ci.blocks_per_slab;
+        double frag = available ? 1.0 - (double)ci.live_blocks / (double)available : 0.0;
         if (json) {
             printf("%s{\"class\": %u, \"block_size\": %u, \"blocks_per_slab\": %u, \"slabs\": %llu, "
-                   "\"live_blocks\": %llu}", first ? "" : ", ", c, ci.block_size,
-                   ci.blocks_per_slab, (unsigned long long)ci.slabs,
-                   (unsigned long long)ci.live_blocks);
+                   "\"live_blocks\": %llu, \"available_blocks\": %llu, \"fragmentation\": %.4f}",
+                   first ? "" : ", ", c, ci.block_size, ci.blocks_per_slab,
+                   (unsigned long long)ci.slabs, (unsigned long long)ci.live_blocks,
+                   (unsigned long long)available, frag);
         } else {
             if (first)
-                printf("  class  block size  blocks/slab  slabs  live blocks   used\n");
-            printf("  %5u  %10u  %11u  %5llu  %11llu  %5.1f%%\n", c, ci.block_size,
+                printf("  class  block size  blocks/slab  slabs  live blocks  of blocks   used  "
+                       "unused bytes\n");
+            printf("  %5u  %10u  %11u  %5llu  %11llu  %9llu  %5.1f%%  %12llu\n", c, ci.block_size,
                    ci.blocks_per_slab, (unsigned long long)ci.slabs,
-                   (unsigned long long)ci.live_blocks, percent(ci.live_blocks, capacity));
+                   (unsigned long long)ci.live_blocks, (unsigned long long)available,
+                   percent(ci.live_blocks, available),
+                   (unsigned long long)((available - ci.live_blocks) * ci.block_size));
         }
         first = 0;
     }
@@ -74,7 +81,8 @@ int cmd_stats(int argc, char **argv)
     pheap *h;
     static const char usage[] =
         "usage: pheap stats PATH [--json]\n"
-        "  How the heap's space is used: per size class, in large extents and free,\n"
+        "  How the heap's space is used: per size class (blocks used of those its\n"
+        "  slabs hold: the fragmentation inside them), in large extents and free,\n"
         "  with the fragmentation; after a crash, how many transactions recovery rolls\n"
         "  back and forward; the consistency mode, and for a GC heap left by a crash\n"
         "  that it needs `pheap recover`.  Read-only: the file is never written.  A heap another\n"
