@@ -33,10 +33,19 @@ static const char *region_name(uint32_t kind)
     }
 }
 
+/* The program's function, outside pheap's write window (alloc/keys.h). */
+static int report_run(map_ctx *m, const pheap_chunk_run *r)
+{
+    int sealed = ph_window_seal();
+    int rc = m->fn(m->arg, r);
+    ph_window_unseal(sealed);
+    return rc;
+}
+
 static int emit_meta(map_ctx *m, uint64_t off, uint64_t bytes, const char *what)
 {
     pheap_chunk_run r = {.off = off, .bytes = bytes, .kind = PHEAP_CHUNK_META, .what = what};
-    return bytes ? m->fn(m->arg, &r) : 0;
+    return bytes ? report_run(m, &r) : 0;
 }
 
 static int add_segment(void *arg, ph_names_seg *s, uint64_t off)
@@ -70,8 +79,7 @@ static int is_meta(void *arg, uint64_t off, uint64_t bytes)
 
 static int forward(void *arg, const pheap_chunk_run *r)
 {
-    map_ctx *m = arg;
-    return m->fn(m->arg, r);
+    return report_run(arg, r);
 }
 
 /* The metadata regions, from the region table (validated at open: rows
@@ -95,6 +103,7 @@ static int walk_regions(pheap *h, map_ctx *m)
 
 ph_export int pheap_walk_chunks(pheap *h, pheap_chunk_fn fn, void *arg)
 {
+    PH_WINDOW();
     if (!h || !fn)
         return ph_err(PHEAP_EINVAL, "pheap_walk_chunks: NULL %s", h ? "function" : "heap");
     if (ph_heap_inherited(h))
