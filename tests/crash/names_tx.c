@@ -11,6 +11,7 @@
  * blocks and the directory's segments.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -24,7 +25,7 @@ typedef struct act {
 } act;
 
 typedef struct txdef {
-    act acts[6];
+    act acts[8];
     unsigned nacts;
     int abort;
 } txdef;
@@ -32,13 +33,15 @@ typedef struct txdef {
 #define LONG "a-name-long-enough-to-take-three-lines-of-the-directory-segment-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 static const txdef txs[] = {
-    {{{CREATE, "alpha", 40}, {CREATE, LONG, 100}, {REMOVE, "base-3", 0}}, 3, 0},
-    {{{REMOVE, "alpha", 0}, {CREATE, "alpha", 8}, {CREATE, "beta", 20000}, {ALLOC, "", 64}}, 4, 0},
-    {{{CREATE, "gamma", 16}, {REMOVE, "gamma", 0}, {REMOVE, "base-5", 0}, {CREATE, "delta", 8}},
+    /* the commit grows the segment to place the new entries */
+    {{{CREATE, "alpha", 40}, {CREATE, LONG, 100}, {REMOVE, "base-3", 0}, {ALLOC, "", 64}}, 4, 0},
+    /* aborted: nothing of it stays */
+    {{{CREATE, "gamma", 16}, {REMOVE, "base-5", 0}, {REMOVE, "alpha", 0}, {CREATE, "delta", 8}},
      4, 1},
-    {{{NEST, "", 0}, {CREATE, "delta", 24}, {REMOVE, LONG, 0}, {REMOVE, "beta", 0}}, 4, 0},
-    {{{CREATE, "gamma", 16}, {REMOVE, "gamma", 0}, {CREATE, "base-3", 64}, {CREATE, LONG, 16}},
-     4, 0},
+    /* nested; a replaced name, a large block, a name made and removed again */
+    {{{NEST, "", 0}, {REMOVE, "alpha", 0}, {CREATE, "alpha", 8}, {CREATE, "beta", 20000},
+      {CREATE, "gamma", 16}, {REMOVE, "gamma", 0}, {REMOVE, LONG, 0}, {CREATE, "base-3", 64}},
+     8, 0},
 };
 enum { NTX = PH_ARRAY_N(txs), BASE = 190 };
 
@@ -88,11 +91,20 @@ static void workload(ph_crash_ctx *c)
     }
 }
 
+/* The base names come in every size class the transactions use, so that
+ * their slabs exist before the crash points (a new slab's many stores
+ * would only lengthen the enumeration). */
+static size_t base_size(unsigned i)
+{
+    static const size_t sizes[] = {8, 16, 24, 40, 64, 100};
+    return sizes[i % PH_ARRAY_N(sizes)];
+}
+
 /* Whether `name` exists after the first n transactions, and its size. */
 static int present(const char *name, unsigned n, size_t *size)
 {
     int here = strncmp(name, "base-", 5) == 0;
-    *size = 32;
+    *size = here ? base_size((unsigned)strtoul(name + 5, NULL, 10)) : 0;
     for (unsigned i = 0; i < n && i < NTX; i++)
         for (unsigned j = 0; j < txs[i].nacts && !txs[i].abort; j++) {
             const act *a = &txs[i].acts[j];
@@ -166,8 +178,8 @@ static const char *make_base(const char *file)
     char name[32];
     for (unsigned i = 0; i < BASE; i++) {
         snprintf(name, sizeof(name), "base-%u", i);
-        act a = {CREATE, name, 32};
-        if (!pheap_alloc_named_init(h, name, 32, 0, fill, &a)) {
+        act a = {CREATE, name, base_size(i)};
+        if (!pheap_alloc_named_init(h, name, a.size, 0, fill, &a)) {
             ph_test_fail(__FILE__, __LINE__, "base %s: %s", name, pheap_errmsg());
             return NULL;
         }
