@@ -157,6 +157,17 @@ int ph_names_tx_held(pheap *h, uint64_t hash, const char *name, size_t len, int 
 
 /* ---- the calls --------------------------------------------------------------------- */
 
+/* Takes the write lock and finds the hold of `name`: NULL when none;
+ * *rc PHEAP_EBUSY when another thread's transaction holds it, else 0. */
+static ph_name_hold *lock_hold(ph_names *n, const ph_tx *tx, uint64_t hash, const char *name,
+                               size_t len, const char *call, int *rc)
+{
+    pthread_rwlock_wrlock(&n->lock);
+    ph_name_hold *x = held_find(n, hash, name, len);
+    *rc = x && x->owner != tx ? busy(call, name) : 0;
+    return x;
+}
+
 pheap_off ph_names_tx_create(pheap *h, ph_thread *t, const char *name, size_t len, size_t size,
                              const ph_block_init *init)
 {
@@ -165,14 +176,11 @@ pheap_off ph_names_tx_create(pheap *h, ph_thread *t, const char *name, size_t le
     ph_names *n = h->names;
     uint64_t hash = ph_names_hash(n->seed, name, len), off = 0;
     ph_name_ref ref;
-    int rc = 0;
-    pthread_rwlock_wrlock(&n->lock);
-    ph_name_hold *x = held_find(n, hash, name, len);
-    if (x && x->owner != tx)
-        rc = busy(call, name);
-    else if (x ? x->block || x->creating : ph_names_find(h, hash, name, len, &ref))
+    int rc;
+    ph_name_hold *x = lock_hold(n, tx, hash, name, len, call, &rc);
+    if (!rc && (x ? x->block || x->creating : ph_names_find(h, hash, name, len, &ref)))
         rc = ph_err(PHEAP_EEXIST, "%s: the name '%s' exists already", call, name);
-    else if (!x && !(x = hold(n, tx, hash, name, len)))
+    else if (!rc && !x && !(x = hold(n, tx, hash, name, len)))
         rc = pheap_errno();
     if (!rc)
         x->creating = 1;
@@ -202,11 +210,10 @@ int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len)
     ph_names *n = h->names;
     uint64_t hash = ph_names_hash(n->seed, name, len), off = 0;
     ph_name_ref ref;
-    int rc = 0;
-    pthread_rwlock_wrlock(&n->lock);
-    ph_name_hold *x = held_find(n, hash, name, len);
-    if (x && x->owner != tx)
-        rc = busy(call, name);
+    int rc;
+    ph_name_hold *x = lock_hold(n, tx, hash, name, len, call, &rc);
+    if (rc)
+        x = NULL; /* held by another thread's transaction: refused */
     else if (x ? !x->block : !ph_names_find(h, hash, name, len, &ref))
         rc = ph_err(PHEAP_ENOENT, "%s: no object named '%s'", call, name);
     else if (!x && !ph_names_off_ok(h, off = ph_load(&ref.head->xref) & OFF_MASK))
