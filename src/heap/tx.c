@@ -42,6 +42,11 @@
  * only kind whose COMMIT record can count, since every transaction that
  * writes one retires it before the next begins -- rolled forward when its
  * COMMIT record counts and the contents match, else left alone.
+ * Names (names_tx.c): a create or remove inside the transaction logs its
+ * block's ALLOC or FREE record at the call; the commit, before F1, places
+ * the entries and appends REDO records of the directory lines it changes
+ * (segments are pheap's own blocks: F2 never skips them), holding the
+ * directory's write lock until F3.
  * Sequences: a holder of lane L takes them from the durable ceiling up,
  * raising the ceiling first (one fence per PH_TX_SEQ_BLOCK transactions),
  * so no record of an earlier holder or an earlier crash carries a seq that
