@@ -454,3 +454,29 @@ TEST(thread_exit_and_close_roll_back)
     check_clean(h);
     REQUIRE_OK(pheap_close(h));
 }
+
+/* A heap of format 1.4 (names, no owner): names in transactions work the
+ * same, since they change nothing in the format. */
+TEST(format_1_4_heap)
+{
+    const char *path = ph_test_path("ntx-1.4.heap");
+    pheap *h = ph_test_create(path, 16u << 20);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "old", 16));
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(ph_test_as_format_1_4(path));
+    h = ph_test_open(path, NULL);
+    REQUIRE(h);
+    REQUIRE_OK(pheap_tx_begin(h));
+    pheap_off a = pheap_alloc_named(h, "new", 16);
+    REQUIRE(a);
+    CHECK_EQ(pheap_free_named(h, "old"), 0);
+    REQUIRE_OK(pheap_tx_commit(h));
+    REQUIRE_OK(pheap_close(h));
+    h = ph_test_open(path, NULL);
+    REQUIRE(h);
+    CHECK_EQ(pheap_lookup(h, "new"), a);
+    CHECK_EQ(pheap_lookup(h, "old"), 0);
+    check_clean(h);
+    REQUIRE_OK(pheap_close(h));
+}
