@@ -13,7 +13,10 @@
  *
  * Systems: pheap-none (pheap_options.flush = none: durable against process
  * crashes only), pheap-<flush> (the CPU's best cache-line flush, forced
- * through pheap_options.flush, what persistent memory would pay), and boost
+ * through pheap_options.flush, what persistent memory would pay),
+ * pheap-tx-<flush> and pheap-tx8-<flush> (the same, each create and each
+ * remove inside a transaction -- one name per transaction, or eight: the
+ * names join the transaction and are made at its commit), and boost
  * (managed_mapped_file: construct<T>(name)(...), find<T>(name),
  * destroy<T>(name)).  All in one heap directory, each repetition in a fresh
  * process with a fresh heap file, the systems interleaved within each
@@ -245,7 +248,18 @@ pheap_counters counters(pheap *h)
     return { st.flushes, st.fences, st.reflushes, st.slab_bytes + st.large_bytes };
 }
 
-void run_pheap(const workload &w, const name_set &s, unsigned flush, run_result *r)
+/* With `tx` names per transaction: begins one before the k-th change of a
+ * phase, commits after it; 0 or the failing call's code. */
+int tx_begin_at(pheap *h, unsigned tx, uint64_t k)
+{
+    return tx && k % tx == 0 ? pheap_tx_begin(h) : 0;
+}
+int tx_commit_at(pheap *h, unsigned tx, uint64_t k, uint64_t n)
+{
+    return tx && ((k + 1) % tx == 0 || k + 1 == n) ? pheap_tx_commit(h) : 0;
+}
+
+void run_pheap(const workload &w, const name_set &s, unsigned flush, unsigned tx, run_result *r)
 {
     std::string path = w.dir + "/pheap-namebench-" + std::to_string(getpid()) + ".heap";
     unlink(path.c_str());
@@ -270,14 +284,18 @@ void run_pheap(const workload &w, const name_set &s, unsigned flush, run_result 
     stopwatch sw;
     for (uint64_t k = 0; k < w.n; k++) {
         uint32_t i = s.create_order[k];
-        pheap_off off = pheap_alloc_named(h, s.name(i), sizeof(object));
+        pheap_off off = tx_begin_at(h, tx, k) ? 0 : pheap_alloc_named(h, s.name(i), sizeof(object));
         if (!off) {
             fail(r, "pheap_alloc_named(%s) after %" PRIu64 " names: %s", s.name(i), k,
                  pheap_errmsg());
             goto out;
         }
-        new (pheap_direct(h, off)) object(i);
+        new (pheap_direct(h, off)) object(i); /* in a transaction: a block of it, in place */
         offs[i] = off;
+        if (tx_commit_at(h, tx, k, w.n)) {
+            fail(r, "pheap_tx_commit after %" PRIu64 " names: %s", k, pheap_errmsg());
+            goto out;
+        }
     }
     {
         sw.stop(r, M_CREATE, w.n);
@@ -338,7 +356,8 @@ void run_pheap(const workload &w, const name_set &s, unsigned flush, run_result 
         stopwatch swr;
         for (uint64_t k = 0; k < w.n; k++) {
             const char *name = s.name(s.remove_order[k]);
-            if ((rc = pheap_free_named(h, name)) != 0) {
+            if ((rc = tx_begin_at(h, tx, k)) != 0 || (rc = pheap_free_named(h, name)) != 0 ||
+                (rc = tx_commit_at(h, tx, k, w.n)) != 0) {
                 fail(r, "pheap_free_named(%s): %s", name, pheap_errmsg());
                 goto out;
             }
@@ -441,14 +460,17 @@ struct system_desc {
     std::string name;            /* as --system takes it and the table shows it */
     int kind;                    /* 0 pheap, 1 boost */
     unsigned flush;
+    unsigned tx;                 /* pheap: names per transaction, 0 none */
 };
 
 std::vector<system_desc> all_systems()
 {
     return {
-        { "pheap-none", 0, PHEAP_FLUSH_NONE },
-        { std::string("pheap-") + cpu_flush(), 0, cpu_flush_kind() },
-        { "boost", 1, 0 },
+        { "pheap-none", 0, PHEAP_FLUSH_NONE, 0 },
+        { std::string("pheap-") + cpu_flush(), 0, cpu_flush_kind(), 0 },
+        { std::string("pheap-tx-") + cpu_flush(), 0, cpu_flush_kind(), 1 },
+        { std::string("pheap-tx8-") + cpu_flush(), 0, cpu_flush_kind(), 8 },
+        { "boost", 1, 0, 0 },
     };
 }
 
@@ -472,7 +494,7 @@ run_result run_isolated(const workload &w, const name_set &s, const system_desc 
     if (pid == 0) {
         close(fd[0]);
         if (sys.kind == 0)
-            run_pheap(w, s, sys.flush, &r);
+            run_pheap(w, s, sys.flush, sys.tx, &r);
         else
             run_boost(w, s, &r);
         ssize_t n = write(fd[1], &r, sizeof r);
@@ -582,7 +604,7 @@ std::string describe(const workload &w, const name_set &s, unsigned reps)
 const row *find_row(const std::vector<row> &rows, int kind, bool flushing)
 {
     for (const row &r : rows) {
-        if (r.runs.empty() || r.sys.kind != kind)
+        if (r.runs.empty() || r.sys.kind != kind || r.sys.tx)
             continue;
         if (kind == 1 || (r.sys.flush != PHEAP_FLUSH_NONE) == flushing)
             return &r;
@@ -600,15 +622,15 @@ void print_text(FILE *f, const workload &w, const name_set &s, unsigned reps,
                 const std::vector<row> &rows)
 {
     fprintf(f, "\nnames: %s\n", describe(w, s, reps).c_str());
-    fprintf(f, "%-12s %-22s %-22s %-22s %-22s %8s %8s %8s %8s %8s %8s\n", "system",
+    fprintf(f, "%-20s %-22s %-22s %-22s %-22s %8s %8s %8s %8s %8s %8s\n", "system",
             "create M/s [min-max]", "lookup M/s", "miss M/s", "remove M/s", "fence/cr",
             "flush/cr", "fence/rm", "flush/rm", "B/name", "file MiB");
     for (const row &r : rows) {
         if (r.runs.empty()) {
-            fprintf(f, "%-12s failed: %s\n", r.sys.name.c_str(), r.error.c_str());
+            fprintf(f, "%-20s failed: %s\n", r.sys.name.c_str(), r.error.c_str());
             continue;
         }
-        fprintf(f, "%-12s", r.sys.name.c_str());
+        fprintf(f, "%-20s", r.sys.name.c_str());
         for (int m : { M_CREATE, M_LOOKUP, M_MISS, M_REMOVE }) {
             summary x = r.get(m);
             std::string cell = mrate(x.median) + " [" + mrate(x.min) + "-" + mrate(x.max) + "]";
@@ -622,15 +644,15 @@ void print_text(FILE *f, const workload &w, const name_set &s, unsigned reps,
         }
         fprintf(f, " %8.0f %8.0f\n", r.get(M_HEAP_PER_NAME).median, r.get(M_FILE_MIB).median);
         if ((int)r.runs.size() < (int)reps)
-            fprintf(f, "%-12s %u of %u runs failed: %s\n", "", reps - (unsigned)r.runs.size(), reps,
+            fprintf(f, "%-20s %u of %u runs failed: %s\n", "", reps - (unsigned)r.runs.size(), reps,
                     r.error.c_str());
     }
-    fprintf(f, "%-12s %-22s %-22s %-22s %-22s\n", "per CPU s", "create M/s", "lookup M/s",
+    fprintf(f, "%-20s %-22s %-22s %-22s %-22s\n", "per CPU s", "create M/s", "lookup M/s",
             "miss M/s", "remove M/s");
     for (const row &r : rows) {
         if (r.runs.empty())
             continue;
-        fprintf(f, "%-12s", r.sys.name.c_str());
+        fprintf(f, "%-20s", r.sys.name.c_str());
         for (int m : { M_CREATE_CPU, M_LOOKUP_CPU, M_MISS_CPU, M_REMOVE_CPU }) {
             summary x = r.get(m);
             std::string cell = mrate(x.median) + " [" + mrate(x.min) + "-" + mrate(x.max) + "]";
@@ -643,7 +665,7 @@ void print_text(FILE *f, const workload &w, const name_set &s, unsigned reps,
         for (const row &r : rows) {
             if (r.runs.empty() || r.sys.kind != 0)
                 continue;
-            fprintf(f, "%-12s / boost: create %.2f, lookup %.2f, miss %.2f, remove %.2f "
+            fprintf(f, "%-20s / boost: create %.2f, lookup %.2f, miss %.2f, remove %.2f "
                        "(per CPU s: %.2f, %.2f, %.2f, %.2f)\n",
                     r.sys.name.c_str(), ratio(r, *boost, M_CREATE), ratio(r, *boost, M_LOOKUP),
                     ratio(r, *boost, M_MISS), ratio(r, *boost, M_REMOVE),
@@ -794,7 +816,8 @@ void usage(FILE *f)
         "      --misses N         lookups of missing names (default names)\n"
         "  -k, --name-kind LIST   short (\"object-<i>\"), long (41 bytes), or short,long\n"
         "                         (default short)\n"
-        "  -S, --system LIST      pheap-none, pheap-%s, boost (default all)\n"
+        "  -S, --system LIST      pheap-none, pheap-%s, pheap-tx-%s, pheap-tx8-%s, boost\n"
+        "                         (default all)\n"
         "  -r, --reps N           repetitions, a fresh process and heap each (default 5)\n"
         "  -d, --heap-dir DIR     where the heap files live (default /dev/shm)\n"
         "  -s, --heap-size SIZE   pheap data region, K/M/G (default 512 bytes per name, >= 256M)\n"
@@ -805,7 +828,7 @@ void usage(FILE *f)
         "  -j, --json FILE        append one JSON object per system and name kind\n"
         "  -m, --markdown FILE    append the tables in Markdown\n"
         "Exit status: 0 all ran, 1 a run failed, 2 bad usage.\n",
-        cpu_flush());
+        cpu_flush(), cpu_flush(), cpu_flush());
 }
 
 bool parse_u64(const char *s, uint64_t *out, bool sized)

@@ -71,7 +71,8 @@ enum {
     PHEAP_ENOENT = -3,      /* not found: the heap file, or a root */
     PHEAP_EEXIST = -4,      /* exists already: the file (PHEAP_EXCL), or a name */
     PHEAP_EACCES = -5,      /* no permission to open the file as asked */
-    PHEAP_EBUSY = -6,       /* heap open read-write elsewhere (file lock) */
+    PHEAP_EBUSY = -6,       /* heap open read-write elsewhere (file lock), or a name
+                               held by another thread's open transaction */
     PHEAP_EIO = -7,         /* the operating system refused (see message) */
     PHEAP_ENOTHEAP = -8,    /* the file is not a pheap heap (bad magic) */
     PHEAP_ETRUNCATED = -9,  /* the file is shorter than its header says */
@@ -629,8 +630,26 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
  * names a live block and that no block has two names (a root may name a
  * named block).  Freeing a named block with pheap_free is a bug the heap
  * cannot see at the call: the name then dangles (pheap_check reports it)
- * and pheap_free_named removes it.  Names are not transactional yet: the
- * calls below are refused inside a transaction.
+ * and pheap_free_named removes it.
+ *
+ * Inside a transaction (pheap_tx_begin ... pheap_tx_commit, at any level)
+ * pheap_alloc_named* and pheap_free_named are part of it: the name and
+ * its block appear, or go, at the commit together -- an abort, or a crash
+ * before the commit is durable, leaves the directory as it was; after the
+ * commit both changes are durable.  Until the commit the transaction holds
+ * the name: the calling thread's lookups see the transaction's names
+ * (pheap_lookup finds a name it made and not one it removed), while other
+ * threads see the directory as committed (the name it makes is not there,
+ * the one it removes still is) and their pheap_alloc_named* and
+ * pheap_free_named of a held name fail with PHEAP_EBUSY, changing nothing.
+ * pheap_name_next, pheap_stats and pheap_check report the committed
+ * directory.  A name made and removed in one transaction leaves nothing; a
+ * name removed and made again is replaced at the commit.  The commit
+ * places the new entries (rebuilding a full directory segment if needed)
+ * and writes them with the transaction's other changes: a transaction with
+ * names commits with the three fences of any transaction with allocations.
+ * A named block made in a transaction may be written in place before the
+ * commit, like a block of pheap_tx_alloc.
  *
  * Heaps made by builds before format 1.4 have no directory: creating or
  * removing a name fails with PHEAP_ENOTSUP and lookups find nothing.
@@ -640,33 +659,46 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
 /* Allocates a block of `size` bytes and names it `name`.  Crash
  * guarantee: after a crash, the name exists with its block, or neither
  * exists; durable on return (LOG mode: two fences; GC mode: two, and
- * nothing is logged).  The block's contents are not initialised (see
- * pheap_alloc_named_init).  Returns the block, or 0 with pheap_errno():
- * PHEAP_EEXIST (the name exists; nothing changes), PHEAP_ENAME (empty or
- * longer than PHEAP_NAME_MAX), PHEAP_EINVAL (size 0, NULL heap),
- * PHEAP_ENOMEM (heap full), PHEAP_ENOSPC (file system full, or the
- * directory full: over about twenty million names), PHEAP_ENOTSUP (inside a
- * transaction; heap older than format 1.4), PHEAP_ERDONLY,
- * PHEAP_ERECOVER. */
+ * nothing is logged).  Inside a transaction: made at its commit (see
+ * above), no fence before it.  The block's contents are not initialised
+ * (see pheap_alloc_named_init).  Returns the block, or 0 with
+ * pheap_errno(): PHEAP_EEXIST (the name exists, or the transaction made
+ * it already; nothing changes, a transaction goes on), PHEAP_EBUSY
+ * (another thread's open transaction holds the name), PHEAP_ENAME (empty
+ * or longer than PHEAP_NAME_MAX), PHEAP_EINVAL (size 0, NULL heap; in a
+ * transaction also a size beyond the heap's maximum), PHEAP_ENOMEM (heap
+ * full; in a transaction this aborts it), PHEAP_ENOSPC (file system full,
+ * or the directory full: over about twenty million names), PHEAP_EABORTED
+ * (the thread's transaction was aborted), PHEAP_ENOTSUP (heap older than
+ * format 1.4), PHEAP_ERDONLY, PHEAP_ERECOVER. */
 pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size);
 
 /* pheap_alloc_named, with the block zeroed (PHEAP_ALLOC_ZERO) and/or filled
  * by `init` before it is named: the name never appears with a block that
  * `init` did not finish (a C++ constructor runs here).  `init` returning
- * nonzero cancels: PHEAP_ECANCELED, nothing named, nothing allocated. */
+ * nonzero cancels: PHEAP_ECANCELED, nothing named, nothing allocated (a
+ * transaction goes on).  `init` runs without pheap's locks: it may call
+ * pheap, but not end the thread's transaction (then PHEAP_EABORTED). */
 pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t size, unsigned flags,
                                  pheap_init_fn init, void *arg);
 
 /* The block named `name`, or 0 with pheap_errno() == PHEAP_ENOENT.  Writes
  * nothing (works on read-only handles and snapshots, and on a GC heap
- * before pheap_recover).  Errors also: PHEAP_ENAME, PHEAP_EINVAL. */
+ * before pheap_recover).  In a transaction the thread sees the names it
+ * made and not those it removed; other threads see them at the commit.
+ * Errors also: PHEAP_ENAME, PHEAP_EINVAL. */
 pheap_off pheap_lookup(pheap *h, const char *name);
 
 /* Frees the block named `name` and removes the name, failure-atomically:
  * after a crash both are gone or both remain.  Durable on return (LOG
- * mode: three fences).  Errors: PHEAP_ENOENT (no such name: freed already,
- * or never made), PHEAP_ENOTLIVE (the block had been freed by pheap_free:
- * the name alone was removed), PHEAP_ENAME, PHEAP_ENOTSUP, PHEAP_ERDONLY,
+ * mode: three fences).  Inside a transaction: both go at its commit (see
+ * above); an abort, or a crash before the commit, leaves both; a name the
+ * transaction made goes with its block and leaves nothing.  Errors:
+ * PHEAP_ENOENT (no such name: freed already, or never made, or removed by
+ * the thread's transaction), PHEAP_ENOTLIVE (the block had been freed by
+ * pheap_free: the name alone was removed -- inside a transaction nothing
+ * changes), PHEAP_EBUSY (another thread's open transaction holds the
+ * name), PHEAP_EABORTED, PHEAP_ENAME, PHEAP_ENOTSUP, PHEAP_ERDONLY,
  * PHEAP_ERECOVER. */
 int pheap_free_named(pheap *h, const char *name);
 
@@ -740,6 +772,8 @@ int pheap_name_next(pheap *h, const char *after, pheap_name_info *out);
  * Calls with a bad argument (a range outside the heap, a double free)
  * fail with nothing changed and leave the transaction as it was.
  *
+ * pheap_alloc_named, pheap_alloc_named_init and pheap_free_named are part
+ * of the transaction (see "Named objects").
  * Other calls inside a transaction (pheap_alloc, pheap_free, pheap_alloc_to,
  * pheap_root_set ...) are not part of it: they take effect at once and stay
  * done if the transaction aborts.  In particular a root cannot name a block
@@ -769,10 +803,13 @@ int pheap_tx_begin(pheap *h);
  * change of the transaction is durable.  After a crash before the commit
  * point, recovery rolls the transaction back entirely; after it, forward
  * entirely.
- * A commit does not fail for lack of space: the log keeps room for its
- * COMMIT record.
+ * A commit does not fail for lack of log space: the log keeps room for its
+ * COMMIT record and the records of its names.
  * Errors: PHEAP_ENOTX (no transaction), PHEAP_EABORTED (the transaction
- * was aborted: nothing of it happened; the level is closed). */
+ * was aborted: nothing of it happened; the level is closed), PHEAP_ENOMEM /
+ * PHEAP_ENOSPC (the transaction makes names and their directory segment
+ * could not be rebuilt for lack of heap or file space, or process memory
+ * ran out: the transaction was rolled back, its level closed). */
 int pheap_tx_commit(pheap *h);
 
 /* Rolls back the whole transaction (every added range gets its old bytes,

@@ -596,8 +596,12 @@ public:
     /* A T built with args and named `name`, in one failure-atomic step: after
      * a crash, the name exists with its finished object, or neither exists.
      * A constructor that throws leaves no name and no block (ECANCELED here,
-     * the exception itself from the throwing form).  Refused inside a
-     * transaction (PHEAP_ENOTSUP: names are not transactional yet). */
+     * the exception itself from the throwing form).  Inside a transaction
+     * (pheap::transaction, pheap::run) the name and the object are part of
+     * it: they exist after its commit, and its abort -- an exception that
+     * leaves the transaction -- removes both; until the commit only this
+     * thread finds the name, and another thread's make_named or
+     * destroy_named of it fails with PHEAP_EBUSY. */
     template <class T, class... A>
     T *make_named(const char *name, std::error_code &ec, A &&...args) noexcept
     {
@@ -606,21 +610,20 @@ public:
     }
 
     /* Runs ~T() on the object named `name`, then frees it and removes the
-     * name in one failure-atomic step.  Refused inside a transaction. */
+     * name in one failure-atomic step.  Inside a transaction the object is
+     * snapshotted before ~T() runs (an abort gives it back, with its name),
+     * and the name and the block go at the commit. */
     template <class T>
     void destroy_named(const char *name, std::error_code &ec) noexcept
     {
-        ec.clear();
-        if (in_tx()) {
-            pheap_free_named(h_, name); /* records the refusal and its message */
-            detail::set_error(ec, pheap_errno());
-            return;
-        }
         T *p = find<T>(name, ec);
         if (!p)
             return;
-        p->~T();
-        int rc = pheap_free_named(h_, name);
+        int rc = in_tx() ? pheap_tx_add(h_, p, sizeof(T)) : 0;
+        if (!rc) {
+            p->~T();
+            rc = pheap_free_named(h_, name);
+        }
         if (rc)
             detail::set_error(ec, rc);
     }

@@ -32,19 +32,21 @@ static int no_names(const char *call)
 }
 
 /* The caller's record for a call that changes names; NULL with the error
- * set when it cannot. */
-static ph_thread *name_writer(pheap *h, const char *name, const char *call, size_t *len)
+ * set when it cannot.  *tx: the thread's open transaction, which the
+ * change joins, or NULL. */
+static ph_thread *name_writer(pheap *h, const char *name, const char *call, size_t *len,
+                              int *tx)
 {
-    ph_thread *t = ph_heap_writer(h, call);
+    ph_thread *t = ph_heap_writer_in_tx(h, call);
+    *tx = t && t->tx && t->tx->depth;
+    if (t && *tx) /* refuses an aborted transaction */
+        t = ph_tx_current(h, &t, call) ? t : NULL;
+    else if (t)
+        t = ph_heap_writer(h, call); /* the access mode */
     if (!t || name_check(name, call, len))
         return NULL;
     if (!h->names) {
         no_names(call);
-        return NULL;
-    }
-    if (t->tx && t->tx->depth) {
-        ph_err(PHEAP_ENOTSUP, "%s: not inside a transaction (names are not transactional "
-               "yet): call it before pheap_tx_begin or after the commit", call);
         return NULL;
     }
     return t;
@@ -56,20 +58,28 @@ ph_export pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t si
     PH_WINDOW();
     const char *call = "pheap_alloc_named";
     size_t len;
-    ph_thread *t = name_writer(h, name, call, &len);
+    int in_tx;
+    ph_thread *t = name_writer(h, name, call, &len, &in_tx);
     ph_user_init u;
     ph_block_init bi;
     if (!t || ph_heap_block_init(h, flags, init, arg, &u, &bi, call))
         return 0;
-    if (size == 0) {
-        ph_err(PHEAP_EINVAL, "%s: size 0", call);
+    if (size == 0 || (in_tx && size > h->hdr.max_size)) { /* as pheap_tx_alloc */
+        ph_err(PHEAP_EINVAL, "%s: size %zu%s", call, size,
+               size ? " is more than the heap can ever hold" : "");
         return 0;
     }
-    uint64_t hash = ph_names_hash(h->names->seed, name, len), off = 0;
+    if (in_tx)
+        return ph_names_tx_create(h, t, name, len, size, &bi);
+    uint64_t hash = ph_names_hash(h->names->seed, name, len), off = 0, held_off;
     ph_name_ref ref;
+    int mine;
     pthread_rwlock_wrlock(&h->names->lock);
     int rc = ph_names_find(h, hash, name, len, &ref)
                  ? ph_err(PHEAP_EEXIST, "%s: the name '%s' exists already", call, name)
+             : ph_names_tx_held(h, hash, name, len, &mine, &held_off)
+                 ? ph_err(PHEAP_EBUSY, "%s: the name '%s' is being created by another thread's "
+                          "open transaction", call, name)
                  : ph_names_insert(h, t, hash, name, len, size, &bi, &off);
     pthread_rwlock_unlock(&h->names->lock);
     return rc ? 0 : off;
@@ -100,8 +110,12 @@ ph_export pheap_off pheap_lookup(pheap *h, const char *name)
     if (n) {
         uint64_t hash = ph_names_hash(n->seed, name, len);
         ph_name_ref ref;
+        uint64_t held_off;
+        int mine = 0;
         pthread_rwlock_rdlock(&n->lock);
-        if (ph_names_find(h, hash, name, len, &ref))
+        if (ph_names_tx_held(h, hash, name, len, &mine, &held_off) && mine)
+            off = held_off; /* the calling thread's transaction creates or removes it */
+        else if (ph_names_find(h, hash, name, len, &ref))
             off = ph_load(&ref.head->xref) & OFF_MASK;
         pthread_rwlock_unlock(&n->lock);
     }
@@ -120,13 +134,19 @@ ph_export int pheap_free_named(pheap *h, const char *name)
 {
     PH_WINDOW();
     size_t len;
-    ph_thread *t = name_writer(h, name, "pheap_free_named", &len);
+    int in_tx, mine;
+    ph_thread *t = name_writer(h, name, "pheap_free_named", &len, &in_tx);
     if (!t)
         return pheap_errno();
-    uint64_t hash = ph_names_hash(h->names->seed, name, len);
+    if (in_tx)
+        return ph_names_tx_remove(h, t, name, len);
+    uint64_t hash = ph_names_hash(h->names->seed, name, len), held_off;
     ph_name_ref ref;
     pthread_rwlock_wrlock(&h->names->lock);
-    int rc = ph_names_find(h, hash, name, len, &ref)
+    int rc = ph_names_tx_held(h, hash, name, len, &mine, &held_off)
+                 ? ph_err(PHEAP_EBUSY, "pheap_free_named: the name '%s' is created or removed "
+                          "by another thread's open transaction", name)
+             : ph_names_find(h, hash, name, len, &ref)
                  ? ph_names_remove(h, t, &ref)
                  : ph_err(PHEAP_ENOENT, "pheap_free_named: no object named '%s'", name);
     pthread_rwlock_unlock(&h->names->lock);

@@ -27,6 +27,8 @@ typedef struct ph_names {
     uint64_t lazy[PH_LANES_MAX / 64]; /* lanes that bound a name since their entries were
                                      last retired durably (names_dir.c, flush_lazy) */
     unsigned changes;           /* creates and removes since then */
+    struct ph_name_hold **held; /* names held by open transactions (names_tx.c): */
+    size_t nheld, cap;          /*   chained hash table by hash; under `lock` */
 } ph_names;
 
 /* A found entry: its segment and head line. */
@@ -36,6 +38,13 @@ typedef struct ph_name_ref {
     uint32_t line;              /* index of the head among the segment's lines */
     ph_name_line *head;
 } ph_name_ref;
+
+/* An entry placed in a segment but not written yet (names_tx.c): its
+ * lines are not free for another entry. */
+typedef struct ph_names_taken {
+    const ph_names_seg *seg;
+    uint32_t pos, lines;
+} ph_names_taken;
 
 /* ---- names_dir.c ---- */
 /* Sets up h->names for a heap with PH_FEAT_INCOMPAT_NAMES (else leaves it
@@ -118,6 +127,33 @@ int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name
 int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, size_t len,
                     size_t size, const ph_block_init *init, uint64_t *block);
 
+/* A place for an entry of k lines with `hash` (write lock held), away
+ * from the lines of `taken`: *at.  A segment too loaded (its lines, those
+ * of `taken` in it and k more over three quarters of its home lines) or
+ * with no room where the name goes is rebuilt first, and *rebuilt set:
+ * the entries of `taken` in it are no longer where they were placed.  0,
+ * or the error of a rebuild (nothing a reader can see changed). */
+int ph_names_room(pheap *h, ph_thread *t, uint64_t hash, unsigned k, const ph_names_taken *taken,
+                  size_t ntaken, ph_name_ref *at, int *rebuilt);
+
+/* The lines of an entry placed at `pos` of s as a create writes them
+ * (img[0..k)): each xref the next version of the line's, the head's
+ * naming `block`. */
+void ph_names_image(ph_names_seg *s, uint32_t pos, uint64_t hash, const char *name, size_t len,
+                    uint64_t size, uint64_t block, ph_name_line *img);
+/* Turns the EMPTY lines in [home, pos) into FREE fillers (flushed, not
+ * fenced): an entry at pos is then reached from its home.  Returns how
+ * many. */
+unsigned ph_names_fill(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t home, uint32_t pos);
+/* EMPTY lines in [pos, pos + k). */
+unsigned ph_names_empties(ph_names_seg *s, uint32_t pos, unsigned k);
+/* Recounts a segment's hints when another open wrote them. */
+void ph_names_count(ph_names *n, ph_names_seg *s);
+/* Counts one change of a name's entry word (a create or a remove): every
+ * PH_NAMES_RETIRE_EVERY of them the lazily retired BIND entries are
+ * retired durably (one fence). */
+void ph_names_changed(pheap *h, ph_pctx *c);
+
 /* Removes the entry at `ref` and frees its block (write lock held).  When
  * the block is no longer live (freed by pheap_free), only the name goes:
  * PHEAP_ENOTLIVE. */
@@ -126,6 +162,19 @@ int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref);
 /* Calls fn for every distinct segment of the directory, in hash order. */
 typedef int (*ph_names_seg_fn)(void *arg, ph_names_seg *s, uint64_t seg_off);
 int ph_names_each_segment(pheap *h, ph_names_seg_fn fn, void *arg);
+
+/* ---- names_tx.c: names inside transactions ---- */
+/* In the caller's open transaction: creates `name` with a block of `size`
+ * bytes (`init` run on it now), or removes it with its block -- both at
+ * the commit (pheap_alloc_named_init, pheap_free_named). */
+pheap_off ph_names_tx_create(pheap *h, ph_thread *t, const char *name, size_t len, size_t size,
+                             const ph_block_init *init);
+int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len);
+/* Read lock held: 1 when an open transaction holds the name -- *mine 1
+ * when it is the calling thread's, and *off then the block it names for
+ * that transaction (0: removed by it). */
+int ph_names_tx_held(pheap *h, uint64_t hash, const char *name, size_t len, int *mine,
+                     uint64_t *off);
 
 /* ---- names.c ---- */
 /* pheap_check's part: 0 or the number of problems, the first in err. */

@@ -243,14 +243,25 @@ int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name
     return 0;
 }
 
-/* The first line at or after `home` where k free lines start: the
- * entry's place (EMPTY lines skipped before it become FREE fillers). */
-static int place(ph_names_seg *s, uint32_t home, unsigned k, uint32_t *pos)
+/* 1 when line i of s is free and no entry of `taken` holds it. */
+static int line_open(ph_names_seg *s, uint32_t i, const ph_names_taken *taken, size_t ntaken)
+{
+    for (size_t t = 0; t < ntaken; t++)
+        if (taken[t].seg == s && i >= taken[t].pos && i < taken[t].pos + taken[t].lines)
+            return 0;
+    return line_free(s, i);
+}
+
+/* The first line at or after `home` where k free lines start, none of
+ * them in `taken`: the entry's place (EMPTY lines skipped before it become
+ * FREE fillers). */
+static int place(ph_names_seg *s, uint32_t home, unsigned k, const ph_names_taken *taken,
+                 size_t ntaken, uint32_t *pos)
 {
     uint32_t total = ph_names_total(s);
     for (uint32_t i = home; i + k <= total; i++) {
         unsigned j = 0;
-        while (j < k && line_free(s, i + j))
+        while (j < k && line_open(s, i + j, taken, ntaken))
             j++;
         if (j == k) {
             *pos = i;
@@ -262,7 +273,7 @@ static int place(ph_names_seg *s, uint32_t home, unsigned k, uint32_t *pos)
 }
 
 /* The count hints of a segment, recounted when another open wrote them. */
-static void count(ph_names *n, ph_names_seg *s)
+void ph_names_count(ph_names *n, ph_names_seg *s)
 {
     if (s->hint_stamp == n->stamp)
         return;
@@ -293,6 +304,49 @@ static void write_words(pheap *h, ph_pctx *c, uint64_t *dst, const uint64_t *src
         ph_persist_write(&h->sp.persist, c, &dst[i], src[i]);
 }
 
+unsigned ph_names_fill(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t home, uint32_t pos)
+{
+    ph_name_line *L = ph_names_lines(s);
+    unsigned newly = 0;
+    for (uint32_t i = home; i < pos; i++)
+        if (ph_load(&L[i].xref) == 0) {
+            set_ref(h, c, &L[i], PH_NAME_FREE);
+            ph_persist_flush(&h->sp.persist, c, &L[i].xref, 8);
+            newly++;
+        }
+    return newly;
+}
+
+unsigned ph_names_empties(ph_names_seg *s, uint32_t pos, unsigned k)
+{
+    unsigned n = 0;
+    for (unsigned j = 0; j < k; j++)
+        n += ph_load(&ph_names_lines(s)[pos + j].xref) == 0;
+    return n;
+}
+
+void ph_names_image(ph_names_seg *s, uint32_t pos, uint64_t hash, const char *name, size_t len,
+                    uint64_t size, uint64_t block, ph_name_line *img)
+{
+    ph_name_line *L = ph_names_lines(s);
+    unsigned k = ph_names_entry_lines(len);
+    memset(img, 0, k * sizeof(*img));
+    size_t at = PH_MIN(len, (size_t)PH_NAME_HEAD_BYTES);
+    for (unsigned j = 1; j < k; j++) {
+        size_t n = PH_MIN(len - at, (size_t)PH_NAME_CONT_BYTES);
+        memcpy((uint8_t *)&img[j] + 8, name + at, n);
+        at += n;
+        img[j].xref = ph_name_next_version(ph_load(&L[pos + j].xref)) | (uint64_t)pos << 3 |
+                      PH_NAME_CONT;
+    }
+    uint64_t lk = len | (uint64_t)k << 16;
+    img[0].xref = ph_name_next_version(ph_load(&L[pos].xref)) | block | PH_NAME_HEAD;
+    img[0].hash = hash;
+    img[0].size = size;
+    img[0].meta = lk | (uint64_t)entry_crc(hash, size, lk, name, len) << 32;
+    memcpy(img[0].name, name, PH_MIN(len, (size_t)PH_NAME_HEAD_BYTES));
+}
+
 /* Writes everything of an entry at `pos` but the head's xref: fillers,
  * the lines after the head, the head's words; flushes them.  Returns the
  * lines that were EMPTY. */
@@ -300,33 +354,19 @@ static unsigned write_body(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t pos, 
                            const char *name, size_t len, uint64_t size)
 {
     ph_persist *p = &h->sp.persist;
-    ph_name_line *L = ph_names_lines(s);
-    unsigned k = ph_names_entry_lines(len), newly = 0;
-    for (uint32_t i = ph_names_home(s, hash); i < pos; i++)
-        if (ph_load(&L[i].xref) == 0) {
-            set_ref(h, c, &L[i], PH_NAME_FREE);
-            ph_persist_flush(p, c, &L[i].xref, 8);
-            newly++;
-        }
-    size_t at = PH_MIN(len, (size_t)PH_NAME_HEAD_BYTES);
+    ph_name_line *L = ph_names_lines(s), img[5];
+    unsigned k = ph_names_entry_lines(len);
+    unsigned newly = ph_names_fill(h, c, s, ph_names_home(s, hash), pos) +
+                     ph_names_empties(s, pos, k);
+    ph_names_image(s, pos, hash, name, len, size, 0, img);
     for (unsigned j = 1; j < k; j++) {
-        uint64_t w[7] = {0};
-        size_t n = PH_MIN(len - at, (size_t)PH_NAME_CONT_BYTES);
-        memcpy(w, name + at, n);
-        at += n;
         ph_name_line *l = &L[pos + j];
-        newly += ph_load(&l->xref) == 0;
-        write_words(h, c, (uint64_t *)l + 1, w, 7);
-        set_ref(h, c, l, (uint64_t)pos << 3 | PH_NAME_CONT);
+        write_words(h, c, (uint64_t *)l + 1, (const uint64_t *)&img[j] + 1, 7);
+        ph_persist_write(p, c, &l->xref, img[j].xref);
         ph_persist_flush(p, c, l, sizeof(*l));
     }
-    ph_name_line *hd = &L[pos];
-    newly += ph_load(&hd->xref) == 0;
-    uint64_t lk = len | (uint64_t)k << 16;
-    uint64_t w[7] = {hash, size, lk | (uint64_t)entry_crc(hash, size, lk, name, len) << 32};
-    memcpy(&w[3], name, PH_MIN(len, (size_t)PH_NAME_HEAD_BYTES));
-    write_words(h, c, &hd->hash, w, 7);
-    ph_persist_flush(p, c, hd, sizeof(*hd));
+    write_words(h, c, &L[pos].hash, &img[0].hash, 7);
+    ph_persist_flush(p, c, &L[pos], sizeof(L[pos]));
     return newly;
 }
 
@@ -356,7 +396,7 @@ static int copy_entries(ph_names_seg *from, ph_names_seg *to, int side)
         if (side >= 0 && (int)((hash << from->depth) >> 63) != side)
             continue;
         uint32_t home = ph_names_home(to, hash), pos;
-        if (!place(to, home, k, &pos))
+        if (!place(to, home, k, NULL, 0, &pos))
             return PHEAP_ENOSPC;
         for (uint32_t j = home; j < pos; j++)
             if (T[j].xref == 0) {
@@ -476,7 +516,7 @@ static void flush_lazy(pheap *h, ph_pctx *c)
 #define PH_NAMES_RETIRE_EVERY 4096u
 _Static_assert(PH_NAMES_RETIRE_EVERY < (1u << 16), "retired before a version wraps");
 
-static void count_change(pheap *h, ph_pctx *c)
+void ph_names_changed(pheap *h, ph_pctx *c)
 {
     ph_names *n = h->names;
     if (!h->gc && ++n->changes >= PH_NAMES_RETIRE_EVERY) {
@@ -571,42 +611,66 @@ static int rebuild(pheap *h, ph_thread *t, ph_names_seg *s, uint64_t so, unsigne
     return finish(h, t);
 }
 
-int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, size_t len,
-                    size_t size, const ph_block_init *init, uint64_t *block)
+/* Lines of the entries of `taken` that lie in s. */
+static uint64_t taken_lines(const ph_names_seg *s, const ph_names_taken *taken, size_t ntaken)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < ntaken; i++)
+        n += taken[i].seg == s ? taken[i].lines : 0;
+    return n;
+}
+
+int ph_names_room(pheap *h, ph_thread *t, uint64_t hash, unsigned k, const ph_names_taken *taken,
+                  size_t ntaken, ph_name_ref *at, int *rebuilt)
 {
     ph_names *n = h->names;
-    unsigned k = ph_names_entry_lines(len), rebuilds = 0, min_bits = PH_NAMES_HOME_MIN_BITS;
-    ph_names_seg *s;
-    uint32_t pos = 0;
+    unsigned rebuilds = 0, min_bits = PH_NAMES_HOME_MIN_BITS;
     for (;;) {
-        uint64_t so = 0;
-        s = ph_names_seg_of(h, hash, &so);
+        uint64_t so = 0, more = k;
+        uint32_t pos;
+        ph_names_seg *s = ph_names_seg_of(h, hash, &so);
         if (s) {
-            count(n, s);
-            int loaded = 4 * (s->hint_used + k) > 3 * (1ull << s->home_bits);
-            if (!loaded && place(s, ph_names_home(s, hash), k, &pos))
-                break;
+            ph_names_count(n, s);
+            more += taken_lines(s, taken, ntaken);
+            int loaded = 4 * (s->hint_used + more) > 3 * (1ull << s->home_bits);
+            if (!loaded && place(s, ph_names_home(s, hash), k, taken, ntaken, &pos)) {
+                *at = (ph_name_ref){s, so, pos, &ph_names_lines(s)[pos]};
+                return 0;
+            }
             if (!loaded) /* room, but not where this name goes: more lines */
                 min_bits = (unsigned)s->home_bits + 1;
         }
         if (rebuilds++ == 8)
             return ph_err(PHEAP_ENOSPC, "no room for the name in its directory segment");
-        int rc = rebuild(h, t, s, so, k, min_bits);
+        int rc = rebuild(h, t, s, so, (unsigned)PH_MIN(more, (uint64_t)1 << 16), min_bits);
         if (rc)
             return rc;
+        *rebuilt = 1;
     }
+}
+
+int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, size_t len,
+                    size_t size, const ph_block_init *init, uint64_t *block)
+{
+    ph_names *n = h->names;
+    unsigned k = ph_names_entry_lines(len);
+    ph_name_ref at;
+    int rebuilt = 0, rc = ph_names_room(h, t, hash, k, NULL, 0, &at, &rebuilt);
+    if (rc)
+        return rc;
+    ph_names_seg *s = at.seg;
+    uint32_t pos = at.line;
     s->hint_used += write_body(h, &t->pctx, s, pos, hash, name, len, size);
     ph_name_line *hd = &ph_names_lines(s)[pos];
-    int rc = ph_engine_alloc_bind(h->engine, &t->tc, &t->pctx, size, init, &hd->xref,
-                                  ph_name_next_version(ph_load(&hd->xref)) | PH_NAME_HEAD, k,
-                                  block);
+    rc = ph_engine_alloc_bind(h->engine, &t->tc, &t->pctx, size, init, &hd->xref,
+                              ph_name_next_version(ph_load(&hd->xref)) | PH_NAME_HEAD, k, block);
     if (rc)
         return rc;
     s->hint_live += k;
     int lane = t->tc.lane.index;
     if (!h->gc && lane >= 0)
         n->lazy[lane / 64] |= 1ull << (lane % 64);
-    count_change(h, &t->pctx);
+    ph_names_changed(h, &t->pctx);
     return 0;
 }
 
@@ -619,7 +683,7 @@ int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref)
         return ph_err(PHEAP_ECORRUPT, "pheap_free_named: the directory entry names %llu, outside "
                       "the data region: the directory is damaged (see pheap_check)",
                       (unsigned long long)off);
-    count(h->names, ref->seg);
+    ph_names_count(h->names, ref->seg);
     unsigned k = ph_name_nlines(hd);
     /* A block the program freed behind the name may be pheap's own now (a
      * segment): never freed on the name's behalf. */
@@ -630,14 +694,14 @@ int ph_names_remove(pheap *h, ph_thread *t, const ph_name_ref *ref)
         rc == PHEAP_ENOTLIVE) {
         ph_persist_store64(&h->sp.persist, &t->pctx, &hd->xref, nv);
         ref->seg->hint_live -= k;
-        count_change(h, &t->pctx);
+        ph_names_changed(h, &t->pctx);
         return ph_err(PHEAP_ENOTLIVE, "pheap_free_named: the block %llu the name named was "
                       "already freed (by pheap_free?): the name alone was removed",
                       (unsigned long long)off);
     }
     if (!rc)
         ref->seg->hint_live -= k;
-    count_change(h, &t->pctx);
+    ph_names_changed(h, &t->pctx);
     return rc;
 }
 
@@ -779,6 +843,7 @@ void ph_names_close(pheap *h)
     if (!h->names)
         return;
     pthread_rwlock_destroy(&h->names->lock);
+    free(h->names->held);
     free(h->names);
     h->names = NULL;
 }

@@ -42,6 +42,11 @@
  * only kind whose COMMIT record can count, since every transaction that
  * writes one retires it before the next begins -- rolled forward when its
  * COMMIT record counts and the contents match, else left alone.
+ * Names (names_tx.c): a create or remove inside the transaction logs its
+ * block's ALLOC or FREE record at the call; the commit, before F1, places
+ * the entries and appends REDO records of the directory lines it changes
+ * (segments are pheap's own blocks: F2 never skips them), holding the
+ * directory's write lock until F3.
  * Sequences: a holder of lane L takes them from the durable ceiling up,
  * raising the ceiling first (one fence per PH_TX_SEQ_BLOCK transactions),
  * so no record of an earlier holder or an earlier crash carries a seq that
@@ -78,9 +83,7 @@ static ph_tx *open_levels(pheap *h, ph_thread **tp, const char *call)
     return tx;
 }
 
-/* The thread's transaction for a call that needs one: NULL with the error
- * set (PHEAP_ENOTX, PHEAP_EABORTED, or the handle's). */
-static ph_tx *current(pheap *h, ph_thread **tp, const char *call)
+ph_tx *ph_tx_current(pheap *h, ph_thread **tp, const char *call)
 {
     ph_thread *t;
     ph_tx *tx = open_levels(h, &t, call);
@@ -123,6 +126,7 @@ static void reset(ph_tx *tx)
     tx->records = 0;
     tx->chain = 0;
     tx->added.n = tx->undos.n = tx->redos.n = tx->changes.n = tx->links.n = 0;
+    tx->name_tail = 0;
 }
 
 /* ---- ending a transaction ---------------------------------------------------------- */
@@ -160,13 +164,13 @@ static void rollback(pheap *h, ph_thread *t, ph_tx *tx)
         if (tx->changes.v[i].kind == PH_TXREC_ALLOC)
             ph_engine_tx_unreserve(h->engine, &t->tc, &t->pctx, tx->changes.v[i].off);
     free_segments(h, t, tx);
+    ph_names_tx_done(h, t, tx, 0);
     tx->aborted = 1;
     ph_store_relaxed(&t->xtx_aborts, t->xtx_aborts + 1);
     count_fences(t, tx);
 }
 
-/* A failure that aborts: rolls back, keeps the error of `rc`. */
-static int fail(pheap *h, ph_thread *t, ph_tx *tx, int rc)
+int ph_tx_fail(pheap *h, ph_thread *t, ph_tx *tx, int rc)
 {
     int err = pheap_errno();
     char msg[256];
@@ -191,6 +195,8 @@ void ph_tx_thread_exit(pheap *h, ph_thread *t, int rollback_open)
         return;
     if (rollback_open && tx->depth && !tx->aborted && h->engine)
         rollback(h, t, tx);
+    ph_names_tx_done(h, t, tx, 0); /* a simulated crash: the names are let go */
+    free(tx->names.v);
     free(tx->added.v);
     free(tx->undos.v);
     free(tx->redos.v);
@@ -353,7 +359,7 @@ static void commit_redo(pheap *h, ph_thread *t, ph_tx *tx)
     ph_engine_tx_lock(h->engine, tx->changes.v, tx->changes.n); /* nothing in flight */
     for (size_t i = 0; i < tx->redos.n; i++) {
         redo *r = &tx->redos.v[i];
-        if (ph_space_guarded_overlap(&h->sp, r->off, r->len))
+        if (!r->own && ph_space_guarded_overlap(&h->sp, r->off, r->len))
             continue; /* freed by the program since, and pheap's own now */
         void *dst = ph_space_at(&h->sp, r->off);
         memcpy(dst, r->data, r->len);
@@ -383,10 +389,17 @@ ph_export int pheap_tx_commit(pheap *h)
         return 0;
     }
     tx->fences0 = t->pctx.xfences;
+    int rc = tx->names.n ? ph_names_tx_prepare(h, t, tx) : 0;
+    if (rc) { /* no room for a name in the directory: nothing was committed */
+        rc = ph_tx_fail(h, t, tx, rc);
+        close_level(tx);
+        return rc;
+    }
     if (tx->redos.n || tx->changes.n)
         commit_redo(h, t, tx);
     else if (tx->undos.n)
         commit_undo(h, t, tx);
+    ph_names_tx_done(h, t, tx, 1);
     free_segments(h, t, tx);
     ph_store_relaxed(&t->xtx_commits, t->xtx_commits + 1);
     count_fences(t, tx);
@@ -441,7 +454,7 @@ ph_export int pheap_tx_add(pheap *h, const void *addr, size_t len)
 {
     PH_WINDOW();
     ph_thread *t;
-    ph_tx *tx = current(h, &t, "pheap_tx_add");
+    ph_tx *tx = ph_tx_current(h, &t, "pheap_tx_add");
     uint64_t off;
     int fresh, rc;
     if (!tx)
@@ -456,7 +469,7 @@ ph_export int pheap_tx_add(pheap *h, const void *addr, size_t len)
     add_ctx a = {h, t, tx, 0};
     if ((rc = ph_tx_ranges_each(tx, off, len, snapshot_piece, &a)) != 0 ||
         (rc = ph_tx_ranges_add(tx, off, len)) != 0)
-        return fail(h, t, tx, rc);
+        return ph_tx_fail(h, t, tx, rc);
     if (a.logged) {
         ph_tx_log_flush(h, t, tx, 1);
         ph_persist_fence(ph_tx_persist(h), &t->pctx); /* the snapshot before the caller's stores */
@@ -489,7 +502,7 @@ static int write_piece(void *arg, uint64_t off, uint64_t len, int added)
         if (rc)
             return rc;
         const uint8_t *data = ph_tx_log_put(tx, PH_TXREC_REDO, off, 0, src, n);
-        if (VEC_PUSH(tx->redos, ((redo){off, n, data})))
+        if (VEC_PUSH(tx->redos, ((redo){off, n, 0, data})))
             return ph_err(PHEAP_ENOMEM, "pheap_tx_write: out of memory");
         off += n;
         src += n;
@@ -502,7 +515,7 @@ ph_export int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len)
 {
     PH_WINDOW();
     ph_thread *t;
-    ph_tx *tx = current(h, &t, "pheap_tx_write");
+    ph_tx *tx = ph_tx_current(h, &t, "pheap_tx_write");
     uint64_t off;
     int fresh, rc;
     if (!tx)
@@ -528,7 +541,7 @@ ph_export int pheap_tx_write(pheap *h, void *dst, const void *src, size_t len)
     rc = ph_tx_ranges_each(tx, off, len, write_piece, &w);
     free(copy);
     if (rc)
-        return fail(h, t, tx, rc);
+        return ph_tx_fail(h, t, tx, rc);
     count_fences(t, tx); /* a log that grew fenced */
     return 0;
 }
@@ -537,7 +550,7 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
 {
     PH_WINDOW();
     ph_thread *t;
-    ph_tx *tx = current(h, &t, "pheap_tx_read");
+    ph_tx *tx = ph_tx_current(h, &t, "pheap_tx_read");
     if (!tx)
         return pheap_errno();
     uint64_t off = 0;
@@ -559,11 +572,52 @@ ph_export int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len)
     return 0;
 }
 
+/* Runs a block's initialiser on the reserved block at `off`: 0 or
+ * PHEAP_ECANCELED. */
+static int run_init(pheap *h, const ph_block_init *init, uint64_t off, uint64_t bytes,
+                    const char *call)
+{
+    void *p = ph_space_at(&h->sp, off);
+    if (init->zero)
+        memset(p, 0, bytes);
+    if (init->fn && init->fn(init->arg, p, bytes) != 0)
+        return ph_err(PHEAP_ECANCELED, "%s: the initialiser returned nonzero: nothing was "
+                      "allocated", call);
+    return 0;
+}
+
+int ph_tx_take(pheap *h, ph_thread *t, ph_tx *tx, size_t size, const ph_block_init *init,
+               uint64_t *off, const char *call)
+{
+    uint64_t bytes;
+    int rc = ph_engine_tx_reserve(h->engine, &t->tc, &t->pctx, size, off, &bytes);
+    if (rc)
+        return ph_tx_fail(h, t, tx, rc);
+    if (init && (rc = run_init(h, init, *off, bytes, call)) == 0 && (!tx->depth || tx->aborted))
+        rc = ph_err(PHEAP_EABORTED, "%s: the initialiser ended the transaction", call);
+    if (rc) { /* the initialiser's refusal: the transaction goes on */
+        ph_engine_tx_unreserve(h->engine, &t->tc, &t->pctx, *off);
+        return rc;
+    }
+    if ((rc = ph_tx_log_room(h, t, tx, 0)) == 0) {
+        ph_tx_change c = {*off, bytes, PH_TXREC_ALLOC, (uint32_t)tx->changes.n, 0, 0, 0, NULL};
+        if (VEC_PUSH(tx->changes, c))
+            rc = ph_err(PHEAP_ENOMEM, "%s: out of memory", call);
+        else
+            ph_tx_log_put(tx, PH_TXREC_ALLOC, *off, bytes, NULL, 0);
+    }
+    if (rc) {
+        ph_engine_tx_unreserve(h->engine, &t->tc, &t->pctx, *off);
+        return ph_tx_fail(h, t, tx, rc);
+    }
+    return 0;
+}
+
 ph_export pheap_off pheap_tx_alloc(pheap *h, size_t size)
 {
     PH_WINDOW();
     ph_thread *t;
-    ph_tx *tx = current(h, &t, "pheap_tx_alloc");
+    ph_tx *tx = ph_tx_current(h, &t, "pheap_tx_alloc");
     if (!tx)
         return 0;
     if (size == 0 || size > h->hdr.max_size) { /* bad arguments: the transaction goes on */
@@ -571,38 +625,19 @@ ph_export pheap_off pheap_tx_alloc(pheap *h, size_t size)
                size ? " is more than the heap can ever hold" : "");
         return 0;
     }
-    uint64_t off, bytes;
-    int rc = ph_tx_log_room(h, t, tx, 0);
-    if (!rc && (rc = ph_engine_tx_reserve(h->engine, &t->tc, &t->pctx, size, &off, &bytes)) == 0) {
-        ph_tx_change c = {off, bytes, PH_TXREC_ALLOC, (uint32_t)tx->changes.n, 0, 0, 0, NULL};
-        if (VEC_PUSH(tx->changes, c)) {
-            ph_engine_tx_unreserve(h->engine, &t->tc, &t->pctx, off);
-            rc = ph_err(PHEAP_ENOMEM, "pheap_tx_alloc: out of memory");
-        } else {
-            ph_tx_log_put(tx, PH_TXREC_ALLOC, off, bytes, NULL, 0);
-        }
-    }
-    if (rc) {
-        fail(h, t, tx, rc);
+    uint64_t off;
+    if (ph_tx_take(h, t, tx, size, NULL, &off, "pheap_tx_alloc"))
         return 0;
-    }
     count_fences(t, tx);
     return off;
 }
 
-ph_export int pheap_tx_free(pheap *h, pheap_off off)
+int ph_tx_give(pheap *h, ph_thread *t, ph_tx *tx, uint64_t off, const char *call)
 {
-    PH_WINDOW();
-    ph_thread *t;
-    ph_tx *tx = current(h, &t, "pheap_tx_free");
-    if (!tx)
-        return pheap_errno();
-    if (off == 0)
-        return 0;
     if (off < h->sp.data_off || off >= ph_space_size(&h->sp))
-        return ph_err(PHEAP_ERANGE, "pheap_tx_free: offset %llu is outside the heap's data region",
+        return ph_err(PHEAP_ERANGE, "%s: offset %llu is outside the heap's data region", call,
                       (unsigned long long)off);
-    int rc = ph_heap_guarded(h, off, 1, "pheap_tx_free");
+    int rc = ph_heap_guarded(h, off, 1, call);
     if (rc)
         return rc;
     uint64_t bytes = 0;
@@ -612,8 +647,8 @@ ph_export int pheap_tx_free(pheap *h, pheap_off off)
         if (c->off != off)
             continue;
         if (c->kind == PH_TXREC_FREE)
-            return ph_err(PHEAP_EDOUBLEFREE, "pheap_tx_free: the block at %llu is freed by this "
-                          "transaction already", (unsigned long long)off);
+            return ph_err(PHEAP_EDOUBLEFREE, "%s: the block at %llu is freed by this "
+                          "transaction already", call, (unsigned long long)off);
         fresh = 1; /* allocated by it */
         bytes = c->bytes;
         break;
@@ -621,18 +656,54 @@ ph_export int pheap_tx_free(pheap *h, pheap_off off)
     rc = fresh ? 0 : ph_engine_usable(h->engine, off, &bytes);
     if (rc) {
         if (rc == PHEAP_EDOUBLEFREE)
-            ph_err(rc, "pheap_tx_free: double free of the block at %llu", (unsigned long long)off);
+            ph_err(rc, "%s: double free of the block at %llu", call, (unsigned long long)off);
         return rc;
     }
     if ((rc = ph_tx_log_room(h, t, tx, 0)) == 0) {
         ph_tx_change c = {off, bytes, PH_TXREC_FREE, (uint32_t)tx->changes.n, 0, 0, 0, NULL};
         if (VEC_PUSH(tx->changes, c))
-            rc = ph_err(PHEAP_ENOMEM, "pheap_tx_free: out of memory");
+            rc = ph_err(PHEAP_ENOMEM, "%s: out of memory", call);
         else
             ph_tx_log_put(tx, PH_TXREC_FREE, off, bytes, NULL, 0);
     }
+    return rc ? ph_tx_fail(h, t, tx, rc) : 0;
+}
+
+ph_export int pheap_tx_free(pheap *h, pheap_off off)
+{
+    PH_WINDOW();
+    ph_thread *t;
+    ph_tx *tx = ph_tx_current(h, &t, "pheap_tx_free");
+    if (!tx)
+        return pheap_errno();
+    if (off == 0)
+        return 0;
+    int rc = ph_tx_give(h, t, tx, off, "pheap_tx_free");
+    if (!rc)
+        count_fences(t, tx);
+    return rc;
+}
+
+int ph_tx_keep_room(pheap *h, ph_thread *t, ph_tx *tx, uint32_t len)
+{
+    int rc = ph_tx_log_room(h, t, tx, len);
     if (rc)
-        return fail(h, t, tx, rc);
-    count_fences(t, tx);
+        return ph_tx_fail(h, t, tx, rc);
+    tx->name_tail += ph_txrec_size(len);
     return 0;
+}
+
+int ph_tx_redo_slots(ph_tx *tx, size_t n)
+{
+    while (tx->redos.cap - tx->redos.n < n)
+        if (!ph_tx_vec_grow((void **)&tx->redos.v, &tx->redos.cap, sizeof(*tx->redos.v)))
+            return ph_err(PHEAP_ENOMEM, "pheap_tx_commit: out of memory");
+    return 0;
+}
+
+void ph_tx_redo_own(ph_tx *tx, uint64_t off, const void *src, uint32_t len)
+{
+    tx->name_tail -= ph_txrec_size(len);
+    const uint8_t *data = ph_tx_log_put(tx, PH_TXREC_REDO, off, 0, src, len);
+    tx->redos.v[tx->redos.n++] = (redo){off, len, 1, data};
 }

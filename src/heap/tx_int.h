@@ -22,6 +22,7 @@ typedef struct span {
 typedef struct redo {
     uint64_t off;
     uint32_t len;
+    int own;              /* pheap's own metadata (a name's lines): never skipped */
     const uint8_t *data;  /* the new bytes, in the log */
 } redo;
 
@@ -54,6 +55,9 @@ struct ph_tx {
     VEC(redo) redos;            /* REDO records, in log order */
     VEC(ph_tx_change) changes;  /* ALLOC and FREE records, in log order */
     VEC(uint64_t *) links;      /* the words that link overflow segments, in order */
+    VEC(struct ph_name_hold *) names; /* names it creates or removes (names_tx.c) */
+    size_t name_tail;           /* log bytes kept for the records of those names,
+                                   written by the commit (before its COMMIT record) */
 };
 
 #define VEC_PUSH(vec, item)                                                             \
@@ -82,6 +86,37 @@ static inline int ph_tx_overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t
 {
     return a < b + blen && b < a + alen;
 }
+
+/* The thread's transaction for a call that needs one: NULL with the error
+ * set (PHEAP_ENOTX, PHEAP_EABORTED, or the handle's). */
+ph_tx *ph_tx_current(pheap *h, ph_thread **tp, const char *call);
+/* A failure that aborts: rolls back, keeps the error of `rc`. */
+int ph_tx_fail(pheap *h, ph_thread *t, ph_tx *tx, int rc);
+/* Reserves a block of `size` bytes for the transaction, runs `init` (may
+ * be NULL) on it, logs its ALLOC record: 0 and *off.  A failing
+ * initialiser fails alone (PHEAP_ECANCELED, nothing reserved); no memory
+ * or log space aborts. */
+int ph_tx_take(pheap *h, ph_thread *t, ph_tx *tx, size_t size, const ph_block_init *init,
+               uint64_t *off, const char *call);
+/* Logs the FREE record of the block at `off` (live, or the transaction's
+ * own): 0, or the error of a bad offset (nothing changes), or of an abort. */
+int ph_tx_give(pheap *h, ph_thread *t, ph_tx *tx, uint64_t off, const char *call);
+/* Keeps log room for a REDO record of `len` bytes that the commit writes. */
+int ph_tx_keep_room(pheap *h, ph_thread *t, ph_tx *tx, uint32_t len);
+/* Room for n more REDO records in tx->redos: 0 or PHEAP_ENOMEM. */
+int ph_tx_redo_slots(ph_tx *tx, size_t n);
+/* The commit's REDO record of pheap's own bytes (room kept, slot made). */
+void ph_tx_redo_own(ph_tx *tx, uint64_t off, const void *src, uint32_t len);
+
+/* ---- names in the transaction (names_tx.c) ---- */
+
+/* At the outermost commit, before its COMMIT record: places the names the
+ * transaction creates and logs the changes of their lines; returns with
+ * the directory's write lock held (0), or an error with nothing logged. */
+int ph_names_tx_prepare(pheap *h, ph_thread *t, ph_tx *tx);
+/* After the commit's retirement (`committed`: the lock is released) or at
+ * a rollback: lets go of the transaction's names. */
+void ph_names_tx_done(pheap *h, ph_thread *t, ph_tx *tx, int committed);
 
 /* ---- the log (tx_log.c) ---- */
 

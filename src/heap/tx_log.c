@@ -41,7 +41,7 @@ static int segment_header(void *arg, void *block, size_t usable)
 static int log_grow(pheap *h, ph_thread *t, ph_tx *tx, size_t need)
 {
     uint64_t bytes = tx->seg_bytes ? PH_MIN(tx->seg_bytes * 2, (uint64_t)SEG_MAX) : SEG_MIN;
-    bytes = PH_MAX(bytes, PH_ALIGN_UP(need + TAIL + PH_LINE_SIZE, PH_PAGE_SIZE));
+    bytes = PH_MAX(bytes, PH_ALIGN_UP(need + TAIL + tx->name_tail + PH_LINE_SIZE, PH_PAGE_SIZE));
     if (VEC_PUSH(tx->links, tx->seg.next))
         return ph_err(PHEAP_ENOMEM, "out of memory for the transaction log");
     unsigned lane = (unsigned)tx->lane;
@@ -66,17 +66,18 @@ static int log_grow(pheap *h, ph_thread *t, ph_tx *tx, size_t need)
 /* Payload bytes the next record may carry in the current segment. */
 static uint64_t log_space(const ph_tx *tx)
 {
-    size_t left = tx->seg.bytes - tx->pos;
-    if (left <= TAIL + sizeof(ph_txrec))
+    size_t left = tx->seg.bytes - tx->pos, keep = TAIL + tx->name_tail;
+    if (left <= keep + sizeof(ph_txrec))
         return 0;
-    return PH_MIN(left - TAIL - sizeof(ph_txrec), (size_t)PH_TXREC_LEN_MAX & ~7ull);
+    return PH_MIN(left - keep - sizeof(ph_txrec), (size_t)PH_TXREC_LEN_MAX & ~7ull);
 }
 
 /* Room for a record of `len` payload bytes after the append position,
- * growing the log when needed. */
+ * and the bytes kept for the commit's records, growing the log when
+ * needed. */
 int ph_tx_log_room(pheap *h, ph_thread *t, ph_tx *tx, uint32_t len)
 {
-    if (tx->pos + ph_txrec_size(len) + TAIL <= tx->seg.bytes)
+    if (tx->pos + ph_txrec_size(len) + TAIL + tx->name_tail <= tx->seg.bytes)
         return 0;
     return log_grow(h, t, tx, ph_txrec_size(len));
 }

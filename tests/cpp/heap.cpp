@@ -223,11 +223,8 @@ TEST(transaction_scopes)
     CHECK_EQ(live_blocks(h), before + 2);
     pheap::run(h, [&] { h.destroy(f); h.destroy(q); });
     CHECK_EQ(live_blocks(h), before);
-    /* Names are not transactional yet: refused inside a transaction. */
     pheap::run(h, [&] {
-        CHECK_THROWS_CODE(h.make_named<point>("q", 1L, 1L), PHEAP_ENOTSUP);
-        CHECK_THROWS_CODE(h.destroy_named<point>("p"), PHEAP_ENOTSUP);
-        CHECK(h.find<point>("p") == &p); /* lookups are fine */
+        CHECK(h.find<point>("p") == &p);
         /* a root cannot name a block of the transaction before the commit */
         CHECK_THROWS_CODE(h.root<long>("unset"), PHEAP_ENOTLIVE);
     });
@@ -240,6 +237,74 @@ TEST(transaction_scopes)
         inner.abort();
     }
     CHECK_THROWS_CODE(outer.commit(), PHEAP_EABORTED);
+}
+
+TEST(named_objects_in_transactions)
+{
+    pheap::heap h = fresh("named-tx.heap");
+    h.make_named<point>("warm", 0L, 0L);
+    std::uint64_t before = live_blocks(h);
+    /* made in a transaction: there after the commit */
+    pheap::run(h, [&] {
+        point *a = h.make_named<point>("a", 1L, 2L);
+        CHECK(h.find<point>("a") == a); /* this thread finds it before the commit */
+        CHECK_THROWS_CODE(h.make_named<point>("a", 1L, 2L), PHEAP_EEXIST);
+    });
+    CHECK(h.find<point>("a") != nullptr);
+    CHECK_EQ(h.find<point>("a")->y, 2);
+    CHECK_EQ(live_blocks(h), before + 1);
+    /* an exception that aborts the transaction removes the name and the block */
+    try {
+        pheap::run(h, [&] {
+            h.make_named<point>("b", 3L, 4L);
+            throw boom();
+        });
+    } catch (const boom &) {
+    }
+    CHECK(h.find<point>("b") == nullptr);
+    CHECK_EQ(live_blocks(h), before + 1);
+    /* a throwing constructor: no name, no block, the transaction goes on */
+    pheap::run(h, [&] {
+        bool caught = false;
+        try {
+            h.make_named<fragile>("f", true);
+        } catch (const boom &) {
+            caught = true;
+        }
+        CHECK(caught);
+        CHECK(h.find<fragile>("f") == nullptr);
+        h.make_named<fragile>("g", false, 5L);
+    });
+    CHECK(h.find<fragile>("f") == nullptr);
+    CHECK_EQ(h.find<fragile>("g")->v, 5);
+    CHECK_EQ(live_blocks(h), before + 2);
+    /* destroyed in a transaction that aborts: object and name come back */
+    fragile::destroyed = 0;
+    {
+        pheap::transaction tx(h);
+        h.destroy_named<fragile>("g");
+        CHECK_EQ(fragile::destroyed, 1);
+        CHECK(h.find<fragile>("g") == nullptr);
+    }
+    CHECK(h.find<fragile>("g") != nullptr);
+    CHECK_EQ(h.find<fragile>("g")->v, 5);
+    CHECK_EQ(live_blocks(h), before + 2);
+    /* ... and committed: both go */
+    pheap::run(h, [&] { h.destroy_named<fragile>("g"); });
+    CHECK(h.find<fragile>("g") == nullptr);
+    CHECK_EQ(live_blocks(h), before + 1);
+    /* made and destroyed in one transaction, nested levels */
+    pheap::run(h, [&] {
+        pheap::transaction inner(h);
+        h.make_named<point>("brief", 1L, 1L);
+        h.destroy_named<point>("brief");
+        CHECK_THROWS_CODE(h.destroy_named<point>("brief"), PHEAP_ENOENT);
+        inner.commit();
+    });
+    CHECK(h.find<point>("brief") == nullptr);
+    CHECK_EQ(live_blocks(h), before + 1);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h.get(), &rep), 0);
 }
 
 TEST(vector_in_a_transaction)

@@ -42,19 +42,11 @@ typedef struct workload_def {
     unsigned base;      /* names "base-0".. made before the crash points */
 } workload_def;
 
-static uint64_t seed_of(const char *name)
-{
-    uint64_t s = 1469598103934665603ull;
-    for (; *name; name++)
-        s = (s ^ (unsigned char)*name) * 1099511628211ull;
-    return s;
-}
-
 static int fill(pheap *h, void *block, size_t usable, void *arg)
 {
     (void)h, (void)usable;
     const op *o = arg;
-    ph_test_fill(block, o->size, seed_of(o->name));
+    ph_test_fill(block, o->size, ph_test_name_seed(o->name));
     return 0;
 }
 
@@ -106,7 +98,7 @@ static void check_name(pheap *h, const workload_def *w, const char *name, unsign
     if (before && after && before_size != after_size) /* re-created by the op in flight */
         size = pheap_usable_size(h, off) >= after_size ? after_size : before_size;
     if (pheap_usable_size(h, off) < size ||
-        !ph_test_intact(pheap_direct(h, off), size, seed_of(name)))
+        !ph_test_intact(pheap_direct(h, off), size, ph_test_name_seed(name)))
         ph_test_fail(__FILE__, __LINE__, "'%s' at %llu: contents lost", name,
                      (unsigned long long)off);
 }

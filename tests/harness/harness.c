@@ -119,6 +119,14 @@ void ph_test_fill(void *dst, size_t n, uint64_t seed)
         p[i] = (unsigned char)(x >> (8 * (i & 7)));
 }
 
+uint64_t ph_test_name_seed(const char *name)
+{
+    uint64_t s = 1469598103934665603ull;
+    for (; *name; name++)
+        s = (s ^ (unsigned char)*name) * 1099511628211ull;
+    return s;
+}
+
 int ph_test_intact(const void *src, size_t n, uint64_t seed)
 {
     const unsigned char *p = src;

@@ -87,6 +87,9 @@ pheap *ph_test_create_mode(const char *path, uint64_t size, unsigned consistency
 void ph_test_fill(void *p, size_t n, uint64_t seed);
 int ph_test_intact(const void *p, size_t n, uint64_t seed);
 
+/* A seed for ph_test_fill drawn from a name (FNV-1a of its bytes). */
+uint64_t ph_test_name_seed(const char *name);
+
 /* Fails the test for every overlap among the n blocks [b[i][0], b[i][1])
  * (sorts them); returns how many. */
 unsigned ph_test_disjoint(uint64_t (*b)[2], unsigned n);
