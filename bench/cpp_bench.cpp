@@ -310,7 +310,7 @@ void bench_map(const config &c)
 void bench_vector(const config &c, unsigned flush, const std::string &flush_name)
 {
     using vec = boost::container::vector<int, pheap::allocator<int>>;
-    std::vector<double> one, each;
+    std::vector<double> one, each, fences, flushes, reflushes;
     for (unsigned r = 0; r < c.reps; r++) {
         pheap::heap h = make_heap(c, "cppbench-vec", std::uint64_t(c.pushes) * 16 + (64 << 20), flush);
         vec &v = *h.make<vec>(pheap::allocator<vec>(h));
@@ -323,6 +323,8 @@ void bench_vector(const config &c, unsigned flush, const std::string &flush_name
         std::uint64_t t1 = now_ns();
         one.push_back(double(c.pushes) / (double(t1 - t0) / 1e9));
         vec &w = *h.make<vec>(pheap::allocator<vec>(h));
+        struct pheap_stats s0, s1;
+        pheap_stats(h.get(), &s0);
         t0 = now_ns();
         for (std::size_t i = 0; i < c.tx_pushes; i++)
             pheap::run(h, [&](pheap::transaction &tx) {
@@ -330,10 +332,18 @@ void bench_vector(const config &c, unsigned flush, const std::string &flush_name
                 w.push_back(int(i));
             });
         t1 = now_ns();
+        pheap_stats(h.get(), &s1);
         each.push_back(double(c.tx_pushes) / (double(t1 - t0) / 1e9));
+        double n = double(c.tx_pushes);
+        fences.push_back(double(s1.fences - s0.fences) / n);
+        flushes.push_back(double(s1.flushes - s0.flushes) / n);
+        reflushes.push_back(double(s1.reflushes - s0.reflushes) / n);
     }
     report("vector push", "one transaction, flush " + flush_name, "push/s", one);
     report("vector push", "a transaction each, flush " + flush_name, "push/s", each);
+    report("vector push", "a transaction each, flush " + flush_name, "fences/push", fences);
+    report("vector push", "a transaction each, flush " + flush_name, "flushes/push", flushes);
+    report("vector push", "a transaction each, flush " + flush_name, "reflushes/push", reflushes);
 }
 
 void json_out(const char *file, const config &c)
