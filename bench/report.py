@@ -549,12 +549,11 @@ def cpp_section(rows):
             "its median. The ratio goal of the issue: within 5 % (at most 1.05).\n")
     for where in sorted({r.get("heap_dir", "?") for r in rows}):
         body = []
-        for r in rows:
-            if r.get("heap_dir", "?") != where:
-                continue
+        here = [r for r in rows if r.get("heap_dir", "?") == where]
+        for r in here:
             spread = f"{r['min']:.3g}–{r['max']:.3g}" if "min" in r else "—"
             body.append([r["bench"], r["variant"], f"{r['value']:.3g}", spread, r["unit"]])
-        text += (f"\nHeaps in {where}, {rows[0].get('reps')} repetitions.\n\n"
+        text += (f"\nHeaps in {where}, {here[0].get('reps')} repetitions.\n\n"
                  + table(["benchmark", "variant", "median", "min–max", "unit"], body))
     return text
 
