@@ -16,7 +16,8 @@
  * Each figure is the median of --reps repetitions.  Output: a table on
  * stdout; --json appends one JSON object per figure, --markdown the table.
  *
- * Usage: pheap_cppbench [--quick] [--heap-dir DIR] [--reps N] [--json FILE] [--markdown FILE]
+ * Usage: pheap_cppbench [--quick] [--heap-dir DIR] [--reps N] [--only list|map|vector]
+ *                       [--json FILE] [--markdown FILE]
  */
 #include <pheap.hpp>
 
@@ -57,19 +58,40 @@ struct config {
     std::size_t pushes = 1 << 22, tx_pushes = 20000;
     unsigned reps = 5;
     std::string dir = "/dev/shm";
+    std::string only; /* list, map or vector; empty: all */
 };
 
 struct figure {
     std::string bench, variant, unit;
-    double value;
+    double value, lo, hi; /* the median and the spread of the repetitions */
 };
 std::vector<figure> figures;
 
-void report(const std::string &bench, const std::string &variant, const std::string &unit, double v)
+void report(const std::string &bench, const std::string &variant, const std::string &unit, double v,
+            double lo, double hi)
 {
-    figures.push_back({bench, variant, unit, v});
-    std::printf("%-12s %-34s %12.2f %s\n", bench.c_str(), variant.c_str(), v, unit.c_str());
+    figures.push_back({bench, variant, unit, v, lo, hi});
+    std::printf("%-12s %-44s %12.3f %s [%.3f - %.3f]\n", bench.c_str(), variant.c_str(), v,
+                unit.c_str(), lo, hi);
     std::fflush(stdout);
+}
+
+/* The median of the repetitions, with the slowest and fastest. */
+void report(const std::string &bench, const std::string &variant, const std::string &unit,
+            const std::vector<double> &reps)
+{
+    std::vector<double> v = reps;
+    std::sort(v.begin(), v.end());
+    report(bench, variant, unit, median(v), v.front(), v.back());
+}
+
+/* a[i] / b[i]: the ratio of each repetition, both measured in it. */
+std::vector<double> ratios(const std::vector<double> &a, const std::vector<double> &b)
+{
+    std::vector<double> r;
+    for (std::size_t i = 0; i < a.size() && i < b.size(); i++)
+        r.push_back(a[i] / b[i]);
+    return r;
 }
 
 pheap::heap make_heap(const config &c, const char *name, std::uint64_t size, unsigned flush)
@@ -158,13 +180,12 @@ void bench_list(const config &c)
         if (sums[0] != sums[1] || sums[0] != sums[2] || sums[0] != sums[3])
             std::fprintf(stderr, "pheap_cppbench: the walks disagree\n");
         std::string kind = shuffled ? "random order" : "array order";
-        double m[4] = {median(t[0]), median(t[1]), median(t[2]), median(t[3])};
-        report("list walk", "pheap::ptr, heap, " + kind, "ns/node", m[0]);
-        report("list walk", "pheap::ptr, DRAM, " + kind, "ns/node", m[1]);
-        report("list walk", "raw pointer, heap, " + kind, "ns/node", m[2]);
-        report("list walk", "raw pointer, DRAM, " + kind, "ns/node", m[3]);
-        report("list walk", "ptr heap / raw DRAM, " + kind, "ratio", m[0] / m[3]);
-        report("list walk", "ptr / raw, both in the heap, " + kind, "ratio", m[0] / m[2]);
+        report("list walk", "pheap::ptr, heap, " + kind, "ns/node", t[0]);
+        report("list walk", "pheap::ptr, DRAM, " + kind, "ns/node", t[1]);
+        report("list walk", "raw pointer, heap, " + kind, "ns/node", t[2]);
+        report("list walk", "raw pointer, DRAM, " + kind, "ns/node", t[3]);
+        report("list walk", "ptr heap / raw DRAM, " + kind, "ratio", ratios(t[0], t[3]));
+        report("list walk", "ptr / raw, both in the heap, " + kind, "ratio", ratios(t[0], t[2]));
     }
 }
 
@@ -187,8 +208,27 @@ struct raw_heap_allocator {
     bool operator!=(const raw_heap_allocator<U> &o) const { return h != o.h; }
 };
 
+/* operator new's blocks handed out as ptr: the ptr code on DRAM's nodes. */
+template <class T>
+struct ptr_dram_allocator {
+    using value_type = T;
+    using pointer = pheap::ptr<T>;
+    using const_pointer = pheap::ptr<const T>;
+    using void_pointer = pheap::ptr<void>;
+    using const_void_pointer = pheap::ptr<const void>;
+    ptr_dram_allocator() = default;
+    template <class U>
+    ptr_dram_allocator(const ptr_dram_allocator<U> &) {}
+    pointer allocate(std::size_t n) { return pointer(static_cast<T *>(::operator new(n * sizeof(T)))); }
+    void deallocate(pointer p, std::size_t) { ::operator delete(p.get()); }
+    template <class U>
+    bool operator==(const ptr_dram_allocator<U> &) const { return true; }
+    template <class U>
+    bool operator!=(const ptr_dram_allocator<U> &) const { return false; }
+};
+
 template <class Map>
-double lookups(const Map &m, const std::vector<long> &keys, long *sum)
+__attribute__((noinline)) double lookups(const Map &m, const std::vector<long> &keys, long *sum)
 {
     std::uint64_t t0 = now_ns();
     long s = 0;
@@ -202,43 +242,67 @@ double lookups(const Map &m, const std::vector<long> &keys, long *sum)
 
 void bench_map(const config &c)
 {
-    using pmap = boost::container::map<long, long, std::less<long>,
-                                       pheap::allocator<std::pair<const long, long>>>;
-    using rmap = boost::container::map<long, long>;
-    using hmap = boost::container::map<long, long, std::less<long>,
-                                       raw_heap_allocator<std::pair<const long, long>>>;
-    pheap::heap h = make_heap(c, "cppbench-map", std::uint64_t(c.map_keys) * 64 + (64 << 20),
+    namespace bc = boost::container;
+    using kv = std::pair<const long, long>;
+    /* Boost packs a node's colour into its parent pointer only for raw
+     * pointers (40-byte nodes); with ptr it is a field (48 bytes).  The
+     * "same node" baselines turn the packing off, so that they differ from
+     * the ptr map in the pointers alone. */
+    using wide = bc::tree_assoc_options<bc::optimize_size<false>>::type;
+    using pmap = bc::map<long, long, std::less<long>, pheap::allocator<kv>>;
+    using pdmap = bc::map<long, long, std::less<long>, ptr_dram_allocator<kv>>;
+    using hmap = bc::map<long, long, std::less<long>, raw_heap_allocator<kv>, wide>;
+    using rmap = bc::map<long, long>;
+    using rwmap = bc::map<long, long, std::less<long>, bc::new_allocator<kv>, wide>;
+    pheap::heap h = make_heap(c, "cppbench-map", std::uint64_t(c.map_keys) * 128 + (64 << 20),
                               PHEAP_FLUSH_NONE);
     pmap &pm = *h.make<pmap>(pheap::allocator<pmap>(h));
+    pdmap pdm;
+    hmap hm{raw_heap_allocator<kv>(h.get())};
     rmap rm;
-    hmap hm{raw_heap_allocator<std::pair<const long, long>>(h.get())};
+    rwmap rwm;
+    /* Filled in turns, so that the DRAM maps' nodes interleave in malloc's
+     * memory alike, and the heap maps' in the heap's slabs alike. */
     std::mt19937_64 rng(7);
     std::vector<long> inserted;
     for (std::size_t i = 0; i < c.map_keys; i++) {
         long k = long(rng() >> 1);
         pm.emplace(k, long(i));
-        rm.emplace(k, long(i));
+        pdm.emplace(k, long(i));
         hm.emplace(k, long(i));
+        rm.emplace(k, long(i));
+        rwm.emplace(k, long(i));
         inserted.push_back(k);
     }
     std::vector<long> keys(c.lookups);
     for (auto &k : keys) /* three of four hit */
         k = rng() % 4 ? inserted[rng() % inserted.size()] : long(rng() >> 1);
-    std::vector<double> tp, tr, th;
-    long sp = 0, sr = 0, sh = 0;
-    for (unsigned r = 0; r < c.reps; r++) {
-        tp.push_back(lookups(pm, keys, &sp));
-        th.push_back(lookups(hm, keys, &sh));
-        tr.push_back(lookups(rm, keys, &sr));
-    }
-    if (sp != sr || sh != sr)
-        std::fprintf(stderr, "pheap_cppbench: the maps disagree\n");
-    double p = median(tp), raw = median(tr), hraw = median(th);
-    report("map lookup", "pheap::allocator (ptr), heap", "ns/lookup", p);
-    report("map lookup", "raw pointers, blocks of the heap", "ns/lookup", hraw);
-    report("map lookup", "std::allocator, DRAM", "ns/lookup", raw);
-    report("map lookup", "ptr heap / raw DRAM", "ratio", p / raw);
-    report("map lookup", "ptr / raw, both in the heap", "ratio", p / hraw);
+    enum { P, PD, H, R, RW, N };
+    std::vector<double> t[N];
+    long sums[N] = {0, 0, 0, 0, 0};
+    for (unsigned r = 0; r < c.reps; r++)
+        for (int j = 0; j < N; j++) { /* each repetition starts with another variant */
+            int v = int((j + r) % N);
+            double ns = v == P    ? lookups(pm, keys, &sums[v])
+                        : v == PD ? lookups(pdm, keys, &sums[v])
+                        : v == H  ? lookups(hm, keys, &sums[v])
+                        : v == R  ? lookups(rm, keys, &sums[v])
+                                  : lookups(rwm, keys, &sums[v]);
+            t[v].push_back(ns);
+        }
+    for (int v = 1; v < N; v++)
+        if (sums[v] != sums[P])
+            std::fprintf(stderr, "pheap_cppbench: the maps disagree\n");
+    report("map lookup", "ptr, heap (pheap::allocator)", "ns/lookup", t[P]);
+    report("map lookup", "ptr, DRAM (operator new)", "ns/lookup", t[PD]);
+    report("map lookup", "raw, heap blocks, same node", "ns/lookup", t[H]);
+    report("map lookup", "raw, DRAM, same node", "ns/lookup", t[RW]);
+    report("map lookup", "raw, DRAM, std::allocator", "ns/lookup", t[R]);
+    report("map lookup", "ptr heap / raw DRAM std::allocator", "ratio", ratios(t[P], t[R]));
+    report("map lookup", "ptr heap / raw DRAM same node", "ratio", ratios(t[P], t[RW]));
+    report("map lookup", "ptr DRAM / raw DRAM same node", "ratio", ratios(t[PD], t[RW]));
+    report("map lookup", "ptr / raw, both in the heap", "ratio", ratios(t[P], t[H]));
+    report("map lookup", "raw heap / raw DRAM, same node", "ratio", ratios(t[H], t[RW]));
 }
 
 /* ---- vector push_back in transactions -------------------------------------- */
@@ -246,7 +310,7 @@ void bench_map(const config &c)
 void bench_vector(const config &c, unsigned flush, const std::string &flush_name)
 {
     using vec = boost::container::vector<int, pheap::allocator<int>>;
-    std::vector<double> one, each;
+    std::vector<double> one, each, fences, flushes, reflushes;
     for (unsigned r = 0; r < c.reps; r++) {
         pheap::heap h = make_heap(c, "cppbench-vec", std::uint64_t(c.pushes) * 16 + (64 << 20), flush);
         vec &v = *h.make<vec>(pheap::allocator<vec>(h));
@@ -259,6 +323,8 @@ void bench_vector(const config &c, unsigned flush, const std::string &flush_name
         std::uint64_t t1 = now_ns();
         one.push_back(double(c.pushes) / (double(t1 - t0) / 1e9));
         vec &w = *h.make<vec>(pheap::allocator<vec>(h));
+        struct pheap_stats s0, s1;
+        pheap_stats(h.get(), &s0);
         t0 = now_ns();
         for (std::size_t i = 0; i < c.tx_pushes; i++)
             pheap::run(h, [&](pheap::transaction &tx) {
@@ -266,10 +332,18 @@ void bench_vector(const config &c, unsigned flush, const std::string &flush_name
                 w.push_back(int(i));
             });
         t1 = now_ns();
+        pheap_stats(h.get(), &s1);
         each.push_back(double(c.tx_pushes) / (double(t1 - t0) / 1e9));
+        double n = double(c.tx_pushes);
+        fences.push_back(double(s1.fences - s0.fences) / n);
+        flushes.push_back(double(s1.flushes - s0.flushes) / n);
+        reflushes.push_back(double(s1.reflushes - s0.reflushes) / n);
     }
-    report("vector push", "one transaction, flush " + flush_name, "push/s", median(one));
-    report("vector push", "a transaction each, flush " + flush_name, "push/s", median(each));
+    report("vector push", "one transaction, flush " + flush_name, "push/s", one);
+    report("vector push", "a transaction each, flush " + flush_name, "push/s", each);
+    report("vector push", "a transaction each, flush " + flush_name, "fences/push", fences);
+    report("vector push", "a transaction each, flush " + flush_name, "flushes/push", flushes);
+    report("vector push", "a transaction each, flush " + flush_name, "reflushes/push", reflushes);
 }
 
 void json_out(const char *file, const config &c)
@@ -280,9 +354,9 @@ void json_out(const char *file, const config &c)
     for (const figure &x : figures)
         std::fprintf(f,
                      "{\"bench\":\"%s\",\"variant\":\"%s\",\"unit\":\"%s\",\"value\":%.4f,"
-                     "\"reps\":%u,\"heap_dir\":\"%s\"}\n",
-                     x.bench.c_str(), x.variant.c_str(), x.unit.c_str(), x.value, c.reps,
-                     c.dir.c_str());
+                     "\"min\":%.4f,\"max\":%.4f,\"reps\":%u,\"heap_dir\":\"%s\"}\n",
+                     x.bench.c_str(), x.variant.c_str(), x.unit.c_str(), x.value, x.lo, x.hi,
+                     c.reps, c.dir.c_str());
     std::fclose(f);
 }
 
@@ -294,10 +368,11 @@ void markdown_out(const char *file, const config &c)
     std::fprintf(f, "\nList of %zu nodes, map of %zu keys (%zu lookups), %zu push_backs in one "
                     "transaction and %zu in one each; median of %u; heaps in %s.\n\n",
                  c.list_nodes, c.map_keys, c.lookups, c.pushes, c.tx_pushes, c.reps, c.dir.c_str());
-    std::fprintf(f, "| benchmark | variant | value | unit |\n| --- | --- | ---: | --- |\n");
+    std::fprintf(f, "| benchmark | variant | median | [min - max] | unit |\n"
+                    "| --- | --- | ---: | --- | --- |\n");
     for (const figure &x : figures)
-        std::fprintf(f, "| %s | %s | %.2f | %s |\n", x.bench.c_str(), x.variant.c_str(), x.value,
-                     x.unit.c_str());
+        std::fprintf(f, "| %s | %s | %.3g | [%.3g - %.3g] | %s |\n", x.bench.c_str(),
+                     x.variant.c_str(), x.value, x.lo, x.hi, x.unit.c_str());
     std::fclose(f);
 }
 
@@ -319,6 +394,10 @@ int main(int argc, char **argv)
             c.reps = 3;
         } else if (a == "--heap-dir" && more)
             c.dir = argv[++i];
+        else if (a == "--only" && more && (std::strcmp(argv[i + 1], "list") == 0 ||
+                                           std::strcmp(argv[i + 1], "map") == 0 ||
+                                           std::strcmp(argv[i + 1], "vector") == 0))
+            c.only = argv[++i];
         else if (a == "--reps" && more)
             c.reps = unsigned(std::max(1, std::atoi(argv[++i])));
         else if (a == "--json" && more)
@@ -327,16 +406,20 @@ int main(int argc, char **argv)
             markdown = argv[++i];
         else {
             std::fprintf(stderr, "usage: pheap_cppbench [--quick] [--heap-dir DIR] [--reps N] "
-                                 "[--json FILE] [--markdown FILE]\n");
+                                 "[--only list|map|vector] [--json FILE] [--markdown FILE]\n");
             return 2;
         }
     }
     try {
-        bench_list(c);
-        bench_map(c);
-        const char *env = std::getenv("PHEAP_FLUSH");
-        bench_vector(c, PHEAP_FLUSH_AUTO, env && *env ? env : "auto");
-        bench_vector(c, PHEAP_FLUSH_NONE, "none");
+        if (c.only.empty() || c.only == "list")
+            bench_list(c);
+        if (c.only.empty() || c.only == "map")
+            bench_map(c);
+        if (c.only.empty() || c.only == "vector") {
+            const char *env = std::getenv("PHEAP_FLUSH");
+            bench_vector(c, PHEAP_FLUSH_AUTO, env && *env ? env : "auto");
+            bench_vector(c, PHEAP_FLUSH_NONE, "none");
+        }
     } catch (const std::exception &e) {
         std::fprintf(stderr, "pheap_cppbench: %s\n", e.what());
         return 1;

@@ -2,7 +2,7 @@
 """Turns the results of one benchmark run into a report.
 
 Input: the JSON lines pheap_bench appended (--lines), those of the back-end
-table (--backends) and of pheap_kvbench (--kv), plus facts about the run
+table (--backends), of pheap_kvbench (--kv) and of pheap_cppbench (--cpp), plus facts about the run
 (--meta key=value), which together become the run's JSON file (--json); or an
 existing run JSON to render again.  Output in --out: report.md (tables) and
 PNG charts drawn with gnuplot (throughput against threads per workload,
@@ -53,6 +53,8 @@ def load_run(args):
             run["backends"] = load_lines(args.backends)
         if args.kv:
             run["kv"] = load_lines(args.kv)
+        if args.cpp and os.path.exists(args.cpp):
+            run["cpp"] = load_lines(args.cpp)
         with open(args.json, "w") as f:
             json.dump(run, f, indent=1)
             f.write("\n")
@@ -539,6 +541,27 @@ def kv_section(kv):
             + kv_recovery_section([r for r in kv if r.get("bench") == "kv-recovery"]))
 
 
+def cpp_section(rows):
+    """pheap_cppbench's figures: the C++ layer against raw pointers, and the
+    vector in transactions; one table per heap location."""
+    if not rows:
+        return ""
+    text = ("\n## The C++ layer (pheap_cppbench)\n\n`pheap::ptr` against raw pointers (list walk, "
+            "`boost::container::map` lookup) and `vector<int, pheap::allocator<int>>` push_back "
+            "in transactions. Median of the repetitions, slowest and fastest in brackets; a ratio "
+            "is taken within each repetition (all variants run in turns in one process), then "
+            "its median. The ratio goal of the issue: within 5 % (at most 1.05).\n")
+    for where in sorted({r.get("heap_dir", "?") for r in rows}):
+        body = []
+        here = [r for r in rows if r.get("heap_dir", "?") == where]
+        for r in here:
+            spread = f"{r['min']:.3g}–{r['max']:.3g}" if "min" in r else "—"
+            body.append([r["bench"], r["variant"], f"{r['value']:.3g}", spread, r["unit"]])
+        text += (f"\nHeaps in {where}, {here[0].get('reps')} repetitions.\n\n"
+                 + table(["benchmark", "variant", "median", "min–max", "unit"], body))
+    return text
+
+
 def meta_section(meta):
     if not meta:
         return ""
@@ -554,6 +577,7 @@ def main():
     ap.add_argument("--summary", help="also copy report.md here (charts are not copied)")
     ap.add_argument("--backends", help="JSON lines of the back-end table (with a backend field)")
     ap.add_argument("--kv", help="JSON lines of pheap_kvbench (the transactions section)")
+    ap.add_argument("--cpp", help="JSON lines of pheap_cppbench (the C++ layer section)")
     args = ap.parse_args()
 
     run = load_run(args)
@@ -568,6 +592,7 @@ def main():
             memory_section(results, allocs), recovery_section(results, allocs),
             recovery_gc_section(results, allocs),
             kv_section(run.get("kv", [])),
+            cpp_section(run.get("cpp", [])),
             backends_section(run.get("backends", []), run["meta"].get("fs_dir", "?")),
             failure_section(results)]
     text = "".join(body)

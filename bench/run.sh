@@ -171,14 +171,18 @@ esac
 # ---- the C++ layer: ptr against raw pointers, vector in transactions -------
 # pheap_cppbench needs a C++ compiler and Boost.Container; CMake leaves it
 # out without them.
-CPP_MD="$RES/$RUN-cpp.md"
-: >"$CPP_MD"
+CPP_JSON="$RES/$RUN-cpp.json"
+: >"$CPP_JSON"
 case ",$ALLOCS," in *,pheap,*)
     if cmake --build "$BDIR" --target pheap_cppbench -j "$(nproc)" >>"$BDIR/bench-build.log" 2>&1; then
         t0=$(date +%s)
-        # shellcheck disable=SC2086  # QUICK is empty or one word
-        "$BDIR/bench/pheap_cppbench" $QUICK --heap-dir "$HEAP_DIR" --json "$RES/$RUN-cpp.json" \
-            --markdown "$CPP_MD" || { echo "run.sh: pheap_cppbench exited $?"; failed=1; }
+        # in the heap location of the other tables, then on the build tree's file system
+        for dir in "$HEAP_DIR" "$BDIR/heaps"; do
+            mkdir -p "$dir"
+            # shellcheck disable=SC2086  # QUICK is empty or one word
+            "$BDIR/bench/pheap_cppbench" $QUICK --heap-dir "$dir" --json "$CPP_JSON" || {
+                echo "run.sh: pheap_cppbench exited $?"; failed=1; }
+        done
         echo "run.sh: the C++ layer took $(( $(date +%s) - t0 )) s"
     else
         echo "run.sh: the C++ benchmark is skipped: no C++ compiler or no Boost.Container headers"
@@ -229,7 +233,7 @@ SUMMARY="--summary $RES/SUMMARY.md"
 OPTIONS=$(echo "$PASS" | sed 's/^ *//')
 # shellcheck disable=SC2086
 python3 "$ROOT/bench/report.py" --lines "$LINES" --json "$RES/$RUN.json" --out "$RES/$RUN" $SUMMARY \
-    --backends "$FS_LINES" --kv "$KV_LINES" --meta "fs_dir=$FS_DIR ($(stat -f -c %T "$FS_DIR" 2>/dev/null || echo none))" \
+    --backends "$FS_LINES" --kv "$KV_LINES" --cpp "$CPP_JSON" --meta "fs_dir=$FS_DIR ($(stat -f -c %T "$FS_DIR" 2>/dev/null || echo none))" \
     --meta "run=$RUN" --meta "mode=$MODE" \
     --meta "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)" \
     --meta "cpu=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1)" \
@@ -246,11 +250,6 @@ if [ -s "$NAMES_MD" ]; then
     [ "$MODE" = full ] && { echo; echo "## Named objects (pheap_namebench)"; cat "$NAMES_MD"; } >>"$RES/SUMMARY.md"
 fi
 rm -f "$NAMES_MD"
-if [ -s "$CPP_MD" ]; then
-    { echo; echo "## The C++ layer (pheap_cppbench)"; cat "$CPP_MD"; } >>"$RES/$RUN/report.md"
-    [ "$MODE" = full ] && { echo; echo "## The C++ layer (pheap_cppbench)"; cat "$CPP_MD"; } >>"$RES/SUMMARY.md"
-fi
-rm -f "$CPP_MD"
 # A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
 if [ "$MODE" = full ]; then
     mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null

@@ -100,6 +100,16 @@ inline void check(const std::error_code &ec, const char *call)
 } // namespace detail
 
 namespace detail {
+/* Whether a T* is always even: T is a complete object type aligned to 2 or
+ * more.  An incomplete T (a ptr<impl> copied where impl is only declared)
+ * answers false, which only forgoes the fact ptr<T>::relocate gives the
+ * compiler. */
+template <class T, class = void>
+struct even_address : std::false_type {};
+template <class T>
+struct even_address<T, std::enable_if_t<std::is_object_v<T> && (sizeof(T) > 0)>>
+    : std::bool_constant<(alignof(T) >= 2)> {};
+
 /* ptr<void>::reference: a type no one can use, as void& does not exist. */
 struct no_reference {};
 template <class T, class = void>
@@ -137,6 +147,24 @@ class ptr {
     void set(const volatile void *p) noexcept { raw_ = p ? addr(p) - self() + 1 : 0; }
     T *at() const noexcept { return reinterpret_cast<T *>(self() + raw_ - 1); }
 
+    /* The word of o, moved to this place: the distance grows by how far o
+     * is from here; null stays 0.  Done on the words, not through get() and
+     * set(), so that a copy is one test and one add (containers copy
+     * pointers in their inner loops).  When T* is even (see even_address) a
+     * non-null result is odd -- an even target minus an 8-aligned place,
+     * plus 1 -- so never 0, and the compiler is told so: a test of the copy
+     * for null becomes the test of o. */
+    void relocate(const ptr &o) noexcept
+    {
+        std::uintptr_t r = o.raw_ ? o.raw_ + (o.self() - self()) : 0;
+#if defined(__GNUC__)
+        if constexpr (detail::even_address<T>::value)
+            if (o.raw_ && !r)
+                __builtin_unreachable();
+#endif
+        raw_ = r;
+    }
+
 public:
     using element_type = T;
     using value_type = std::remove_cv_t<T>;
@@ -149,7 +177,7 @@ public:
 
     ptr() noexcept = default;
     ptr(T *p) noexcept { set(p); } /* nullptr and 0 too */
-    ptr(const ptr &o) noexcept { set(o.get()); }
+    ptr(const ptr &o) noexcept { relocate(o); }
     template <class U, class = std::enable_if_t<std::is_convertible_v<U *, T *>>>
     ptr(const ptr<U> &o) noexcept { set(static_cast<T *>(o.get())); }
     /* static_cast, const_cast and the cast from ptr<void>, as for T*. */
@@ -157,7 +185,7 @@ public:
               class = decltype(static_cast<T *>(std::declval<U *>()))>
     explicit ptr(const ptr<U> &o) noexcept { set(static_cast<T *>(o.get())); }
 
-    ptr &operator=(const ptr &o) noexcept { set(o.get()); return *this; }
+    ptr &operator=(const ptr &o) noexcept { relocate(o); return *this; }
     ptr &operator=(T *p) noexcept { set(p); return *this; }
 
     T *get() const noexcept
