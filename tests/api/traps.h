@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "format/layout.h"
+#include "harness.h"
 #include "pheap.h"
 
 /* The program's view of offset 0 (its metadata is readable there). */
@@ -74,6 +76,25 @@ static inline unsigned strays(char *view, uint64_t off, uint64_t len, unsigned n
             missed++;
     }
     return missed;
+}
+
+/* `n` stray stores into each metadata region of the heap file at `path`
+ * (mapped at `view`), each in a child: a test failure for each region where
+ * some did not trap.  Needs harness.h and format/layout.h. */
+static inline void region_strays(const char *path, char *view, uint64_t data_off, unsigned n,
+                                 uint64_t *seed)
+{
+    static const unsigned kinds[] = {PH_REGION_HEADER, PH_REGION_ROOTS, PH_REGION_LANES,
+                                     PH_REGION_SLABS, PH_REGION_EXTLOG, PH_REGION_NAMES};
+    const unsigned nk = sizeof(kinds) / sizeof(kinds[0]);
+    for (unsigned k = 0; k < nk; k++) {
+        uint64_t off = ph_test_region_offset(path, kinds[k]);
+        uint64_t end = k + 1 < nk ? ph_test_region_offset(path, kinds[k + 1]) : data_off;
+        unsigned missed = strays(view, off, end - off, n, seed);
+        if (missed)
+            ph_test_fail(__FILE__, __LINE__, "region %u: %u of %u stray stores did not trap",
+                         kinds[k], missed, n);
+    }
 }
 
 /* 1 when a PHEAP_PROTECT_KEYS open can succeed here: the CPU and the
