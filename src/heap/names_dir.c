@@ -654,7 +654,7 @@ int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, siz
 {
     ph_names *n = h->names;
     unsigned k = ph_names_entry_lines(len);
-    ph_name_ref at;
+    ph_name_ref at = {0};
     int rebuilt = 0, rc = ph_names_room(h, t, hash, k, NULL, 0, &at, &rebuilt);
     if (rc)
         return rc;

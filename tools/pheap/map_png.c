@@ -45,7 +45,7 @@ static int chunk(FILE *f, const char *type, const uint8_t *data, size_t len)
     uint32_t crc = crc_update(0xffffffffu, head + 4, 4);
     crc = crc_update(crc, data, len) ^ 0xffffffffu;
     put32(tail, crc);
-    return fwrite(head, 1, 8, f) == 8 && fwrite(data, 1, len, f) == len &&
+    return fwrite(head, 1, 8, f) == 8 && (len == 0 || fwrite(data, 1, len, f) == len) &&
                    fwrite(tail, 1, 4, f) == 4 ? 0 : -1;
 }
 
