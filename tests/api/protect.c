@@ -43,12 +43,7 @@ static pheap *busy_heap(const char *path, pheap_off *seg)
     if (!b || pheap_tx_begin(h) != 0 || pheap_tx_add(h, pheap_direct(h, b), 4096) != 0 ||
         pheap_tx_commit(h) != 0)
         return NULL;
-    /* A directory segment: entry 0 of the current directory array. */
-    uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
-    const char *v = view_of(h);
-    uint64_t xdir = ((const ph_names_header *)(v + names))->xdir;
-    uint64_t e = *(const uint64_t *)(v + names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0));
-    *seg = PH_NAMES_ENTRY_OFF(e);
+    *seg = first_segment(h, path);
     return h;
 }
 

@@ -108,11 +108,7 @@ static pheap *busy_keyed(const char *path, pheap_off *seg)
     if (pheap_root_set(h, "list", pheap_alloc(h, 64)) != 0 || pheap_tx_begin(h) != 0 ||
         !pheap_tx_alloc(h, 100) || pheap_tx_commit(h) != 0)
         return NULL;
-    uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
-    const char *v = view_of(h);
-    uint64_t xdir = ((const ph_names_header *)(v + names))->xdir;
-    uint64_t e = *(const uint64_t *)(v + names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0));
-    *seg = PH_NAMES_ENTRY_OFF(e);
+    *seg = first_segment(h, path);
     return h;
 }
 

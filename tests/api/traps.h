@@ -78,6 +78,17 @@ static inline unsigned strays(char *view, uint64_t off, uint64_t len, unsigned n
     return missed;
 }
 
+/* The offset of a name-directory segment of the heap at `path`: entry 0
+ * of its current directory array. */
+static inline uint64_t first_segment(pheap *h, const char *path)
+{
+    uint64_t names = ph_test_region_offset(path, PH_REGION_NAMES);
+    const char *v = view_of(h);
+    uint64_t xdir = ((const ph_names_header *)(v + names))->xdir;
+    uint64_t e = *(const uint64_t *)(v + names + ((xdir & 1) ? PH_NAMES_DIR1 : PH_NAMES_DIR0));
+    return PH_NAMES_ENTRY_OFF(e);
+}
+
 /* `n` stray stores into each metadata region of the heap file at `path`
  * (mapped at `view`), each in a child: a test failure for each region where
  * some did not trap.  Needs harness.h and format/layout.h. */
