@@ -303,23 +303,29 @@ static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
 
 /* A thread's home arena: the current CPU's, unless another arena has fewer
  * threads -- threads that first run on the same CPU (as new threads often
- * do) would otherwise share one arena for life, and its slabs' words. */
+ * do) would otherwise share one arena for life, and its slabs' words.  The
+ * count is claimed by compare-and-swap: threads that start together would
+ * otherwise all see the same least-loaded arena and pile into it. */
 static unsigned pick_arena(ph_engine *e)
 {
     /* Simulated heaps start from arena 0: the same calls must give the
      * same fences whatever CPU the thread runs on. */
-    unsigned best = e->sp->sim ? 0 : ph_os_current_cpu() % e->narenas;
-    uint32_t least = ph_load_relaxed(&e->arenas[best].xthreads);
-    for (unsigned k = 1; k < e->narenas && least > 0; k++) {
-        unsigned a = (best + k) % e->narenas;
-        uint32_t n = ph_load_relaxed(&e->arenas[a].xthreads);
-        if (n < least) {
-            least = n;
-            best = a;
+    unsigned home = e->sp->sim ? 0 : ph_os_current_cpu() % e->narenas;
+    for (;;) {
+        unsigned best = home;
+        uint32_t least = ph_load_relaxed(&e->arenas[best].xthreads);
+        for (unsigned k = 1; k < e->narenas && least > 0; k++) {
+            unsigned a = (home + k) % e->narenas;
+            uint32_t n = ph_load_relaxed(&e->arenas[a].xthreads);
+            if (n < least) {
+                least = n;
+                best = a;
+            }
         }
+        if (__atomic_compare_exchange_n(&e->arenas[best].xthreads, &least, least + 1, 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return best;
     }
-    __atomic_fetch_add(&e->arenas[best].xthreads, 1, __ATOMIC_RELAXED);
-    return best;
 }
 
 /* Fills half of a class's cache from the arena of the current CPU; when it
