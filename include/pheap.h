@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 5
+#define PHEAP_FORMAT_MINOR 6
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -381,6 +381,40 @@ int pheap_path(const char *path, char *buf, size_t len);
  * close-on-exec), a reopen of the heap by the parent after its own close
  * fails with PHEAP_EBUSY. */
 int pheap_close(pheap *h);
+
+/* A process that holds a heap read-write (pheap_procs). */
+#define PHEAP_PROC_EXCLUSIVE 0x1u /* an exclusive read-write open */
+typedef struct pheap_proc {
+    int64_t pid;          /* process id */
+    uint64_t start_ticks; /* its start time in clock ticks after boot (/proc/PID/stat
+                             field 22): with the pid, names the process for good */
+    int64_t since;        /* when it opened the heap, seconds since the epoch */
+    uint32_t uid;         /* its effective user id */
+    uint32_t flags;       /* PHEAP_PROC_* */
+    uint32_t slot;        /* its lease's slot in the heap's process table */
+    char comm[16];        /* its name, NUL-terminated (truncated by the kernel) */
+} pheap_proc;
+
+/* Lists the processes that hold the heap at `path` (a path or a heap name,
+ * as for pheap_open) read-write now, up to `max` into out[]; returns how
+ * many there are (more than max when out[] was too small), or a negative
+ * code.  Reads the file only (its header and process table); needs no write
+ * permission, opens no heap and runs no recovery.
+ *
+ * Every read-write open of a heap of format 1.6 or later holds a lease in
+ * the heap's process table: a slot naming its process, kept alive by a
+ * lock on one byte of the file that the kernel drops when the process
+ * dies, however it dies.  The lock is what counts: a slot left by a process
+ * killed with SIGKILL is not listed, whatever pid it names, and the next
+ * read-write open clears it.  A fork child that keeps its copy of the
+ * handle keeps the lock held after its parent died; such a slot is not
+ * listed either (its pid now names another process or none).  Read-only
+ * opens and snapshots hold no lease.
+ *
+ * Errors: PHEAP_EINVAL (path NULL, out NULL with max > 0), those of opening
+ * a file read-only and validating its header (pheap_open), PHEAP_ENOTSUP
+ * (a heap made before format 1.6: it has no process table), PHEAP_EIO. */
+int pheap_procs(const char *path, pheap_proc *out, size_t max);
 
 /* ===================================================================== */
 /*  Persistent pointers                                                  */

@@ -18,7 +18,14 @@
 /* Features of the heaps this build creates. */
 #define NEW_FEATURES                                                                      \
     (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX |     \
-     PH_FEAT_INCOMPAT_NAMES)
+     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS)
+
+/* The metadata regions in file order: the process table (1.6) came after
+ * the data region's number but lies before it. */
+static const uint32_t region_order[] = {PH_REGION_HEADER, PH_REGION_ROOTS,  PH_REGION_LANES,
+                                        PH_REGION_SLABS,  PH_REGION_EXTLOG, PH_REGION_NAMES,
+                                        PH_REGION_PROCS};
+#define NMETA (sizeof(region_order) / sizeof(region_order[0]))
 
 /* Size of each metadata region for a heap that may grow to max_size, with
  * incompat `features` (the lane region holds the transaction logs too when
@@ -37,6 +44,7 @@ static uint64_t region_size(uint32_t kind, uint64_t max_size, uint32_t features)
         return PH_PAGE_SIZE + 2 * PH_ALIGN_UP(entries * sizeof(ph_extlog_entry), PH_PAGE_SIZE);
     }
     case PH_REGION_NAMES: return PH_NAMES_SIZE;
+    case PH_REGION_PROCS: return features & PH_FEAT_INCOMPAT_PROCS ? PH_PROCS_SIZE(max_size) : 0;
     default: return 0;
     }
 }
@@ -44,8 +52,8 @@ static uint64_t region_size(uint32_t kind, uint64_t max_size, uint32_t features)
 static uint64_t data_offset(uint64_t max_size, uint32_t features)
 {
     uint64_t off = 0;
-    for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++)
-        off += region_size(k, max_size, features);
+    for (size_t i = 0; i < NMETA; i++)
+        off += region_size(region_order[i], max_size, features);
     return PH_ALIGN_UP(off, PH_CHUNK_SIZE);
 }
 
@@ -118,9 +126,9 @@ int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
     h->feat_ro_compat = PH_FEAT_RO_COMPAT_OWNER;
     h->owner_uid = ph_os_euid();
     uint64_t off = 0;
-    for (uint32_t k = PH_REGION_HEADER; k < PH_REGION_DATA; k++) {
-        uint64_t size = region_size(k, max_size, NEW_FEATURES);
-        h->regions[h->nregions++] = (ph_region){k, 0, off, size};
+    for (size_t i = 0; i < NMETA; i++) {
+        uint64_t size = region_size(region_order[i], max_size, NEW_FEATURES);
+        h->regions[h->nregions++] = (ph_region){region_order[i], 0, off, size};
         off += size;
     }
     off = data_offset(max_size, NEW_FEATURES);
@@ -143,15 +151,17 @@ static int bad_layout(const char *path, const char *what, unsigned long long v)
 }
 
 /* The region table: sorted, aligned, non-overlapping, every kind once and
- * big enough, header first, data last and reaching max_size. */
+ * big enough, header first, data last and reaching max_size; the process
+ * table exactly when its feature is set. */
 static int validate_regions(const ph_header *h, const char *path)
 {
-    if (h->nregions != PH_REGION_KIND_END - 1)
+    uint32_t nmeta = h->feat_incompat & PH_FEAT_INCOMPAT_PROCS ? NMETA : NMETA - 1;
+    if (h->nregions != nmeta + 1)
         return bad_layout(path, "number of regions", h->nregions);
     uint64_t end = 0;
     for (uint32_t i = 0; i < h->nregions; i++) {
         const ph_region *r = &h->regions[i];
-        if (r->kind != i + 1)
+        if (r->kind != (i < nmeta ? region_order[i] : PH_REGION_DATA))
             return bad_layout(path, "region out of order or of unknown kind", r->kind);
         if (r->flags)
             return bad_layout(path, "region flags", r->flags);

@@ -19,11 +19,14 @@
  *   extent    a run of pages of the data region handed out as one large block.
  *   lane      a per-thread write-ahead log slot in the lane region.
  *   root      a named persistent offset in the root region.
+ *   lease     a process's slot in the process table while it holds the
+ *             heap read-write (1.6).
  *
  * File layout (offsets are bytes from the start of the file):
  *   0                 header page: ph_header (checksummed, written once at
  *                     creation) and ph_state (mutable, one line)
- *   regions[1..]      metadata regions in the order of enum ph_region_kind
+ *   regions[1..]      metadata regions in the order of enum ph_region_kind,
+ *                     but the process table (1.6), the last before the data
  *   regions[last]     data region, chunk-aligned, up to max_size; only
  *                     [data.offset, state.size) is backed by the file.
  */
@@ -34,7 +37,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 5
+#define PH_FORMAT_MINOR 6
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -47,7 +50,9 @@
 
 #define PH_REGIONS_MAX 16
 
-/* Region kinds, in file order.  The data region is always the last. */
+/* Region kinds, in file order but for the process table (added in 1.6,
+ * after the data region's number): it lies between the names and the data
+ * region.  The data region is always the last. */
 enum ph_region_kind {
     PH_REGION_HEADER = 1, /* this page */
     PH_REGION_ROOTS = 2,  /* ph_root_entry[PH_ROOTS_MAX] */
@@ -56,6 +61,7 @@ enum ph_region_kind {
     PH_REGION_EXTLOG = 5, /* log-structured large-extent bookkeeping */
     PH_REGION_NAMES = 6,  /* named-object directory */
     PH_REGION_DATA = 7,   /* user blocks */
+    PH_REGION_PROCS = 8,  /* process table (PH_FEAT_INCOMPAT_PROCS) */
     PH_REGION_KIND_END
 };
 
@@ -86,9 +92,12 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
                                               (ph_names_header) and lanes may hold BIND
                                               and UNBIND entries, which builds before it
                                               would not recover */
+#define PH_FEAT_INCOMPAT_PROCS 0x10u        /* 1.6: a process table region lies before the
+                                              data region (ph_procs_header); builds
+                                              before it expect no such region */
 #define PH_FEAT_INCOMPAT_KNOWN \
     (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX | \
-     PH_FEAT_INCOMPAT_NAMES)
+     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS)
 /* 1.5: the header records the heap's owner (owner_uid), the state line an
  * access mode with check bits (ph_state.xmode), and each used root entry a
  * CRC-32C of its name (ph_root_entry.name_crc).  Builds before it would
@@ -526,5 +535,60 @@ typedef struct ph_name_line {
 } ph_name_line;
 _Static_assert(sizeof(ph_name_line) == PH_LINE_SIZE, "ph_name_line size");
 _Static_assert(PH_NAME_HEAD_BYTES + 4 * PH_NAME_CONT_BYTES >= PH_NAME_MAX, "5 lines hold a name");
+
+/* ---- process table (src/heap/procs.c; PH_FEAT_INCOMPAT_PROCS, 1.6) -------
+ * Who holds the heap read-write now.  Nothing here is durable state: it is
+ * never flushed, recovery never reads it, and a power loss may leave any
+ * mix of it on media.  What it says is only believed together with the
+ * liveness lock of each slot: an open-file-description write lock (fcntl
+ * F_OFD_SETLK) on the one byte at PH_PROCS_LOCK_BYTE(region, i), held by
+ * the open file of the process that filled slot i.  The kernel drops that
+ * lock when the process dies, however it dies, so a slot whose byte no one
+ * has locked is stale, whatever pid it names (pids are reused).
+ *
+ * Page 0: ph_procs_header.  Page 1: PH_PROCS_SLOTS leases of one line.
+ * Then PH_PROCS_CHUNK_BYTES per data chunk at max_size, reserved for the
+ * state that processes sharing the heap keep about each chunk: zero, and
+ * unbacked by the file system, until it is used.
+ * Invariant: a lease whose liveness byte is locked has xpid != 0 and
+ * describes the process holding the lock; every other lease is free
+ * (all zero) or stale.
+ * Attach and detach are serialised by a write lock on the region's first
+ * byte (the gate), taken with F_OFD_SETLKW and held for microseconds. */
+#define PH_PROCS_MAGIC 0x53434f5250485000ull /* "\0PHPROCS" */
+#define PH_PROCS_SLOTS 64u
+#define PH_PROCS_CHUNK_BYTES 16u
+#define PH_PROCS_SIZE(max_size) \
+    (2u * PH_PAGE_SIZE + \
+     ((max_size) / PH_CHUNK_SIZE * PH_PROCS_CHUNK_BYTES + PH_PAGE_SIZE - 1) / PH_PAGE_SIZE * PH_PAGE_SIZE)
+#define PH_PROCS_GATE_BYTE(region_off) (region_off)
+#define PH_PROCS_LOCK_BYTE(region_off, i) ((region_off) + PH_PAGE_SIZE + (uint64_t)(i) * PH_LINE_SIZE)
+
+typedef struct ph_procs_header {
+    uint64_t magic;        /* PH_PROCS_MAGIC once the table was first used */
+    uint64_t xattaches;    /* read-write opens that took a lease */
+    uint64_t xstale;       /* stale leases found and cleared */
+    uint64_t reserved[5];  /* zero */
+} ph_procs_header;
+_Static_assert(sizeof(ph_procs_header) == PH_LINE_SIZE, "ph_procs_header size");
+
+/* Lease flags (ph_lease.xflags). */
+#define PH_LEASE_EXCLUSIVE 0x1u /* an exclusive read-write open */
+#define PH_LEASE_SHARED 0x2u    /* an open for sharing */
+
+typedef struct ph_lease {
+    uint64_t xpid;        /* process id; 0: a free slot */
+    uint64_t xstart;      /* the process's start time, clock ticks after boot
+                             (/proc/PID/stat field 22): with the pid, names the
+                             process even after its pid is reused */
+    uint64_t xsince;      /* attach time, seconds since the epoch */
+    uint64_t xuid;        /* effective user id */
+    uint64_t xflags;      /* PH_LEASE_* */
+    uint64_t xgen;        /* ph_procs_header.xattaches at attach: tells two
+                             leases of one slot apart */
+    char comm[16];        /* the process's name (/proc/PID/comm), NUL-padded */
+} ph_lease;
+_Static_assert(sizeof(ph_lease) == PH_LINE_SIZE, "ph_lease size");
+_Static_assert(PH_PROCS_SLOTS * sizeof(ph_lease) == PH_PAGE_SIZE, "leases fill page 1");
 
 #endif /* PH_FORMAT_LAYOUT_H */

@@ -66,6 +66,8 @@ struct pheap {
     struct ph_gc_state *gcs;      /* filters and the last trace's figures (gc.c) */
     struct ph_names *names;       /* the name directory (names_dir.c); NULL: the heap
                                      predates it */
+    int lease;                    /* slot of this open's lease in the process table
+                                     (procs.c), -1: none */
 };
 
 /* ---- thread records (thread.c) ---- */

@@ -21,6 +21,7 @@
 #include "heap/names.h"
 #include "heap/namespace.h"
 #include "heap/options.h"
+#include "heap/procs.h"
 #include "os/os.h"
 #include "util/error.h"
 
@@ -47,7 +48,8 @@ static int plan_sizes(const ph_config *cfg, uint64_t *max_size, uint64_t *file_s
  * pheap_open: a full file system fails here, never as a SIGBUS later): the
  * header page, roots, lanes and the slab descriptors of its chunks; the
  * extent log's header and the entries the heap may use
- * (ph_space_extlog_cap); the names; the data.  The rest of the metadata
+ * (ph_space_extlog_cap); the names; the process table's header and
+ * leases; the data.  The rest of the metadata
  * regions, sized for max_size, stays sparse until growth reserves it. */
 static int reserve_new(int fd, const char *path, const ph_header *hdr, uint64_t size)
 {
@@ -65,6 +67,9 @@ static int reserve_new(int fd, const char *path, const ph_header *hdr, uint64_t 
                             bytes);
     if (!rc)
         rc = ph_os_allocate(fd, path, names->offset, names->size);
+    const ph_region *procs = ph_header_region(hdr, PH_REGION_PROCS);
+    if (!rc && procs)
+        rc = ph_os_allocate(fd, path, procs->offset, 2u * PH_PAGE_SIZE);
     return rc ? rc : ph_os_allocate(fd, path, data_off, size - data_off);
 }
 
@@ -268,6 +273,8 @@ static void release(pheap *h)
 {
     if (h->id)
         ph_thread_unregister_heap(h, 0);
+    if (!h->sp.inherited)
+        ph_procs_detach(h);
     ph_engine_close(h->engine);
     ph_sim_destroy(h->sp.sim);
     ph_space_unmap(&h->sp);
@@ -374,6 +381,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     h->path = file;
     path = file; /* a name is its file in the heap directory from here on */
     h->sp.fd = -1;
+    h->lease = -1;
     h->sp.wfd = -1;
     h->sp.path = h->path;
     h->flags = cfg.flags;
@@ -401,6 +409,9 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         ph_thread_register_heap(h);
         rc = start_session(h);
     }
+    /* Last: a refused open writes nothing, the table included. */
+    if (!rc)
+        rc = ph_procs_attach(h);
     if (rc) {
         release(h);
         return rc;

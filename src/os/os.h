@@ -86,6 +86,35 @@ int ph_os_pwrite(int fd, const void *buf, size_t len, uint64_t off);
  * PHEAP_EBUSY when another open file description holds a conflicting one. */
 int ph_os_lock(int fd, int exclusive);
 
+/* Open-file-description record locks (fcntl F_OFD_*) on the single byte at
+ * `off` (any offset, inside the file or not).  They belong to the open
+ * file, not to a thread or a process: every descriptor of it shares them,
+ * a fork child's too, and the kernel drops them when the last one closes,
+ * including when the process dies.  Another open of the same file, in the
+ * same process or not, conflicts.  `type`: PH_OFD_READ, PH_OFD_WRITE (the
+ * descriptor must be open for writing) or PH_OFD_UNLOCK.  Without `wait`,
+ * PHEAP_EBUSY when a conflicting lock is held; with it, blocks until the
+ * lock is free (EINTR retried). */
+enum { PH_OFD_UNLOCK, PH_OFD_READ, PH_OFD_WRITE };
+int ph_os_ofd_lock(int fd, uint64_t off, int type, int wait);
+
+/* 1 when an open file other than fd's holds a lock on the byte at `off`
+ * that conflicts with a lock of `type` (PH_OFD_READ: a write lock;
+ * PH_OFD_WRITE: any lock), 0 when none does; a negative code on error.
+ * Works on a descriptor open for reading only. */
+int ph_os_ofd_held(int fd, uint64_t off, int type);
+
+/* The start time of process `pid` in clock ticks after boot (field 22 of
+ * /proc/PID/stat), 0 when it does not exist or /proc is not readable. */
+uint64_t ph_os_proc_start(long pid);
+
+/* 0 when no process `pid` exists (kill(pid, 0) fails with ESRCH), 1
+ * otherwise: one that runs, a zombie, or one this user may not signal. */
+int ph_os_proc_exists(long pid);
+
+/* The name of process `pid` (/proc/PID/comm) into buf, "" when unknown. */
+void ph_os_proc_comm(long pid, char *buf, size_t len);
+
 /* Reserves `len` bytes of address space (no access, no memory). */
 int ph_os_reserve(size_t len, void **addr);
 void ph_os_unreserve(void *addr, size_t len);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +403,79 @@ int ph_os_lock(int fd, int exclusive)
         return ph_err_sys("cannot lock", "heap file");
     }
     return 0;
+}
+
+int ph_os_ofd_lock(int fd, uint64_t off, int type, int wait)
+{
+    struct flock l = {.l_type = type == PH_OFD_WRITE  ? F_WRLCK
+                                : type == PH_OFD_READ ? F_RDLCK
+                                                      : F_UNLCK,
+                      .l_whence = SEEK_SET,
+                      .l_start = (off_t)off,
+                      .l_len = 1};
+    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &l) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EACCES)
+            return ph_err(PHEAP_EBUSY, "heap file byte %llu is locked by another open",
+                          (unsigned long long)off);
+        return ph_err_sys("cannot lock a byte of", "heap file");
+    }
+    return 0;
+}
+
+int ph_os_ofd_held(int fd, uint64_t off, int type)
+{
+    struct flock l = {.l_type = type == PH_OFD_WRITE ? F_WRLCK : F_RDLCK,
+                      .l_whence = SEEK_SET,
+                      .l_start = (off_t)off,
+                      .l_len = 1};
+    if (fcntl(fd, F_OFD_GETLK, &l) != 0)
+        return ph_err_sys("cannot test a lock of", "heap file");
+    return l.l_type != F_UNLCK;
+}
+
+uint64_t ph_os_proc_start(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+     * count fields after its last ')'; the start time is field 22. */
+    const char *p = strrchr(buf, ')');
+    unsigned field = 2;
+    while (p && *p && field < 22) {
+        p++;
+        if (*p == ' ')
+            field++;
+    }
+    return p && field == 22 ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+int ph_os_proc_exists(long pid)
+{
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno != ESRCH);
+}
+
+void ph_os_proc_comm(long pid, char *buf, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+    FILE *c = len ? fopen(path, "re") : NULL;
+    if (len)
+        buf[0] = 0;
+    if (!c)
+        return;
+    if (fgets(buf, (int)len, c))
+        buf[strcspn(buf, "\n")] = 0;
+    fclose(c);
 }
 
 int ph_os_reserve(size_t len, void **addr)

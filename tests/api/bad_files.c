@@ -276,9 +276,11 @@ static const field_case header_cases[] = {
     {"max_size huge",           HDR(max_size),  8, OP_SET, ~(CHUNK - 1),         CS, LAYOUT, LAYOUT},
     {"feat_compat bit 0",       HDR(feat_compat), 4, OP_SET, 1,                  CS, 0, 0},
     {"feat_compat bit 31",      HDR(feat_compat), 4, OP_SET, 0x80000000u,        CS, 0, 0},
-    {"feat_incompat 0 (a 1.0 heap)", HDR(feat_incompat), 4, OP_SET, 0,          CS, 0, 0},
-    {"feat_incompat 1 (a 1.1 heap)", HDR(feat_incompat), 4, OP_SET, 1,           CS, 0, 0},
-    {"feat_incompat bit 4",     HDR(feat_incompat), 4, OP_SET, 16,               CS, VERSION, VERSION},
+    /* a process table the features do not announce: one region too many */
+    {"feat_incompat 0 (1.0 bits)", HDR(feat_incompat), 4, OP_SET, 0,             CS, LAYOUT, LAYOUT},
+    {"feat_incompat 1 (1.1 bits)", HDR(feat_incompat), 4, OP_SET, 1,             CS, LAYOUT, LAYOUT},
+    {"feat_incompat 0xf (1.5 bits)", HDR(feat_incompat), 4, OP_SET, 0xf,         CS, LAYOUT, LAYOUT},
+    {"feat_incompat bit 5",     HDR(feat_incompat), 4, OP_SET, 0x3f,             CS, VERSION, VERSION},
     {"feat_incompat bit 31",    HDR(feat_incompat), 4, OP_SET, 0x80000000u,      CS, VERSION, VERSION},
     {"feat_ro_compat bit 1",    HDR(feat_ro_compat), 4, OP_XOR, 2,               CS, VERSION, 0},
     {"feat_ro_compat bit 31",   HDR(feat_ro_compat), 4, OP_XOR, 0x80000000u,     CS, VERSION, 0},
@@ -311,21 +313,26 @@ static const field_case header_cases[] = {
     {"row3.size +page",         ROW(3, size),   8, OP_ADD, PH_PAGE_SIZE,         CS, LAYOUT, LAYOUT},
     {"row3.size 0",             ROW(3, size),   8, OP_SET, 0,                    CS, LAYOUT, LAYOUT},
     {"row3.size max",           ROW(3, size),   8, OP_SET, ~0ull,                CS, LAYOUT, LAYOUT},
-    /* row 6: the data region */
-    {"data.kind names",         ROW(6, kind),   4, OP_SET, PH_REGION_NAMES,      CS, LAYOUT, LAYOUT},
-    {"data.kind past the end",  ROW(6, kind),   4, OP_SET, PH_REGION_KIND_END,   CS, LAYOUT, LAYOUT},
-    {"data.flags",              ROW(6, flags),  4, OP_SET, 0x100,                CS, LAYOUT, LAYOUT},
-    {"data.offset +chunk",      ROW(6, offset), 8, OP_ADD, CHUNK,                CS, LAYOUT, LAYOUT},
-    {"data.offset -chunk",      ROW(6, offset), 8, OP_ADD, NEG(CHUNK),           CS, LAYOUT, LAYOUT},
-    {"data.offset +page",       ROW(6, offset), 8, OP_ADD, PH_PAGE_SIZE,         CS, LAYOUT, LAYOUT},
-    {"data.offset huge",        ROW(6, offset), 8, OP_SET, 1ull << 63,           CS, LAYOUT, LAYOUT},
-    {"data.size +chunk",        ROW(6, size),   8, OP_ADD, CHUNK,                CS, LAYOUT, LAYOUT},
-    {"data.size -chunk",        ROW(6, size),   8, OP_ADD, NEG(CHUNK),           CS, LAYOUT, LAYOUT},
-    {"data.size 0",             ROW(6, size),   8, OP_SET, 0,                    CS, LAYOUT, LAYOUT},
-    {"data.size max",           ROW(6, size),   8, OP_SET, ~0ull,                CS, LAYOUT, LAYOUT},
+    /* row 6: the process table (1.6), numbered after the data region */
+    {"procs.kind data",         ROW(6, kind),   4, OP_SET, PH_REGION_DATA,       CS, LAYOUT, LAYOUT},
+    {"procs.kind names",        ROW(6, kind),   4, OP_SET, PH_REGION_NAMES,      CS, LAYOUT, LAYOUT},
+    {"procs.size -page",        ROW(6, size),   8, OP_ADD, NEG(PH_PAGE_SIZE),    CS, LAYOUT, LAYOUT},
+    {"procs.offset -page",      ROW(6, offset), 8, OP_ADD, NEG(PH_PAGE_SIZE),    CS, LAYOUT, LAYOUT},
+    /* row 7: the data region */
+    {"data.kind names",         ROW(7, kind),   4, OP_SET, PH_REGION_NAMES,      CS, LAYOUT, LAYOUT},
+    {"data.kind past the end",  ROW(7, kind),   4, OP_SET, PH_REGION_KIND_END,   CS, LAYOUT, LAYOUT},
+    {"data.flags",              ROW(7, flags),  4, OP_SET, 0x100,                CS, LAYOUT, LAYOUT},
+    {"data.offset +chunk",      ROW(7, offset), 8, OP_ADD, CHUNK,                CS, LAYOUT, LAYOUT},
+    {"data.offset -chunk",      ROW(7, offset), 8, OP_ADD, NEG(CHUNK),           CS, LAYOUT, LAYOUT},
+    {"data.offset +page",       ROW(7, offset), 8, OP_ADD, PH_PAGE_SIZE,         CS, LAYOUT, LAYOUT},
+    {"data.offset huge",        ROW(7, offset), 8, OP_SET, 1ull << 63,           CS, LAYOUT, LAYOUT},
+    {"data.size +chunk",        ROW(7, size),   8, OP_ADD, CHUNK,                CS, LAYOUT, LAYOUT},
+    {"data.size -chunk",        ROW(7, size),   8, OP_ADD, NEG(CHUNK),           CS, LAYOUT, LAYOUT},
+    {"data.size 0",             ROW(7, size),   8, OP_SET, 0,                    CS, LAYOUT, LAYOUT},
+    {"data.size max",           ROW(7, size),   8, OP_SET, ~0ull,                CS, LAYOUT, LAYOUT},
     /* rows past nregions and the reserved bytes are room for later minor
      * versions: covered by the checksum, otherwise ignored */
-    {"row7.kind (unused row)",  ROW(7, kind),   4, OP_SET, PH_REGION_DATA,       CS, 0, 0},
+    {"row8.kind (unused row)",  ROW(8, kind),   4, OP_SET, PH_REGION_DATA,       CS, 0, 0},
     {"row15.size (unused row)", ROW(15, size),  8, OP_SET, 1,                    CS, 0, 0},
     {"reserved[0]",             RES(0),         1, OP_SET, 1,                    CS, 0, 0},
     {"reserved[272..279]",      RES(272),       8, OP_SET, ~0ull,                CS, 0, 0},
@@ -428,10 +435,11 @@ TEST(template_opens)
     /* the layout this file's table assumes */
     ph_header hdr;
     memcpy(&hdr, tmpl, sizeof(hdr));
-    CHECK_EQ(hdr.nregions, 7);
+    CHECK_EQ(hdr.nregions, 8);
     CHECK_EQ(hdr.regions[3].kind, PH_REGION_SLABS);
-    CHECK_EQ(hdr.regions[6].kind, PH_REGION_DATA);
-    CHECK_EQ(hdr.regions[6].offset, tmpl_data_off);
+    CHECK_EQ(hdr.regions[6].kind, PH_REGION_PROCS);
+    CHECK_EQ(hdr.regions[7].kind, PH_REGION_DATA);
+    CHECK_EQ(hdr.regions[7].offset, tmpl_data_off);
     CHECK_EQ(hdr.max_size, HEAP_MAX);
     CHECK_EQ(hdr.checksum, ph_header_checksum(&hdr));
 }

@@ -216,6 +216,7 @@ TEST(format_1_1_heap_keeps_its_whole_log)
     REQUIRE(m != MAP_FAILED);
     ph_header *hdr = (ph_header *)m;
     ph_extlog_header *xh = (ph_extlog_header *)(m + ph_header_region(hdr, PH_REGION_EXTLOG)->offset);
+    ph_test_drop_procs(hdr);
     hdr->minor = 1;
     hdr->feat_incompat = PH_FEAT_INCOMPAT_TAGGED_LOGS;
     hdr->checksum = ph_crc32c(0, hdr, offsetof(ph_header, checksum));

@@ -91,6 +91,7 @@ static void committed_free_from(int legacy)
     e->checksum = tag | ph_crc32c(0, e, offsetof(ph_lane_entry, checksum));
     if (legacy) {
         ph_header *hdr = (ph_header *)m;
+        ph_test_drop_procs(hdr);
         hdr->minor = 0;
         hdr->feat_incompat = 0;
         hdr->checksum = ph_crc32c(0, hdr, offsetof(ph_header, checksum));

@@ -367,6 +367,30 @@ int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off)
     return access(image, F_OK);
 }
 
+void ph_test_drop_procs(ph_header *hdr)
+{
+    if (!(hdr->feat_incompat & PH_FEAT_INCOMPAT_PROCS) || hdr->nregions < 2)
+        return;
+    hdr->regions[hdr->nregions - 2] = hdr->regions[hdr->nregions - 1];
+    memset(&hdr->regions[--hdr->nregions], 0, sizeof(ph_region));
+    hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_PROCS;
+    hdr->minor = 5;
+}
+
+int ph_test_as_format_1_5(const char *path)
+{
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return -1;
+    ph_header hdr;
+    int ok = pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
+    ph_test_drop_procs(&hdr);
+    hdr.checksum = ph_header_checksum(&hdr);
+    ok = ok && pwrite(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
+    close(fd);
+    return ok ? 0 : -1;
+}
+
 int ph_test_as_format_1_4(const char *path)
 {
     int fd = open(path, O_RDWR);
@@ -375,6 +399,7 @@ int ph_test_as_format_1_4(const char *path)
     ph_header hdr;
     uint64_t zero = 0;
     int ok = pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
+    ph_test_drop_procs(&hdr);
     hdr.minor = 4;
     hdr.feat_ro_compat = 0;
     hdr.owner_uid = 0;

@@ -105,8 +105,19 @@ int ph_test_copy_file(const char *from, const char *to);
  * `path`, read from its header; 0 when the file or the region is missing. */
 uint64_t ph_test_region_offset(const char *path, unsigned kind);
 
+/* Turns `hdr` into the header of a 1.5 heap: no process table (its pages
+ * stay, unused, between the names and the data region); the caller
+ * recomputes the checksum.  Nothing when it has none. */
+struct ph_header;
+void ph_test_drop_procs(struct ph_header *hdr);
+
+/* Rewrites the closed heap at `path` as a format 1.5 heap would have it:
+ * no process table (header checksum recomputed).  0, or -1. */
+int ph_test_as_format_1_5(const char *path);
+
 /* Rewrites the closed heap at `path` as a format 1.4 heap would have it:
- * no owner, no mode word (header checksum recomputed).  0, or -1. */
+ * no process table, no owner, no mode word (header checksum recomputed).
+ * 0, or -1. */
 int ph_test_as_format_1_4(const char *path);
 
 /* Forks a child that opens `path` read-write (flags 0) or with `flags` and

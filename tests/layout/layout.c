@@ -27,7 +27,16 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 5); /* 1.5: owner, access mode, root name CRCs */
+    CHECK_EQ(PH_FORMAT_MINOR, 6); /* 1.6: the process table */
+    CHECK_EQ(sizeof(ph_procs_header), 64);
+    CHECK_EQ(sizeof(ph_lease), 64);
+    CHECK_EQ(PH_PROCS_SLOTS, 64);
+    CHECK_EQ(PH_PROCS_CHUNK_BYTES, 16);
+    CHECK_EQ(PH_PROCS_LOCK_BYTE(1 << 20, 3), (1 << 20) + 4096 + 3 * 64);
+    CHECK_EQ(offsetof(ph_lease, xpid), 0);
+    CHECK_EQ(offsetof(ph_lease, xstart), 8);
+    CHECK_EQ(offsetof(ph_lease, xgen), 40);
+    CHECK_EQ(offsetof(ph_lease, comm), 48);
     CHECK_EQ(sizeof(ph_txlog_anchor), 64);
     CHECK_EQ(sizeof(ph_txseg_header), 64);
     CHECK_EQ(sizeof(ph_txrec), 32);
@@ -119,13 +128,14 @@ TEST(feature_bits)
     CHECK_EQ(PH_FEAT_INCOMPAT_EXTLOG_HIGH, 0x2);    /* 1.2 */
     CHECK_EQ(PH_FEAT_INCOMPAT_TX, 0x4);             /* 1.3 */
     CHECK_EQ(PH_FEAT_INCOMPAT_NAMES, 0x8);          /* 1.4 */
-    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0xf);
+    CHECK_EQ(PH_FEAT_INCOMPAT_PROCS, 0x10);         /* 1.6 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x1f);
     CHECK_EQ(PH_FEAT_RO_COMPAT_OWNER, 0x1);         /* 1.5 */
     CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0x1);
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
-    CHECK_EQ(h.feat_incompat, 0xf);
-    CHECK_EQ(h.minor, 5);
+    CHECK_EQ(h.feat_incompat, 0x1f);
+    CHECK_EQ(h.minor, 6);
     CHECK_EQ(h.feat_ro_compat, 0x1);
     CHECK_EQ(h.owner_uid, geteuid());
 }
@@ -134,17 +144,18 @@ TEST(region_plan_16m)
 {
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
-    REQUIRE_EQ(h.nregions, 7);
-    static const uint64_t want[7][3] = {
+    REQUIRE_EQ(h.nregions, 8);
+    static const uint64_t want[8][3] = {
         {PH_REGION_HEADER, 0, 4096},
         {PH_REGION_ROOTS, 4096, 32768},
         {PH_REGION_LANES, 36864, 3211264},       /* lanes, then transaction logs */
         {PH_REGION_SLABS, 3248128, 278528},
         {PH_REGION_EXTLOG, 3526656, 45056},
         {PH_REGION_NAMES, 3571712, 262144},
+        {PH_REGION_PROCS, 3833856, 12288},       /* header, leases, 16 B per chunk */
         {PH_REGION_DATA, 3866624, 12910592},
     };
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         CHECK_EQ(h.regions[i].kind, want[i][0]);
         CHECK_EQ(h.regions[i].offset, want[i][1]);
         CHECK_EQ(h.regions[i].size, want[i][2]);

@@ -1,6 +1,7 @@
 /*
  * info.c -- `pheap info PATH [--json]`: version, sizes, uuid, consistency
- * mode, owner and access mode, clean or dirty, and roots of a heap, opened as a private snapshot
+ * mode, owner and access mode, clean or dirty, the processes holding it
+ * read-write, and roots of a heap, opened as a private snapshot
  * (PHEAP_SNAPSHOT): nothing is written, and a heap that another process
  * holds read-write is shown as it is at that moment, said so.
  */
@@ -8,6 +9,48 @@
 #include <string.h>
 
 #include "cli.h"
+
+/* The processes holding the heap read-write (pheap_procs): a text line
+ * each, or a JSON array (null when the heap records none: before 1.6). */
+static void print_procs(const char *path, int json)
+{
+    pheap_proc p[64];
+    int n = pheap_procs(path, p, 64);
+    if (n > 64)
+        n = 64;
+    if (json) {
+        printf(", \"processes\": ");
+        if (n < 0) {
+            printf("null");
+            return;
+        }
+        printf("[");
+        for (int i = 0; i < n; i++) {
+            printf("%s{\"pid\": %lld, \"name\": ", i ? ", " : "", (long long)p[i].pid);
+            cli_json_string(p[i].comm);
+            printf(", \"uid\": %u, \"exclusive\": %s, \"since\": ", p[i].uid,
+                   p[i].flags & PHEAP_PROC_EXCLUSIVE ? "true" : "false");
+            cli_json_time((uint64_t)p[i].since);
+            printf("}");
+        }
+        printf("]");
+        return;
+    }
+    if (n < 0) {
+        printf("processes:   not recorded (%s)\n",
+               n == PHEAP_ENOTSUP ? "the heap's format predates the process table" : pheap_errmsg());
+        return;
+    }
+    if (n == 0)
+        printf("processes:   none holds it read-write\n");
+    for (int i = 0; i < n; i++) {
+        char when[32];
+        printf("%s%lld (%s), read-write%s since %s\n", i ? "             " : "processes:   ",
+               (long long)p[i].pid, p[i].comm[0] ? p[i].comm : "?",
+               p[i].flags & PHEAP_PROC_EXCLUSIVE ? " exclusive" : "",
+               cli_time(when, (uint64_t)p[i].since));
+    }
+}
 
 int cmd_info(int argc, char **argv)
 {
@@ -17,7 +60,8 @@ int cmd_info(int argc, char **argv)
     static const char usage[] =
         "usage: pheap info PATH [--json]\n"
         "  Format, uuid, sizes, consistency mode, owner, access mode, state, the number\n"
-        "  of named objects and the roots of the heap.  Read-only: the file is never\n"
+        "  of named objects, the processes holding it read-write and the roots of\n"
+        "  the heap.  Read-only: the file is never\n"
         "  written.  A heap another process holds open read-write is shown as a\n"
         "  snapshot taken while it may change.\n"
         "  --json   one JSON object instead of text (an error object on failure)\n";
@@ -67,6 +111,7 @@ int cmd_info(int argc, char **argv)
         cli_json_string(file);
         printf(", \"last_open\": ");
         cli_json_time(st.last_open);
+        print_procs(path, 1);
         printf(", \"names\": %llu, \"roots\": [", (unsigned long long)st.names);
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
@@ -75,7 +120,7 @@ int cmd_info(int argc, char **argv)
                "consistency: %s\nowner:       %s\nmode:        %s\n"
                "state:       %s (opened %llu time%s, %llu unclean)\nlast open:   %s\n"
                "flush:       %s%s (%s)\n"
-               "durability:  %s\nprotection:  %s\nnames:       %llu\nroots:       %u\n",
+               "durability:  %s\nprotection:  %s\n",
                path, st.format_major, st.format_minor, pheap_version(), uuid,
                strcmp(file, path) ? "file:        " : "", strcmp(file, path) ? file : "",
                strcmp(file, path) ? "\n" : "", (unsigned long long)st.size, (unsigned long long)st.max_size,
@@ -95,7 +140,9 @@ int cmd_info(int argc, char **argv)
                (unsigned long long)st.open_count, st.open_count == 1 ? "" : "s",
                (unsigned long long)st.unclean_count, cli_time(when, st.last_open),
                pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),
-               cli_durability(&st), cli_protection(&st), (unsigned long long)st.names, n);
+               cli_durability(&st), cli_protection(&st));
+        print_procs(path, 0);
+        printf("names:       %llu\nroots:       %u\n", (unsigned long long)st.names, n);
     }
     for (unsigned i = 0; i < n; i++) {
         char name[PHEAP_ROOT_NAME_MAX + 1];

@@ -1,0 +1,189 @@
+/*
+ * procs.c -- leases in the process table (format/layout.h).
+ *
+ * A read-write open takes the gate, clears the leases whose process is
+ * gone, write-locks the liveness byte of a free slot with its own open
+ * file, fills the slot, and drops the gate.  Close does the reverse.  The
+ * lock is the truth; the slot's words only describe its holder.  So a
+ * process killed at any instant leaves either no lease (it died before
+ * locking, or after unlocking) or a lease whose lock the kernel dropped:
+ * stale, cleared by the next attach and never listed.
+ *
+ * Nothing here is flushed: after a power loss no process holds the heap,
+ * whatever the table says.
+ */
+#include "heap/procs.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/header.h"
+#include "heap/namespace.h"
+#include "os/os.h"
+#include "util/error.h"
+#include "util/util.h"
+
+enum { LEASE_FREE, LEASE_LIVE, LEASE_STALE, LEASE_ORPHANED };
+
+/* What slot i holds.  Live: its byte is locked and its process runs.  A
+ * locked byte whose process is gone (another start time behind the pid)
+ * is held by a fork child that kept the open file: orphaned, not usable
+ * until the child exits.  Negative: the lock test failed. */
+static int lease_state(int fd, uint64_t region, unsigned i, const ph_lease *l)
+{
+    int held = ph_os_ofd_held(fd, PH_PROCS_LOCK_BYTE(region, i), PH_OFD_WRITE);
+    if (held < 0)
+        return held;
+    if (!held)
+        return l->xpid ? LEASE_STALE : LEASE_FREE;
+    if (!l->xpid || !ph_os_proc_exists((long)l->xpid))
+        return LEASE_ORPHANED;
+    /* Start time 0: /proc hides the process, so the lock decides. */
+    uint64_t start = ph_os_proc_start((long)l->xpid);
+    return start && start != l->xstart ? LEASE_ORPHANED : LEASE_LIVE;
+}
+
+static uint64_t region_of(const pheap *h)
+{
+    const ph_region *r = ph_header_region(&h->hdr, PH_REGION_PROCS);
+    return r ? r->offset : 0;
+}
+
+int ph_procs_attach(pheap *h)
+{
+    h->lease = -1;
+    uint64_t r = region_of(h);
+    if (!r || h->readonly || h->sp.sim)
+        return 0;
+    int fd = h->sp.fd, slot = -1;
+    int rc = ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_WRITE, 1);
+    if (rc)
+        return rc;
+    ph_procs_header *ph = (ph_procs_header *)ph_space_at(&h->sp, r);
+    ph_lease *leases = (ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE);
+    for (unsigned i = 0; i < PH_PROCS_SLOTS && !rc; i++) {
+        int st = lease_state(fd, r, i, &leases[i]);
+        if (st < 0)
+            rc = st;
+        else if (st == LEASE_STALE || st == LEASE_FREE) {
+            if (st == LEASE_STALE) {
+                memset(&leases[i], 0, sizeof(leases[i]));
+                ph->xstale++;
+            }
+            if (slot < 0)
+                slot = (int)i;
+        }
+    }
+    if (!rc && slot < 0)
+        rc = ph_err(PHEAP_EBUSY, "%s: %u processes hold the heap read-write already", h->path,
+                    PH_PROCS_SLOTS);
+    if (!rc)
+        rc = ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, slot), PH_OFD_WRITE, 0);
+    if (!rc) {
+        ph_lease *l = &leases[slot];
+        long pid = (long)getpid();
+        ph->magic = PH_PROCS_MAGIC;
+        l->xgen = ++ph->xattaches;
+        l->xstart = ph_os_proc_start(pid);
+        l->xsince = ph_os_time_ns() / 1000000000u;
+        l->xuid = ph_os_euid();
+        l->xflags = PH_LEASE_EXCLUSIVE;
+        ph_os_proc_comm(pid, l->comm, sizeof(l->comm));
+        ph_store(&l->xpid, (uint64_t)pid); /* last: a lister skips a slot without a pid */
+        h->lease = slot;
+    }
+    ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
+    return rc;
+}
+
+void ph_procs_detach(pheap *h)
+{
+    uint64_t r = region_of(h);
+    if (h->lease < 0 || !r)
+        return;
+    int fd = h->sp.fd;
+    ph_lease *l = (ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE) + h->lease;
+    /* Without the gate an attach could see the slot locked with no pid
+     * (fine: it is skipped) or unlocked with a pid (stale: cleared, the
+     * same words this clears). */
+    int gated = ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_WRITE, 1) == 0;
+    memset(l, 0, sizeof(*l));
+    ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, h->lease), PH_OFD_UNLOCK, 0);
+    if (gated)
+        ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
+    h->lease = -1;
+}
+
+/* The process table of the heap file open as fd, read with pread: its
+ * region offset in *region and the leases in out[].  0 or a negative code
+ * (PHEAP_ENOTSUP: the heap predates the table). */
+static int read_table(int fd, const char *path, uint64_t *region, ph_lease *out)
+{
+    char page[PH_PAGE_SIZE];
+    uint64_t size;
+    ph_header hdr;
+    ph_state st;
+    int rc = ph_os_file_size(fd, path, &size);
+    ssize_t n = rc ? 0 : ph_os_pread(fd, page, sizeof(page), 0);
+    if (!rc && n < 0)
+        rc = (int)n;
+    if (!rc)
+        rc = ph_header_validate(page, (uint64_t)n, size, 1, path, &hdr, &st);
+    const ph_region *reg = rc ? NULL : ph_header_region(&hdr, PH_REGION_PROCS);
+    if (!rc && !reg)
+        rc = ph_err(PHEAP_ENOTSUP, "%s: format %u.%u has no process table (1.6 and later have one)",
+                    path, hdr.major, hdr.minor);
+    if (!rc) {
+        *region = reg->offset;
+        n = ph_os_pread(fd, out, PH_PAGE_SIZE, reg->offset + PH_PAGE_SIZE);
+        if (n != PH_PAGE_SIZE)
+            rc = n < 0 ? (int)n : ph_err(PHEAP_ETRUNCATED, "%s: truncated in its process table", path);
+    }
+    return rc;
+}
+
+ph_export int pheap_procs(const char *path, pheap_proc *out, size_t max)
+{
+    if (!path || (!out && max))
+        return ph_err(PHEAP_EINVAL, "pheap_procs: %s is NULL", path ? "out" : "path");
+    char *file = NULL;
+    int fd = -1, rc = ph_namespace_resolve(path, 0, &file);
+    if (!rc)
+        rc = ph_os_open(file, 1, &fd);
+    /* The gate, read-locked: no attach or detach is half done meanwhile. */
+    uint64_t region = 0;
+    ph_lease leases[PH_PROCS_SLOTS];
+    if (!rc)
+        rc = read_table(fd, file, &region, leases);
+    int gated = !rc && ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(region), PH_OFD_READ, 1) == 0;
+    if (gated)
+        rc = read_table(fd, file, &region, leases);
+    size_t n = 0;
+    for (unsigned i = 0; !rc && i < PH_PROCS_SLOTS; i++) {
+        int st = lease_state(fd, region, i, &leases[i]);
+        if (st < 0)
+            rc = st;
+        if (st != LEASE_LIVE)
+            continue;
+        if (n < max) {
+            const ph_lease *l = &leases[i];
+            pheap_proc *p = &out[n];
+            memset(p, 0, sizeof(*p));
+            p->pid = (int64_t)l->xpid;
+            p->start_ticks = l->xstart;
+            p->since = (int64_t)l->xsince;
+            p->uid = (uint32_t)l->xuid;
+            p->flags = l->xflags & PH_LEASE_EXCLUSIVE ? PHEAP_PROC_EXCLUSIVE : 0;
+            p->slot = i;
+            memcpy(p->comm, l->comm, sizeof(p->comm) - 1);
+        }
+        n++;
+    }
+    if (gated)
+        ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(region), PH_OFD_UNLOCK, 0);
+    if (fd >= 0)
+        close(fd);
+    free(file);
+    return rc ? rc : (int)PH_MIN(n, (size_t)0x7fffffff);
+}
