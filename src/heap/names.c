@@ -74,14 +74,14 @@ ph_export pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t si
     uint64_t hash = ph_names_hash(h->names->seed, name, len), off = 0, held_off;
     ph_name_ref ref;
     int mine;
-    pthread_rwlock_wrlock(&h->names->lock);
+    ph_names_wrlock(h->names);
     int rc = ph_names_find(h, hash, name, len, &ref)
                  ? ph_err(PHEAP_EEXIST, "%s: the name '%s' exists already", call, name)
              : ph_names_tx_held(h, hash, name, len, &mine, &held_off)
                  ? ph_err(PHEAP_EBUSY, "%s: the name '%s' is being created by another thread's "
                           "open transaction", call, name)
                  : ph_names_insert(h, t, hash, name, len, size, &bi, &off);
-    pthread_rwlock_unlock(&h->names->lock);
+    ph_names_unlock(h->names);
     return rc ? 0 : off;
 }
 
@@ -89,6 +89,33 @@ ph_export pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size)
 {
     PH_WINDOW();
     return pheap_alloc_named_init(h, name, size, 0, NULL, NULL);
+}
+
+/* pheap_lookup without the lock (names.h): 0 and *off (0 when the name
+ * does not exist), or -1 when the locked path must decide: a writer was
+ * at work, or transactions hold names (their holds live in a table that a
+ * writer may reallocate, so it is read under the lock only).  A read that
+ * raced a writer may have seen a segment being rebuilt or freed: its
+ * lines stay mapped and every index into them is bounded, and the
+ * sequence check throws the result away. */
+static int lookup_unlocked(pheap *h, ph_names *n, uint64_t hash, const char *name, size_t len,
+                           uint64_t *off)
+{
+#if defined(__SANITIZE_THREAD__)
+    (void)h, (void)n, (void)hash, (void)name, (void)len, (void)off;
+    return -1; /* the racy read is by design; the sanitizer checks the locked path */
+#else
+    uint64_t s1 = __atomic_load_n(&n->xseq, __ATOMIC_ACQUIRE);
+    if ((s1 & 1) || ph_load_relaxed(&n->nheld))
+        return -1;
+    ph_name_ref ref;
+    uint64_t o = ph_names_find(h, hash, name, len, &ref) ? ph_load(&ref.head->xref) & OFF_MASK : 0;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&n->xseq, __ATOMIC_RELAXED) != s1)
+        return -1;
+    *off = o;
+    return 0;
+#endif
 }
 
 ph_export pheap_off pheap_lookup(pheap *h, const char *name)
@@ -109,15 +136,17 @@ ph_export pheap_off pheap_lookup(pheap *h, const char *name)
     ph_names *n = h->names;
     if (n) {
         uint64_t hash = ph_names_hash(n->seed, name, len);
-        ph_name_ref ref;
-        uint64_t held_off;
-        int mine = 0;
-        pthread_rwlock_rdlock(&n->lock);
-        if (ph_names_tx_held(h, hash, name, len, &mine, &held_off) && mine)
-            off = held_off; /* the calling thread's transaction creates or removes it */
-        else if (ph_names_find(h, hash, name, len, &ref))
-            off = ph_load(&ref.head->xref) & OFF_MASK;
-        pthread_rwlock_unlock(&n->lock);
+        if (lookup_unlocked(h, n, hash, name, len, &off) != 0) {
+            ph_name_ref ref;
+            uint64_t held_off;
+            int mine = 0;
+            pthread_rwlock_rdlock(&n->lock);
+            if (ph_names_tx_held(h, hash, name, len, &mine, &held_off) && mine)
+                off = held_off; /* the calling thread's transaction creates or removes it */
+            else if (ph_names_find(h, hash, name, len, &ref))
+                off = ph_load(&ref.head->xref) & OFF_MASK;
+            ph_names_unlock(n);
+        }
     }
     if (off && !ph_names_off_ok(h, off)) {
         ph_err(PHEAP_ECORRUPT, "pheap_lookup: the directory entry of '%s' names %llu, outside "
@@ -142,14 +171,14 @@ ph_export int pheap_free_named(pheap *h, const char *name)
         return ph_names_tx_remove(h, t, name, len);
     uint64_t hash = ph_names_hash(h->names->seed, name, len), held_off;
     ph_name_ref ref;
-    pthread_rwlock_wrlock(&h->names->lock);
+    ph_names_wrlock(h->names);
     int rc = ph_names_tx_held(h, hash, name, len, &mine, &held_off)
                  ? ph_err(PHEAP_EBUSY, "pheap_free_named: the name '%s' is created or removed "
                           "by another thread's open transaction", name)
              : ph_names_find(h, hash, name, len, &ref)
                  ? ph_names_remove(h, t, &ref)
                  : ph_err(PHEAP_ENOENT, "pheap_free_named: no object named '%s'", name);
-    pthread_rwlock_unlock(&h->names->lock);
+    ph_names_unlock(h->names);
     return rc;
 }
 
@@ -229,7 +258,7 @@ ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
             found = least_above(s, 0, NULL, 0, 0, 1, out);
         }
     }
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
     return found ? 0 : ph_err(PHEAP_ENOENT, "pheap_name_next: no more names");
 }
 
@@ -384,7 +413,7 @@ unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen)
         problem(&k, "a segment rebuild is unfinished%s (old segment %llu)", "",
                 ph_load(&n->hdr->xold));
     ph_names_each_segment(h, check_seg, &k);
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
     if (k.noffs > 1) /* k.offs is NULL when no name was found: qsort must not see it */
         qsort(k.offs, k.noffs, sizeof(*k.offs), cmp_u64);
     for (uint64_t i = 1; i < k.noffs; i++)
@@ -445,7 +474,7 @@ void ph_names_roots(pheap *h, ph_names_root_fn fn, void *arg)
     if (ph_load(&n->hdr->xold) > 1)
         fn(arg, ph_load(&n->hdr->xold), NULL);
     ph_names_each_segment(h, seg_roots, &r);
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
 }
 
 typedef struct stats_ctx {
@@ -468,7 +497,7 @@ void ph_names_stats(pheap *h, uint64_t *names, uint64_t *segments)
     if (h->names) {
         pthread_rwlock_rdlock(&h->names->lock);
         ph_names_each_segment(h, seg_stats, &st);
-        pthread_rwlock_unlock(&h->names->lock);
+        ph_names_unlock(h->names);
     }
     *names = st.names;
     *segments = st.segments;

@@ -18,8 +18,16 @@
 #include "format/layout.h"
 #include "heap/heap.h"
 
+/* Locking: writers hold `lock` for writing (ph_names_wrlock) and make
+ * xseq odd meanwhile; pheap_lookup reads without the lock while xseq is
+ * even and unchanged around its read, and takes the lock for reading
+ * otherwise (a seqlock: a lookup issues no locked instruction, so the
+ * cache miss of one lookup overlaps the next).  Every other reader takes
+ * the lock for reading. */
 typedef struct ph_names {
     pthread_rwlock_t lock;
+    uint64_t xseq;              /* odd while a writer holds `lock` (atomic) */
+    int wheld;                  /* a writer holds `lock`: written by that writer only */
     ph_names_header *hdr;       /* in the mapping */
     uint64_t *dirs[2];          /* the two directory arrays, in the mapping */
     uint64_t seed;              /* hash seed, from the heap's uuid */
@@ -30,6 +38,24 @@ typedef struct ph_names {
     struct ph_name_hold **held; /* names held by open transactions (names_tx.c): */
     size_t nheld, cap;          /*   chained hash table by hash; under `lock` */
 } ph_names;
+
+static inline void ph_names_wrlock(ph_names *n)
+{
+    pthread_rwlock_wrlock(&n->lock);
+    n->wheld = 1;
+    __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE); /* odd before any change */
+}
+
+/* Releases `lock`, held for reading or for writing. */
+static inline void ph_names_unlock(ph_names *n)
+{
+    if (n->wheld) {
+        n->wheld = 0;
+        __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELEASE); /* even after every change */
+    }
+    pthread_rwlock_unlock(&n->lock);
+}
 
 /* A found entry: its segment and head line. */
 typedef struct ph_name_ref {

@@ -162,7 +162,7 @@ int ph_names_tx_held(pheap *h, uint64_t hash, const char *name, size_t len, int 
 static ph_name_hold *lock_hold(ph_names *n, const ph_tx *tx, uint64_t hash, const char *name,
                                size_t len, const char *call, int *rc)
 {
-    pthread_rwlock_wrlock(&n->lock);
+    ph_names_wrlock(n);
     ph_name_hold *x = held_find(n, hash, name, len);
     *rc = x && x->owner != tx ? busy(call, name) : 0;
     return x;
@@ -184,7 +184,7 @@ pheap_off ph_names_tx_create(pheap *h, ph_thread *t, const char *name, size_t le
         rc = pheap_errno();
     if (!rc)
         x->creating = 1;
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
     if (rc)
         return 0;
     /* The initialiser runs without the lock: it may look names up. */
@@ -193,13 +193,13 @@ pheap_off ph_names_tx_create(pheap *h, ph_thread *t, const char *name, size_t le
         rc = ph_tx_take(h, t, tx, size, init, &off, call);
     if (rc && (tx->aborted || !tx->depth))
         return 0; /* the rollback let go of every hold */
-    pthread_rwlock_wrlock(&n->lock);
+    ph_names_wrlock(n);
     x->creating = 0;
     x->block = rc ? 0 : off;
     x->size = size;
     if (rc && !x->removes)
         unhold(n, tx, x);
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
     return rc ? 0 : off;
 }
 
@@ -226,7 +226,7 @@ int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len)
         off = x->block;
     else
         x->removes = off;
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
     if (rc)
         return rc;
     int made_here = x->block == off;
@@ -239,7 +239,7 @@ int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len)
                     name);
     if (tx->aborted)
         return rc;
-    pthread_rwlock_wrlock(&n->lock);
+    ph_names_wrlock(n);
     if (rc) {
         if (!made_here)
             x->removes = 0;
@@ -248,7 +248,7 @@ int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len)
     }
     if (!x->block && !x->removes)
         unhold(n, tx, x);
-    pthread_rwlock_unlock(&n->lock);
+    ph_names_unlock(n);
     return rc;
 }
 
@@ -291,9 +291,9 @@ int ph_names_tx_prepare(pheap *h, ph_thread *t, ph_tx *tx)
         free(taken);
         return rc;
     }
-    pthread_rwlock_wrlock(&n->lock);
+    ph_names_wrlock(n);
     if ((rc = place_all(h, t, tx, taken)) != 0) {
-        pthread_rwlock_unlock(&n->lock);
+        ph_names_unlock(n);
         free(taken);
         return rc;
     }
@@ -333,7 +333,7 @@ void ph_names_tx_done(pheap *h, ph_thread *t, ph_tx *tx, int committed)
     if (!tx->names.n)
         return;
     if (n && !committed)
-        pthread_rwlock_wrlock(&n->lock);
+        ph_names_wrlock(n);
     for (size_t i = 0; i < tx->names.n; i++) {
         ph_name_hold *x = tx->names.v[i];
         if (committed && x->removed_seg) {
@@ -351,5 +351,5 @@ void ph_names_tx_done(pheap *h, ph_thread *t, ph_tx *tx, int committed)
     }
     tx->names.n = 0;
     if (n)
-        pthread_rwlock_unlock(&n->lock);
+        ph_names_unlock(n);
 }
