@@ -1151,6 +1151,11 @@ struct pheap_stats {
     unsigned mode;            /* PHEAP_MODE_WRITABLE or PHEAP_MODE_READONLY */
     unsigned owner_known;     /* 1 if the heap records its owner (format 1.5) */
     uint64_t owner_uid;       /* the owner's user id (when owner_known) */
+    uint64_t file_syncs;      /* flush msync: file syncs (fdatasync) run by this
+                                 handle's fences; fences of threads that wait at the
+                                 same time share one (group commit), so this is at
+                                 most `fences` and below it under concurrency; 0 for
+                                 the other flush kinds */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

@@ -181,5 +181,6 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     ph_gc_stats(h, out);
     uint64_t held = st.slab_bytes + st.large_bytes;
     out->fragmentation = held ? 1.0 - (double)st.live_bytes / (double)held : 0.0;
+    out->file_syncs = ph_persist_syncs(&h->sp.persist);
     return 0;
 }

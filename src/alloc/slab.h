@@ -107,11 +107,20 @@ static inline int ph_slab_clear_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uin
 }
 
 /* The commit of a small allocation: block i's A and E set and persisted
- * (one non-temporal store, one fence). */
+ * (one non-temporal store, one fence).  Where the back end's fence is a
+ * file sync (persist.h: plain_stores), the word is unlocked before it:
+ * every later state of the word holds this change, so no order between
+ * the threads' syncs matters, and a thread waiting out a device flush
+ * does not hold the 31 other blocks of its word. */
 static inline void ph_slab_mark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i)
 {
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
     ph_slab_set_locked(sp, c, s, w, sh);
+    if (ph_unlikely(sp->persist.plain_stores)) {
+        ph_slab_unlock(s, w);
+        ph_persist_fence(&sp->persist, c);
+        return;
+    }
     ph_persist_fence(&sp->persist, c);
     ph_slab_unlock(s, w);
 }
@@ -122,6 +131,12 @@ static inline int ph_slab_unmark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t 
 {
     uint32_t sh, w = ph_slab_lock(s, i, &sh);
     int rc = ph_slab_clear_locked(sp, c, s, w, sh);
+    if (ph_unlikely(sp->persist.plain_stores)) { /* as in ph_slab_mark */
+        ph_slab_unlock(s, w);
+        if (rc == 0)
+            ph_persist_fence(&sp->persist, c);
+        return rc;
+    }
     if (rc == 0)
         ph_persist_fence(&sp->persist, c);
     ph_slab_unlock(s, w);

@@ -251,7 +251,8 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
         h->flush = ph_persist_auto_kind((int)h->dax_file);
         h->flush_source = h->dax_file ? PHEAP_FLUSH_FROM_DAX : PHEAP_FLUSH_FROM_NOT_DAX;
     }
-    rc = ph_persist_init(&h->sp.persist, h->snapshot ? PHEAP_FLUSH_NONE : h->flush, h->sp.sim);
+    rc = ph_persist_init(&h->sp.persist, h->snapshot ? PHEAP_FLUSH_NONE : h->flush, h->sp.sim,
+                         h->sp.fd);
     if (rc)
         return rc;
     h->sp.state = (ph_state *)(h->sp.base + PH_STATE_OFFSET);
@@ -276,6 +277,7 @@ static void release(pheap *h)
     if (!h->sp.inherited)
         ph_procs_detach(h);
     ph_engine_close(h->engine);
+    ph_persist_fini(&h->sp.persist);
     ph_sim_destroy(h->sp.sim);
     ph_space_unmap(&h->sp);
     if (h->sp.fd >= 0)

@@ -86,6 +86,14 @@ int ph_os_pwrite(int fd, const void *buf, size_t len, uint64_t off);
  * PHEAP_EBUSY when another open file description holds a conflicting one. */
 int ph_os_lock(int fd, int exclusive);
 
+/* Gives the CPU to another runnable thread, if any (sched_yield). */
+void ph_os_yield(void);
+
+/* fdatasync(fd): every page of the file written so far, through write()
+ * or a shared mapping, is durable on return (with the metadata needed to
+ * read it back).  EINTR is retried. */
+int ph_os_datasync(int fd);
+
 /* Open-file-description record locks (fcntl F_OFD_*) on the single byte at
  * `off` (any offset, inside the file or not).  They belong to the open
  * file, not to a thread or a process: every descriptor of it shares them,
@@ -177,9 +185,6 @@ void ph_os_populate(void *addr, size_t len);
 /* Anonymous private memory, zero-filled; NULL on failure. */
 void *ph_os_alloc_pages(size_t len);
 void ph_os_free_pages(void *addr, size_t len);
-
-/* msync(MS_SYNC) of the OS pages covering [addr, addr+len). */
-int ph_os_msync(const void *addr, size_t len);
 
 /* Random bytes from the kernel. */
 int ph_os_random(void *buf, size_t len);

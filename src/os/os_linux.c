@@ -196,6 +196,20 @@ int ph_os_sync_file(int fd, const char *path)
     return 0;
 }
 
+void ph_os_yield(void)
+{
+    sched_yield();
+}
+
+int ph_os_datasync(int fd)
+{
+    while (fdatasync(fd) != 0) {
+        if (errno != EINTR)
+            return ph_err_sys("fdatasync", "heap file");
+    }
+    return 0;
+}
+
 int ph_os_sync_dir(const char *path)
 {
     char dir[4096];
@@ -673,16 +687,6 @@ void ph_os_free_pages(void *addr, size_t len)
 {
     if (addr)
         munmap(addr, len);
-}
-
-int ph_os_msync(const void *addr, size_t len)
-{
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)addr & ~(page - 1);
-    size_t l = len + ((uintptr_t)addr - a);
-    if (msync((void *)a, l, MS_SYNC) != 0)
-        return ph_err_sys("msync", "heap");
-    return 0;
 }
 
 int ph_os_random(void *buf, size_t len)

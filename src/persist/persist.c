@@ -5,6 +5,7 @@
  */
 #include "persist/persist.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "os/os.h"
@@ -41,14 +42,61 @@ void ph_persist_track(ph_pctx *c, uintptr_t first, uint64_t n)
         ph_store_relaxed(&c->xreflushes, c->xreflushes + re);
 }
 
+/* The msync back end (persist.h, ph_group_sync).  The lines a thread
+ * flushes are in the page cache already (the mapping is shared), so the
+ * flush has nothing to send; what makes them durable is a sync of the file
+ * that starts after they were written, which the fence waits for.  A sync
+ * writes other threads' pages too, flushed or not: allowed, as an eviction
+ * may write any line back early. */
 static void msync_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
 {
     (void)p;
-    (void)c;
-    /* A failed msync (EIO from the file system) cannot be reported through
-     * a void flush; the data stays in the page cache and is retried by the
-     * kernel's writeback.  pheap_close reports a final fsync failure. */
-    (void)ph_os_msync((const void *)line, n * PH_CACHE_LINE);
+    (void)line;
+    (void)n;
+    c->msync_dirty = 1;
+}
+
+static void msync_fence(ph_persist *p, ph_pctx *c)
+{
+    if (!c->msync_dirty)
+        return; /* nothing flushed since the last fence: nothing to wait for */
+    c->msync_dirty = 0;
+    ph_group_sync *g = p->group;
+    pthread_mutex_lock(&g->lock);
+    uint64_t ticket = ++g->requested;
+    while (g->done < ticket) {
+        if (g->running) {
+            pthread_cond_wait(&g->done_cv, &g->lock);
+            continue;
+        }
+        /* Lead the next sync: it covers every ticket taken until it
+         * starts, whose stores all precede it. */
+        g->running = 1;
+        for (unsigned k = 0, idle = 0; k < 16 && g->last_batch > 1; k++) {
+            uint64_t before = g->requested;
+            pthread_mutex_unlock(&g->lock);
+            ph_os_yield();
+            pthread_mutex_lock(&g->lock);
+            idle = g->requested == before ? idle + 1 : 0;
+            if (idle >= 2 && g->requested - g->done >= g->last_batch)
+                break; /* as many as last time, and nobody came in two yields */
+        }
+        uint64_t upto = g->requested;
+        g->last_batch = upto - g->done;
+        pthread_mutex_unlock(&g->lock);
+        /* A failed sync (EIO from the file system) cannot be reported
+         * through a void fence; the data stays in the page cache and is
+         * retried by the kernel's writeback.  pheap_close reports a final
+         * fsync failure. */
+        (void)ph_os_datasync(p->fd);
+        ph_store_relaxed(&g->xsyncs, g->xsyncs + 1);
+        pthread_mutex_lock(&g->lock);
+        g->running = 0;
+        if (upto > g->done)
+            g->done = upto;
+        pthread_cond_broadcast(&g->done_cv);
+    }
+    pthread_mutex_unlock(&g->lock);
 }
 
 static void nop_fence(ph_persist *p, ph_pctx *c)
@@ -79,7 +127,7 @@ static void msync_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t
     msync_flush(p, c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
 }
 
-static const ph_persist_ops msync_ops = {"msync", msync_flush, nop_fence, msync_store};
+static const ph_persist_ops msync_ops = {"msync", msync_flush, msync_fence, msync_store};
 static const ph_persist_ops none_ops = {"none", nop_flush, nop_fence, plain_store};
 
 static const struct {
@@ -142,12 +190,13 @@ unsigned ph_persist_auto_kind(int dax)
     return PHEAP_FLUSH_CLFLUSH;
 }
 
-int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim)
+int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd)
 {
     ph_cpu_features f;
     ph_os_cpu_features(&f);
     memset(p, 0, sizeof(*p));
     p->kind = kind;
+    p->fd = fd;
     switch (kind) {
     case PHEAP_FLUSH_CLWB:
         if (!f.clwb)
@@ -165,7 +214,12 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim)
         p->ops = &ph_flush_clflush_ops;
         return 0;
     case PHEAP_FLUSH_MSYNC:
+        if (!(p->group = calloc(1, sizeof(*p->group))))
+            return ph_err(PHEAP_ENOMEM, "out of memory");
+        pthread_mutex_init(&p->group->lock, NULL);
+        pthread_cond_init(&p->group->done_cv, NULL);
         p->ops = &msync_ops;
+        p->plain_stores = 1;
         return 0;
     case PHEAP_FLUSH_NONE:
         p->ops = &none_ops;
@@ -179,6 +233,21 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim)
     default:
         return ph_err(PHEAP_EINVAL, "unknown flush kind %u", kind);
     }
+}
+
+void ph_persist_fini(ph_persist *p)
+{
+    if (p->group) {
+        pthread_mutex_destroy(&p->group->lock);
+        pthread_cond_destroy(&p->group->done_cv);
+        free(p->group);
+        p->group = NULL;
+    }
+}
+
+uint64_t ph_persist_syncs(const ph_persist *p)
+{
+    return p->group ? ph_load_relaxed(&p->group->xsyncs) : 0;
 }
 
 void ph_persist_ctx_release(ph_pctx *c)

@@ -15,6 +15,7 @@
 #ifndef PH_PERSIST_H
 #define PH_PERSIST_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,7 @@ typedef struct ph_pctx {
     uintptr_t cur[PH_BATCH_TRACK];   /* lines flushed since the last fence */
     uintptr_t prev[PH_BATCH_TRACK];  /* lines of the batch before */
     struct ph_sim_pending *pending;  /* simulator: flushed, not yet fenced */
+    uint32_t msync_dirty;            /* msync back end: flushed since the last fence */
     const ph_site *site;             /* site of the fence in progress */
 } ph_pctx;
 
@@ -76,15 +78,49 @@ typedef struct ph_persist_ops {
     void (*store_nt)(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n);
 } ph_persist_ops;
 
+/* Group commit of the msync back end: a flush only notes that the thread
+ * has something to write back; its fence takes a ticket and waits until
+ * one fdatasync of the file that started after the ticket was taken has
+ * returned.  Whichever waiting thread finds no sync running runs the next
+ * one for every ticket taken so far, so N threads fencing at once share
+ * one sync instead of queueing N.  A leader whose last sync served several
+ * threads first yields, until as many have arrived and a yield brings no
+ * more (16 yields at most): the
+ * threads its sync released are back with their next fence within
+ * microseconds, while a sync takes a device flush, and a sync started
+ * before they arrive would serve the leader alone. */
+typedef struct ph_group_sync {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    uint64_t requested;          /* tickets taken */
+    uint64_t done;               /* every ticket up to this one is durable */
+    int running;                 /* a sync is in progress */
+    uint64_t last_batch;         /* tickets the last sync served */
+    uint64_t xsyncs;             /* syncs run (relaxed: pheap_stats reads) */
+} ph_group_sync;
+
 struct ph_persist {
     const ph_persist_ops *ops;
     unsigned kind;               /* enum pheap_flush_kind */
     struct ph_sim *sim;          /* PHEAP_FLUSH_SIM only */
+    int fd;                      /* the heap file (msync back end) */
+    unsigned plain_stores;       /* msync: word stores are plain stores of the shared
+                                    page and a fence syncs the file, so a fence makes
+                                    durable the page as it is then, whichever thread
+                                    stored what: a lock guarding a word need not be held
+                                    across it (slab.h) */
+    ph_group_sync *group;        /* msync back end: the group commit */
 };
 
-/* Selects back end `kind` (never AUTO).  PHEAP_ENOTSUP when the CPU lacks
- * the instruction. */
-int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim);
+/* Selects back end `kind` (never AUTO) for the heap file open as `fd`.
+ * PHEAP_ENOTSUP when the CPU lacks the instruction; PHEAP_ENOMEM. */
+int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd);
+
+/* Releases what ph_persist_init allocated. */
+void ph_persist_fini(ph_persist *p);
+
+/* File syncs the msync back end ran (0 for the other back ends). */
+uint64_t ph_persist_syncs(const ph_persist *p);
 
 /* Kind that AUTO means for a mapping: cache-line flushes (best available)
  * when `dax`, msync otherwise. */
