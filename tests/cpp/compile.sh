@@ -10,7 +10,9 @@
 #      multimap, basic_string: see docs/CPP.md) do not compile with
 #      pheap::allocator, while std::vector (the control) does;
 #   5. pheap/boost.hpp compiles as strictly, included after the Boost
-#      container headers and before them (when Boost is installed).
+#      container headers and before them (when Boost is installed); under
+#      g++ a map's find is inlined and loads both children of a node just
+#      before the key compare (docs/CPP.md, "Boost trees").
 # Exits 77 (skipped) when clang++ is missing, after checking g++.
 # Usage: compile.sh SOURCE_DIR [CXX]
 set -u
@@ -124,6 +126,17 @@ long use(pheap::heap &h)
 }
 CPP
 printf '#include <boost/container/map.hpp>\n' >"$tmp/boost.cpp"
+cat >"$tmp/find.cpp" <<'CPP'
+#include <pheap/boost.hpp>
+#include <boost/container/map.hpp>
+using kv = std::pair<const long, long>;
+using map = boost::container::map<long, long, std::less<long>, pheap::allocator<kv>>;
+long find(const map &m, long k)
+{
+    auto it = m.find(k);
+    return it == m.end() ? 0 : it->second;
+}
+CPP
 
 # The build's compiler first (it also checks the containers: the library
 # is libstdc++ for both), then g++ and clang++ unless one of them is it.
@@ -150,6 +163,22 @@ for c in $compilers; do
             $c $flags -O2 $first_def -c "$tmp/trees.cpp" -o "$tmp/trees.o" 2>"$tmp/err" ||
                 { cat "$tmp/err"; fail "$c: pheap/boost.hpp with strict warnings ${first_def:-(Boost after it)}"; }
         done
+        if command -v objdump >/dev/null 2>&1 && ! $c -dM -E -x c++ /dev/null | grep -q __clang__; then
+            # shellcheck disable=SC2086
+            $c $flags -O2 -c "$tmp/find.cpp" -o "$tmp/find.o" 2>"$tmp/err" || { cat "$tmp/err"; fail "$c: find.cpp"; }
+            objdump -d --no-show-raw-insn -C "$tmp/find.o" |
+                awk '/<find\(/ { on = 1; next } on && /^$/ { exit } on' |
+                sed 's/^ *[0-9a-f]*:[[:space:]]*//' >"$tmp/find.s"
+            # the two instructions before the compare with the key (offset 0x20)
+            before=$(awk '/^cmp.*0x20\(%/ { print p2 " / " p1; exit } { p2 = p1; p1 = $0 }' "$tmp/find.s")
+            if grep -q '^call' "$tmp/find.s" || ! echo "$before" | grep -q 'mov  *0x8(%' ||
+                ! echo "$before" | grep -q 'mov  *0x10(%'; then
+                cat "$tmp/find.s"
+                fail "$c: a map's find through pheap/boost.hpp does not load both children before the compare: $before"
+            else
+                echo "$c: pheap/boost.hpp: before the key compare: $before"
+            fi
+        fi
     else
         echo "$c: pheap/boost.hpp not checked: the Boost headers are not installed"
     fi
