@@ -7,19 +7,27 @@
  *                the same code with raw pointers in DRAM (new[]);
  *   map lookup   boost::container::map<long, long> of N keys, M random
  *                lookups: ns per lookup with pheap::allocator (ptr links,
- *                nodes in the heap) against std::allocator in DRAM;
+ *                nodes in the heap) against std::allocator in DRAM; the
+ *                trees of ptr use pheap/boost.hpp's node traits, or in
+ *                pheap_cppbench_generic (built with
+ *                PHEAP_CPPBENCH_GENERIC_TREE) Boost's generic ones;
  *   vector push  boost::container::vector<int, pheap::allocator<int>>:
  *                N push_backs in one transaction, and one transaction per
  *                push_back (push_backs per second), with the heap's flush
  *                back end (PHEAP_FLUSH, as bench/run.sh sets it) and with
  *                flush none.
- * Each figure is the median of --reps repetitions.  Output: a table on
+ * Each figure is the median of --reps repetitions; the map's lookups run
+ * in chunks taken by every variant in turn, timed in the thread's CPU
+ * time, and a ratio is the median of the chunks'.  Output: a table on
  * stdout; --json appends one JSON object per figure, --markdown the table.
  *
  * Usage: pheap_cppbench [--quick] [--heap-dir DIR] [--reps N] [--only list|map|vector]
  *                       [--json FILE] [--markdown FILE]
  */
 #include <pheap.hpp>
+#ifndef PHEAP_CPPBENCH_GENERIC_TREE
+#include <pheap/boost.hpp>
+#endif
 
 #include <boost/container/map.hpp>
 #include <boost/container/vector.hpp>
@@ -66,6 +74,12 @@ struct figure {
     double value, lo, hi; /* the median and the spread of the repetitions */
 };
 std::vector<figure> figures;
+
+#ifdef PHEAP_CPPBENCH_GENERIC_TREE
+const char *tree_code = "generic"; /* Boost.Intrusive's node traits for ptr */
+#else
+const char *tree_code = "pheap/boost.hpp";
+#endif
 
 void report(const std::string &bench, const std::string &variant, const std::string &unit, double v,
             double lo, double hi)
@@ -227,17 +241,25 @@ struct ptr_dram_allocator {
     bool operator!=(const ptr_dram_allocator<U> &) const { return false; }
 };
 
-template <class Map>
-__attribute__((noinline)) double lookups(const Map &m, const std::vector<long> &keys, long *sum)
+std::uint64_t cpu_ns()
 {
-    std::uint64_t t0 = now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::uint64_t(ts.tv_sec) * 1000000000ull + std::uint64_t(ts.tv_nsec);
+}
+
+/* The keys [from, to) looked up in m: ns of the thread's CPU time. */
+template <class Map>
+__attribute__((noinline)) double lookups(const Map &m, const long *from, const long *to, long *sum)
+{
+    std::uint64_t t0 = cpu_ns();
     long s = 0;
-    for (long k : keys) {
-        auto it = m.find(k);
+    for (const long *k = from; k != to; k++) {
+        auto it = m.find(*k);
         s += it == m.end() ? 0 : it->second;
     }
     *sum += s;
-    return double(now_ns() - t0) / double(keys.size());
+    return double(cpu_ns() - t0);
 }
 
 void bench_map(const config &c)
@@ -278,18 +300,37 @@ void bench_map(const config &c)
     for (auto &k : keys) /* three of four hit */
         k = rng() % 4 ? inserted[rng() % inserted.size()] : long(rng() >> 1);
     enum { P, PD, H, R, RW, N };
-    std::vector<double> t[N];
+    /* The lookups go in chunks, and every variant runs each chunk in turn
+     * (starting with another one each time), so that a busy moment of the
+     * machine falls on all of them alike; a ratio is the median of the
+     * chunks' ratios (one per repetition), a time the repetition's sum. */
+    const std::size_t chunk = std::min<std::size_t>(c.lookups, 16384);
+    const std::size_t chunks = c.lookups / chunk;
+    std::vector<double> t[N], q[5];
     long sums[N] = {0, 0, 0, 0, 0};
-    for (unsigned r = 0; r < c.reps; r++)
-        for (int j = 0; j < N; j++) { /* each repetition starts with another variant */
-            int v = int((j + r) % N);
-            double ns = v == P    ? lookups(pm, keys, &sums[v])
-                        : v == PD ? lookups(pdm, keys, &sums[v])
-                        : v == H  ? lookups(hm, keys, &sums[v])
-                        : v == R  ? lookups(rm, keys, &sums[v])
-                                  : lookups(rwm, keys, &sums[v]);
-            t[v].push_back(ns);
+    for (unsigned r = 0; r < c.reps; r++) {
+        double total[N] = {0, 0, 0, 0, 0};
+        std::vector<double> chunk_ns[N];
+        for (std::size_t ch = 0; ch < chunks; ch++) {
+            const long *from = keys.data() + ch * chunk, *to = from + chunk;
+            for (int j = 0; j < N; j++) {
+                int v = int((j + r + ch) % N);
+                double ns = v == P    ? lookups(pm, from, to, &sums[v])
+                            : v == PD ? lookups(pdm, from, to, &sums[v])
+                            : v == H  ? lookups(hm, from, to, &sums[v])
+                            : v == R  ? lookups(rm, from, to, &sums[v])
+                                      : lookups(rwm, from, to, &sums[v]);
+                total[v] += ns;
+                chunk_ns[v].push_back(ns);
+            }
         }
+        for (int v = 0; v < N; v++)
+            t[v].push_back(total[v] / double(chunks * chunk));
+        /* the per-chunk ratios of this repetition: P/R, P/RW, PD/RW, P/H, H/RW */
+        const int pairs[5][2] = {{P, R}, {P, RW}, {PD, RW}, {P, H}, {H, RW}};
+        for (int i = 0; i < 5; i++)
+            q[i].push_back(median(ratios(chunk_ns[pairs[i][0]], chunk_ns[pairs[i][1]])));
+    }
     for (int v = 1; v < N; v++)
         if (sums[v] != sums[P])
             std::fprintf(stderr, "pheap_cppbench: the maps disagree\n");
@@ -298,11 +339,11 @@ void bench_map(const config &c)
     report("map lookup", "raw, heap blocks, same node", "ns/lookup", t[H]);
     report("map lookup", "raw, DRAM, same node", "ns/lookup", t[RW]);
     report("map lookup", "raw, DRAM, std::allocator", "ns/lookup", t[R]);
-    report("map lookup", "ptr heap / raw DRAM std::allocator", "ratio", ratios(t[P], t[R]));
-    report("map lookup", "ptr heap / raw DRAM same node", "ratio", ratios(t[P], t[RW]));
-    report("map lookup", "ptr DRAM / raw DRAM same node", "ratio", ratios(t[PD], t[RW]));
-    report("map lookup", "ptr / raw, both in the heap", "ratio", ratios(t[P], t[H]));
-    report("map lookup", "raw heap / raw DRAM, same node", "ratio", ratios(t[H], t[RW]));
+    report("map lookup", "ptr heap / raw DRAM std::allocator", "ratio", q[0]);
+    report("map lookup", "ptr heap / raw DRAM same node", "ratio", q[1]);
+    report("map lookup", "ptr DRAM / raw DRAM same node", "ratio", q[2]);
+    report("map lookup", "ptr / raw, both in the heap", "ratio", q[3]);
+    report("map lookup", "raw heap / raw DRAM, same node", "ratio", q[4]);
 }
 
 /* ---- vector push_back in transactions -------------------------------------- */
@@ -354,9 +395,9 @@ void json_out(const char *file, const config &c)
     for (const figure &x : figures)
         std::fprintf(f,
                      "{\"bench\":\"%s\",\"variant\":\"%s\",\"unit\":\"%s\",\"value\":%.4f,"
-                     "\"min\":%.4f,\"max\":%.4f,\"reps\":%u,\"heap_dir\":\"%s\"}\n",
+                     "\"min\":%.4f,\"max\":%.4f,\"reps\":%u,\"heap_dir\":\"%s\",\"tree\":\"%s\"}\n",
                      x.bench.c_str(), x.variant.c_str(), x.unit.c_str(), x.value, x.lo, x.hi,
-                     c.reps, c.dir.c_str());
+                     c.reps, c.dir.c_str(), tree_code);
     std::fclose(f);
 }
 
@@ -366,8 +407,9 @@ void markdown_out(const char *file, const config &c)
     if (!f)
         return;
     std::fprintf(f, "\nList of %zu nodes, map of %zu keys (%zu lookups), %zu push_backs in one "
-                    "transaction and %zu in one each; median of %u; heaps in %s.\n\n",
-                 c.list_nodes, c.map_keys, c.lookups, c.pushes, c.tx_pushes, c.reps, c.dir.c_str());
+                    "transaction and %zu in one each; median of %u; heaps in %s; trees of ptr: %s.\n\n",
+                 c.list_nodes, c.map_keys, c.lookups, c.pushes, c.tx_pushes, c.reps, c.dir.c_str(),
+                 tree_code);
     std::fprintf(f, "| benchmark | variant | median | [min - max] | unit |\n"
                     "| --- | --- | ---: | --- | --- |\n");
     for (const figure &x : figures)
@@ -411,6 +453,7 @@ int main(int argc, char **argv)
         }
     }
     try {
+        std::printf("trees of pheap::ptr: %s\n", tree_code);
         if (c.only.empty() || c.only == "list")
             bench_list(c);
         if (c.only.empty() || c.only == "map")

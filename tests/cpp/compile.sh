@@ -8,7 +8,11 @@
 #      instructions before the ret, no call, no test, no branch;
 #   4. the libstdc++ containers that keep raw pointers (std::list, map, set,
 #      multimap, basic_string: see docs/CPP.md) do not compile with
-#      pheap::allocator, while std::vector (the control) does.
+#      pheap::allocator, while std::vector (the control) does;
+#   5. pheap/boost.hpp compiles as strictly, included after the Boost
+#      container headers and before them (when Boost is installed); under
+#      g++ a map's find is inlined and loads both children of a node just
+#      before the key compare (docs/CPP.md, "Boost trees").
 # Exits 77 (skipped) when clang++ is missing, after checking g++.
 # Usage: compile.sh SOURCE_DIR [CXX]
 set -u
@@ -88,6 +92,51 @@ cat >"$tmp/order.cpp" <<'CPP'
 #include <pheap.h>
 #include <pheap.hpp>
 CPP
+cat >"$tmp/trees.cpp" <<'CPP'
+#ifdef BOOST_FIRST
+#include <boost/container/map.hpp>
+#include <boost/container/set.hpp>
+#endif
+#include <pheap/boost.hpp>
+#include <boost/container/map.hpp>
+#include <boost/container/set.hpp>
+namespace bc = boost::container;
+template <class T>
+using A = pheap::allocator<T>;
+using kv = std::pair<const long, long>;
+long use(pheap::heap &h)
+{
+    auto &m = *h.make<bc::map<long, long, std::less<long>, A<kv>>>(A<kv>(h));
+    auto &mm = *h.make<bc::multimap<long, long, std::less<long>, A<kv>>>(A<kv>(h));
+    auto &s = *h.make<bc::set<long, std::less<long>, A<long>>>(A<long>(h));
+    auto &ms = *h.make<bc::multiset<long, std::less<long>, A<long>>>(A<long>(h));
+    m[1] = 2;
+    mm.emplace(1, 2);
+    s.insert(3);
+    ms.insert(3);
+    long n = long(m.count(1) + mm.count(1) + s.count(3) + ms.count(3)) + m.find(1)->second;
+    m.erase(1);
+    s.erase(s.begin());
+    n += long(m.size() + mm.size() + s.size() + ms.size());
+    h.destroy(&m);
+    h.destroy(&mm);
+    h.destroy(&s);
+    h.destroy(&ms);
+    return n;
+}
+CPP
+printf '#include <boost/container/map.hpp>\n' >"$tmp/boost.cpp"
+cat >"$tmp/find.cpp" <<'CPP'
+#include <pheap/boost.hpp>
+#include <boost/container/map.hpp>
+using kv = std::pair<const long, long>;
+using map = boost::container::map<long, long, std::less<long>, pheap::allocator<kv>>;
+long find(const map &m, long k)
+{
+    auto it = m.find(k);
+    return it == m.end() ? 0 : it->second;
+}
+CPP
 
 # The build's compiler first (it also checks the containers: the library
 # is libstdc++ for both), then g++ and clang++ unless one of them is it.
@@ -107,6 +156,32 @@ for c in $compilers; do
     $c $flags -c "$tmp/all.cpp" -o "$tmp/all.o" 2>"$tmp/err" || { cat "$tmp/err"; fail "$c: pheap.hpp with strict warnings"; }
     # shellcheck disable=SC2086
     $c $flags -fno-exceptions -c "$tmp/noexcept.cpp" -o "$tmp/n.o" 2>"$tmp/err" || { cat "$tmp/err"; fail "$c: -fno-exceptions"; }
+    # shellcheck disable=SC2086
+    if $c $flags -fsyntax-only "$tmp/boost.cpp" 2>/dev/null; then
+        for first_def in "" -DBOOST_FIRST; do
+            # shellcheck disable=SC2086
+            $c $flags -O2 $first_def -c "$tmp/trees.cpp" -o "$tmp/trees.o" 2>"$tmp/err" ||
+                { cat "$tmp/err"; fail "$c: pheap/boost.hpp with strict warnings ${first_def:-(Boost after it)}"; }
+        done
+        if command -v objdump >/dev/null 2>&1 && ! $c -dM -E -x c++ /dev/null | grep -q __clang__; then
+            # shellcheck disable=SC2086
+            $c $flags -O2 -c "$tmp/find.cpp" -o "$tmp/find.o" 2>"$tmp/err" || { cat "$tmp/err"; fail "$c: find.cpp"; }
+            objdump -d --no-show-raw-insn -C "$tmp/find.o" |
+                awk '/<find\(/ { on = 1; next } on && /^$/ { exit } on' |
+                sed 's/^ *[0-9a-f]*:[[:space:]]*//' >"$tmp/find.s"
+            # the two instructions before the compare with the key (offset 0x20)
+            before=$(awk '/^cmp.*0x20\(%/ { print p2 " / " p1; exit } { p2 = p1; p1 = $0 }' "$tmp/find.s")
+            if grep -q '^call' "$tmp/find.s" || ! echo "$before" | grep -q 'mov  *0x8(%' ||
+                ! echo "$before" | grep -q 'mov  *0x10(%'; then
+                cat "$tmp/find.s"
+                fail "$c: a map's find through pheap/boost.hpp does not load both children before the compare: $before"
+            else
+                echo "$c: pheap/boost.hpp: before the key compare: $before"
+            fi
+        fi
+    else
+        echo "$c: pheap/boost.hpp not checked: the Boost headers are not installed"
+    fi
     # shellcheck disable=SC2086
     if $c $flags -fsyntax-only "$tmp/order.cpp" 2>"$tmp/err"; then
         fail "$c: pheap.h before pheap.hpp was accepted"

@@ -159,6 +159,7 @@ fi
 # ---- C++: pheap.hpp through pkg-config, with the strict warnings ----------
 consumer_cpp=$src/tests/install/consumer.cpp
 [ -f "$prefix/include/pheap.hpp" ] || fail "pheap.hpp is not in the includedir"
+[ -f "$prefix/include/pheap/boost.hpp" ] || fail "pheap/boost.hpp is not in the includedir"
 cxx=${CXX:-$(cache_value CMAKE_CXX_COMPILER)}
 if [ -z "$cxx" ] || ! command -v "$cxx" >/dev/null 2>&1; then
     echo "install test: no C++ compiler: the C++ consumer is not built"
