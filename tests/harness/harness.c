@@ -3,7 +3,11 @@
  */
 #include "harness.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -43,6 +47,27 @@ void ph_test_fail(const char *file, int line, const char *fmt, ...)
     ph_test_failed++;
 }
 
+/* Removes the directories of test programs that died without their exit
+ * handler (a crash, a timeout's SIGKILL): pheap-test-PID-* in `base` whose
+ * process no longer exists.  Left alone, they fill tmpfs, which is memory. */
+static void sweep_stale_dirs(const char *base)
+{
+    DIR *d = opendir(base);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        long pid;
+        char cmd[600];
+        if (sscanf(de->d_name, "pheap-test-%ld-", &pid) != 1 || pid <= 0 ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s/%s'", base, de->d_name);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s/%s\n", base, de->d_name);
+    }
+    if (d)
+        closedir(d);
+}
+
 const char *ph_test_dir(void)
 {
     if (!tmpdir[0]) {
@@ -51,7 +76,8 @@ const char *ph_test_dir(void)
         const char *base = getenv("PHEAP_TEST_DIR");
         if (!base)
             base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-        snprintf(tmpdir, sizeof(tmpdir), "%s/pheap-test-XXXXXX", base);
+        sweep_stale_dirs(base);
+        snprintf(tmpdir, sizeof(tmpdir), "%s/pheap-test-%ld-XXXXXX", base, (long)getpid());
         if (!mkdtemp(tmpdir)) {
             perror("mkdtemp");
             exit(2);
