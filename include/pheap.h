@@ -409,7 +409,9 @@ typedef struct pheap_proc {
  * read-write open clears it.  A fork child that keeps its copy of the
  * handle keeps the lock held after its parent died; such a slot is not
  * listed either (its pid now names another process or none).  Read-only
- * opens and snapshots hold no lease.
+ * opens and snapshots hold no lease, nor does a read-write open that finds
+ * no slot it can lock (any reader of the file can lock its bytes): a lease
+ * never refuses an open, so such an open runs unlisted.
  *
  * Errors: PHEAP_EINVAL (path NULL, out NULL with max > 0), those of opening
  * a file read-only and validating its header (pheap_open), PHEAP_ENOTSUP

@@ -277,7 +277,7 @@ static void release(pheap *h)
     if (!h->sp.inherited)
         ph_procs_detach(h);
     ph_engine_close(h->engine);
-    ph_persist_fini(&h->sp.persist);
+    ph_persist_fini(&h->sp.persist, h->sp.inherited || ph_heap_inherited(h));
     ph_sim_destroy(h->sp.sim);
     ph_space_unmap(&h->sp);
     if (h->sp.fd >= 0)
@@ -411,9 +411,10 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         ph_thread_register_heap(h);
         rc = start_session(h);
     }
-    /* Last: a refused open writes nothing, the table included. */
+    /* Last: a refused open writes nothing, the table included; a lease
+     * that cannot be had never refuses the open (procs.h). */
     if (!rc)
-        rc = ph_procs_attach(h);
+        ph_procs_attach(h);
     if (rc) {
         release(h);
         return rc;
@@ -462,6 +463,9 @@ ph_export int pheap_close(pheap *h)
     }
     if (!rc && h->sp.sim && h->sp.sim->crash_error)
         rc = h->sp.sim->crash_error;
+    if (!rc && !h->readonly && ph_persist_sync_error(&h->sp.persist))
+        rc = ph_err(PHEAP_EIO, "%s: a file sync failed while the heap was open: what was "
+                    "written since may not be durable", h->path);
     release(h);
     return rc;
 }

@@ -50,38 +50,42 @@ static uint64_t region_of(const pheap *h)
     return r ? r->offset : 0;
 }
 
-int ph_procs_attach(pheap *h)
+/* The gate, write-locked without waiting for ever: any process that can
+ * read the file can hold a lock on its bytes, so a gate that stays taken
+ * (for 100 ms) is given up on rather than waited for. */
+static int take_gate(int fd, uint64_t r)
+{
+    for (int i = 0; i < 100; i++) {
+        if (ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_WRITE, 0) == 0)
+            return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+void ph_procs_attach(pheap *h)
 {
     h->lease = -1;
     uint64_t r = region_of(h);
     if (!r || h->readonly || h->sp.sim)
-        return 0;
-    int fd = h->sp.fd, slot = -1;
-    int rc = ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_WRITE, 1);
-    if (rc)
-        return rc;
+        return;
+    int fd = h->sp.fd;
+    if (!take_gate(fd, r))
+        return;
     ph_procs_header *ph = (ph_procs_header *)ph_space_at(&h->sp, r);
     ph_lease *leases = (ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE);
-    for (unsigned i = 0; i < PH_PROCS_SLOTS && !rc; i++) {
+    for (unsigned i = 0; i < PH_PROCS_SLOTS; i++) {
         int st = lease_state(fd, r, i, &leases[i]);
-        if (st < 0)
-            rc = st;
-        else if (st == LEASE_STALE || st == LEASE_FREE) {
-            if (st == LEASE_STALE) {
-                memset(&leases[i], 0, sizeof(leases[i]));
-                ph->xstale++;
-            }
-            if (slot < 0)
-                slot = (int)i;
+        if (st == LEASE_STALE) {
+            memset(&leases[i], 0, sizeof(leases[i]));
+            ph->xstale++;
         }
-    }
-    if (!rc && slot < 0)
-        rc = ph_err(PHEAP_EBUSY, "%s: %u processes hold the heap read-write already", h->path,
-                    PH_PROCS_SLOTS);
-    if (!rc)
-        rc = ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, slot), PH_OFD_WRITE, 0);
-    if (!rc) {
-        ph_lease *l = &leases[slot];
+        /* A slot another open holds any lock on (a reader's, say) stays
+         * as it is: the next one is tried. */
+        if (h->lease >= 0 || (st != LEASE_STALE && st != LEASE_FREE) ||
+            ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, i), PH_OFD_WRITE, 0) != 0)
+            continue;
+        ph_lease *l = &leases[i];
         long pid = (long)getpid();
         ph->magic = PH_PROCS_MAGIC;
         l->xgen = ++ph->xattaches;
@@ -91,10 +95,9 @@ int ph_procs_attach(pheap *h)
         l->xflags = PH_LEASE_EXCLUSIVE;
         ph_os_proc_comm(pid, l->comm, sizeof(l->comm));
         ph_store(&l->xpid, (uint64_t)pid); /* last: a lister skips a slot without a pid */
-        h->lease = slot;
+        h->lease = (int)i;
     }
     ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
-    return rc;
 }
 
 void ph_procs_detach(pheap *h)
@@ -107,7 +110,7 @@ void ph_procs_detach(pheap *h)
     /* Without the gate an attach could see the slot locked with no pid
      * (fine: it is skipped) or unlocked with a pid (stale: cleared, the
      * same words this clears). */
-    int gated = ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_WRITE, 1) == 0;
+    int gated = take_gate(fd, r);
     memset(l, 0, sizeof(*l));
     ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, h->lease), PH_OFD_UNLOCK, 0);
     if (gated)

@@ -9,12 +9,14 @@
 
 #include "heap/heap.h"
 
-/* Takes a lease for read-write open h (after its header was validated and
- * the heap mapped); nothing for read-only and simulated opens and heaps
- * without a process table.  Clears stale leases first.  Errors:
- * PHEAP_EBUSY (every slot is held by a live process), an I/O error of the
- * lock calls; nothing changes on error. */
-int ph_procs_attach(pheap *h);
+/* Takes a lease for read-write open h (once its session started: a
+ * refused open writes nothing); nothing for read-only and simulated opens
+ * and heaps without a process table.  Never fails the open: a lease only
+ * describes its holder, so when none can be had (every slot locked, the
+ * gate held for long by some reader of the file, a lock call failing) the
+ * open goes on without one (h->lease -1) and is not listed.  A stale slot
+ * it takes is cleared first. */
+void ph_procs_attach(pheap *h);
 
 /* Gives h's lease back (at close; not for a fork child's copy). */
 void ph_procs_detach(pheap *h);

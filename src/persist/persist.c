@@ -85,12 +85,13 @@ static void msync_fence(ph_persist *p, ph_pctx *c)
         g->last_batch = upto - g->done;
         pthread_mutex_unlock(&g->lock);
         /* A failed sync (EIO from the file system) cannot be reported
-         * through a void fence; the data stays in the page cache and is
-         * retried by the kernel's writeback.  pheap_close reports a final
-         * fsync failure. */
-        (void)ph_os_datasync(p->fd);
+         * through a void fence: it is kept, and pheap_close reports it
+         * (the kernel may drop the pages it failed to write). */
+        int rc = ph_os_datasync(p->fd);
         ph_store_relaxed(&g->xsyncs, g->xsyncs + 1);
         pthread_mutex_lock(&g->lock);
+        if (rc && !g->error)
+            g->error = rc;
         g->running = 0;
         if (upto > g->done)
             g->done = upto;
@@ -235,11 +236,23 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd)
     }
 }
 
-void ph_persist_fini(ph_persist *p)
+int ph_persist_sync_error(const ph_persist *p)
+{
+    if (!p->group)
+        return 0;
+    pthread_mutex_lock(&p->group->lock);
+    int rc = p->group->error;
+    pthread_mutex_unlock(&p->group->lock);
+    return rc;
+}
+
+void ph_persist_fini(ph_persist *p, int inherited)
 {
     if (p->group) {
-        pthread_mutex_destroy(&p->group->lock);
-        pthread_cond_destroy(&p->group->done_cv);
+        if (!inherited) {
+            pthread_mutex_destroy(&p->group->lock);
+            pthread_cond_destroy(&p->group->done_cv);
+        }
         free(p->group);
         p->group = NULL;
     }

@@ -97,6 +97,7 @@ typedef struct ph_group_sync {
     int running;                 /* a sync is in progress */
     uint64_t last_batch;         /* tickets the last sync served */
     uint64_t xsyncs;             /* syncs run (relaxed: pheap_stats reads) */
+    int error;                   /* first failed sync (PHEAP_EIO ...), under lock */
 } ph_group_sync;
 
 struct ph_persist {
@@ -116,8 +117,14 @@ struct ph_persist {
  * PHEAP_ENOTSUP when the CPU lacks the instruction; PHEAP_ENOMEM. */
 int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd);
 
-/* Releases what ph_persist_init allocated. */
-void ph_persist_fini(ph_persist *p);
+/* Releases what ph_persist_init allocated.  `inherited`: in a fork child's
+ * copy, whose condition variable may count waiters of the parent's threads
+ * that do not exist here: freed without being destroyed. */
+void ph_persist_fini(ph_persist *p, int inherited);
+
+/* The first error of a file sync the msync back end ran (a fence cannot
+ * return one), or 0. */
+int ph_persist_sync_error(const ph_persist *p);
 
 /* File syncs the msync back end ran (0 for the other back ends). */
 uint64_t ph_persist_syncs(const ph_persist *p);

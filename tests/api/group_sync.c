@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -91,6 +93,52 @@ TEST(sixteen_threads_share_syncs_and_all_get_through)
     REQUIRE(heap);
     pheap_stats(heap, &st);
     CHECK_EQ(st.live_blocks, live);
+    CHECK_EQ(pheap_check(heap, NULL), 0);
+    pheap_close(heap);
+}
+
+static volatile int stop_workers;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    while (!stop_workers) {
+        pheap_off o = pheap_alloc(heap, 64);
+        if (o)
+            pheap_free(heap, o);
+    }
+    return NULL;
+}
+
+/* A fork while other threads wait in a fence: the child's copy of the
+ * group commit counts waiters that do not exist in it, and its
+ * pheap_close must not wait for them. */
+TEST(a_fork_child_closes_while_the_parent_fences)
+{
+    const char *path = ph_test_path("gsync-fork.heap");
+    heap = open_with(path, PHEAP_FLUSH_MSYNC, 1);
+    REQUIRE(heap);
+    pthread_t t[6];
+    stop_workers = 0;
+    for (int k = 0; k < 6; k++)
+        REQUIRE(pthread_create(&t[k], NULL, churn, NULL) == 0);
+    int hung = 0;
+    for (int i = 0; i < 20; i++) {
+        usleep(2000);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            alarm(5);
+            _exit(pheap_close(heap) == 0 ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        hung += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    stop_workers = 1;
+    for (int k = 0; k < 6; k++)
+        pthread_join(t[k], NULL);
+    CHECK_EQ(hung, 0);
     CHECK_EQ(pheap_check(heap, NULL), 0);
     pheap_close(heap);
 }

@@ -239,3 +239,33 @@ TEST(heaps_before_the_table_and_bad_calls)
     close(fd);
     CHECK_EQ(pheap_procs(junk, p, 2), PHEAP_ENOTHEAP);
 }
+
+/* Any reader of the file can lock its bytes: read locks on the gate and on
+ * every liveness byte.  A read-write open still succeeds (without a lease:
+ * not listed), and its clean close leaves the heap clean. */
+TEST(a_reader_holding_the_table_locks_refuses_no_open)
+{
+    const char *path = make_heap("procs-reader.heap");
+    REQUIRE(path);
+    uint64_t r = ph_test_region_offset(path, PH_REGION_PROCS);
+    int fd = open(path, O_RDONLY);
+    REQUIRE(fd >= 0);
+    struct flock l = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = (off_t)r, .l_len = 1};
+    REQUIRE(fcntl(fd, F_OFD_SETLK, &l) == 0);
+    for (unsigned i = 0; i < PH_PROCS_SLOTS; i++) {
+        l.l_start = (off_t)PH_PROCS_LOCK_BYTE(r, i);
+        REQUIRE(fcntl(fd, F_OFD_SETLK, &l) == 0);
+    }
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    REQUIRE(pheap_alloc(h, 64));
+    CHECK_EQ(pheap_procs(path, NULL, 0), 0);
+    REQUIRE_OK(pheap_close(h));
+    close(fd);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.was_unclean, 0);
+    CHECK_EQ(pheap_procs(path, NULL, 0), 1);
+    pheap_close(h);
+}
