@@ -516,8 +516,13 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
     int rc = trace(h, t, 1, opts ? opts : &defaults, &rep);
     if (!rc)
         h->needs_recovery = 0;
-    if (!rc) /* a name-segment rebuild cut short, now that the allocator is right */
+    if (!rc && h->names) {
+        /* A name-segment rebuild cut short, now that the allocator is
+         * right; lookups may run meanwhile (names.h: the write lock). */
+        ph_names_wrlock(h->names);
         rc = ph_names_recover(h, t);
+        ph_names_unlock(h->names);
+    }
     if (!rc)
         ph_names_guard(h);
     if (out)
