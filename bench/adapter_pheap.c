@@ -5,11 +5,13 @@
  * The flush kind comes from PHEAP_FLUSH (run.sh sets it; defaulted here to
  * the best cache-line flush of the CPU) so pheap writes back lines on tmpfs
  * exactly as it would on DAX.
- * Three allocators share this code and differ only in the heaps they
- * create: "pheap" (LOG), "pheap-noprot" (LOG, metadata protection off: the
- * price of protection), "pheap-keys" (LOG, protected by protection keys
- * instead of the alias; skipped where there are none) and "pheap-gc" (GC, which also has root_set and
- * recover: pheap_root_set, pheap_recover_ex).
+ * The allocators here share this code and differ only in the heaps they
+ * create or how they open them: "pheap" (LOG), "pheap-noprot" (LOG,
+ * metadata protection off: the price of protection), "pheap-nomorph" (LOG,
+ * opened with PHEAP_MORPH=0: what slab morphing saves and costs),
+ * "pheap-keys" (LOG, protected by protection keys instead of the alias;
+ * skipped where there are none) and "pheap-gc" (GC, which also has
+ * root_set and recover: pheap_root_set, pheap_recover_ex).
  */
 #include "bench.h"
 
@@ -42,6 +44,10 @@ static int create(const bench_heap_conf *conf, unsigned consistency, unsigned pr
 {
     pheap_options o = { 0 };
     o.size = conf->size; /* the data region; the file adds pheap's metadata */
+    if (conf->grow_from && conf->grow_from < conf->size) { /* grows as it needs */
+        o.size = conf->grow_from;
+        o.max_size = conf->size;
+    }
     o.flags = PHEAP_CREATE | PHEAP_EXCL;
     o.consistency = consistency;
     o.protect = protect;
@@ -76,6 +82,24 @@ static int pheap_noprot_bench_init(const bench_heap_conf *conf)
 static int pheap_noprot_bench_reopen(const bench_heap_conf *conf)
 {
     return reopen(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_OFF);
+}
+
+/* PHEAP_MORPH=0 for this open only: the other allocators of the run keep
+ * the environment they had. */
+static int pheap_nomorph_bench_init(const bench_heap_conf *conf)
+{
+    setenv("PHEAP_MORPH", "0", 1);
+    int rc = create(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_AUTO);
+    unsetenv("PHEAP_MORPH");
+    return rc;
+}
+
+static int pheap_nomorph_bench_reopen(const bench_heap_conf *conf)
+{
+    setenv("PHEAP_MORPH", "0", 1);
+    int rc = reopen(conf, PHEAP_CONSISTENCY_LOG, PHEAP_PROTECT_AUTO);
+    unsetenv("PHEAP_MORPH");
+    return rc;
 }
 
 static int pheap_keys_bench_load(void)
@@ -214,6 +238,15 @@ const bench_allocator bench_pheap_noprot = {
     .load = pheap_bench_load,
     .init = pheap_noprot_bench_init,
     .reopen = pheap_noprot_bench_reopen,
+};
+
+const bench_allocator bench_pheap_nomorph = {
+    .name = "pheap-nomorph",
+    .what = "pheap with slab morphing off (PHEAP_MORPH=0): what morphing saves and costs",
+    PHEAP_CALLS,
+    .load = pheap_bench_load,
+    .init = pheap_nomorph_bench_init,
+    .reopen = pheap_nomorph_bench_reopen,
 };
 
 const bench_allocator bench_pheap_keys = {

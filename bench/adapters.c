@@ -8,10 +8,11 @@
 
 extern const bench_allocator bench_pmemobj, bench_mimalloc, bench_jemalloc, bench_glibc;
 
-extern const bench_allocator bench_pheap, bench_pheap_gc, bench_pheap_noprot, bench_pheap_keys;
+extern const bench_allocator bench_pheap, bench_pheap_gc, bench_pheap_noprot, bench_pheap_nomorph,
+    bench_pheap_keys;
 
 const bench_allocator *const bench_allocators[] = {
-    &bench_pheap, &bench_pheap_gc, &bench_pheap_noprot, &bench_pheap_keys, &bench_pmemobj, &bench_mimalloc, &bench_jemalloc,
+    &bench_pheap, &bench_pheap_gc, &bench_pheap_noprot, &bench_pheap_nomorph, &bench_pheap_keys, &bench_pmemobj, &bench_mimalloc, &bench_jemalloc,
     &bench_glibc, NULL,
 };
 

@@ -31,6 +31,10 @@ typedef struct bench_heap_conf {
     uint64_t size;          /* heap size, bytes */
     unsigned nthreads;      /* worker threads the workload will attach */
     unsigned want_usage;    /* 1: keep the accounting heap_bytes() needs */
+    uint64_t grow_from;     /* nonzero: a heap that can grow starts this small and
+                               grows up to `size` (memory-use workloads: the
+                               file's storage then follows what the allocator
+                               uses, not what it was given at creation) */
 } bench_heap_conf;
 
 /* Calls marked "optional" may be NULL.  One heap is open at a time; alloc

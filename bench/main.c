@@ -231,7 +231,8 @@ static int run_once(const bench_workload *w, const bench_allocator *a, const ben
 {
     bench_run run = { .alloc = a, .p = p };
     run.heap = (bench_heap_conf){ .path = path, .size = p->heap_size, .nthreads = p->threads + 1,
-                                  .want_usage = (w->flags & BENCH_W_USAGE) != 0 };
+                                  .want_usage = (w->flags & BENCH_W_USAGE) != 0,
+                                  .grow_from = (w->flags & BENCH_W_USAGE) ? 8u << 20 : 0 };
     memset(m, 0, sizeof *m);
     unlink(path);
     if (w->flags & BENCH_W_REOPEN) {

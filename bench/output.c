@@ -112,6 +112,10 @@ void out_text(const bench_result *r)
             printf(" file %.1f MiB", v / 1048576);
         if ((v = median_of(r, "rss_bytes")) >= 0)
             printf(" rss+ %.1f MiB", v / 1048576);
+        if ((v = median_of(r, "heap_per_live_max")) >= 0)
+            printf("  worst phase: heap %.2fx", v);
+        if ((v = median_of(r, "file_per_live_max")) >= 0)
+            printf(" file %.2fx", v);
     }
     if ((v = median_of(r, "crash_open_ns")) >= 0)
         printf("blocks %.0f  after crash: open %.3f ms, first alloc %.3f ms;"

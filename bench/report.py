@@ -230,17 +230,22 @@ def memory_section(results, allocs):
         live = metric(r, "live_bytes")
         heap, file_, rss = (metric(r, k) for k in ("heap_bytes", "file_bytes", "rss_bytes"))
         used = file_ if file_ is not None else rss
+        hmax, fmax = (metric(r, k) for k in ("heap_per_live_max", "file_per_live_max"))
         rows.append([r["workload"], r["threads"], r["alloc"], mib(live), mib(heap), mib(file_),
                      mib(rss), "—" if heap is None else f"{heap / live:.2f}",
-                     "—" if used is None else f"{used / live:.2f}"])
+                     "—" if used is None else f"{used / live:.2f}",
+                     "—" if hmax is None else f"{hmax:.2f}", "—" if fmax is None else f"{fmax:.2f}"])
     if not rows:
         return ""
     rows.sort(key=lambda x: (x[0], x[1], allocs.index(x[2])))
     return ("\n## Memory\n\nAt the end of fragbench's last allocation phase, in MiB. heap: the "
             "allocator's own account of what it holds for blocks; file: storage of the heap file "
-            "(st_blocks); rss+: growth of resident memory (transient allocators).\n\n"
+            "(st_blocks); rss+: growth of resident memory (transient allocators); worst phase: "
+            "the largest ratio at the end of any allocation phase. The least any allocator that "
+            "never moves a block can reach is pheap_fragbound's (see bench/README.md).\n\n"
             + table(["workload", "threads", "allocator", "live", "heap", "file", "rss+",
-                     "heap ÷ live", "(file or rss+) ÷ live"], rows))
+                     "heap ÷ live", "(file or rss+) ÷ live", "worst phase heap ÷ live",
+                     "worst phase file ÷ live"], rows))
 
 
 def recovery_section(results, allocs):

@@ -36,7 +36,7 @@ usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap
 BUILD=${1%/}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=""
-ALLOCS="pheap,pheap-gc,pheap-noprot,pheap-keys,pmemobj,mimalloc,jemalloc,glibc"
+ALLOCS="pheap,pheap-gc,pheap-noprot,pheap-nomorph,pheap-keys,pmemobj,mimalloc,jemalloc,glibc"
 FS_DIR=""
 PASS=""
 while [ $# -gt 0 ]; do
@@ -131,6 +131,19 @@ for alloc in $(echo "$ALLOCS" | tr ',' ' '); do
     esac
     echo "run.sh: $alloc took $(( $(date +%s) - t0 )) s"
 done
+
+# ---- fragbench's bound: an ideal best-fit allocator that never moves -----
+# pheap_fragbound runs fragbench's phases with the same parameters and
+# prints the least footprint a non-moving allocator can end with.
+BOUND_TXT="$RES/$RUN-fragbound.txt"
+: >"$BOUND_TXT"
+if cmake --build "$BDIR" --target pheap_fragbound -j "$(nproc)" >>"$BDIR/bench-build.log" 2>&1; then
+    live=64M; [ -n "$QUICK" ] && live=16M
+    "$BDIR/bench/pheap_fragbound" --live "$live" | tee "$BOUND_TXT" || {
+        echo "run.sh: pheap_fragbound exited $?"; failed=1; }
+else
+    echo "run.sh: the fragbench bound is skipped: no C++ compiler"
+fi
 
 # ---- transactions: the key-value workload and recovery ------------------
 # pheap_kvbench, in the same heap location, with the same flush settings.

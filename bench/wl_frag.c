@@ -8,9 +8,12 @@
  * report sets against them what the allocator uses: its own account
  * (heap_bytes), the storage of the heap file (file_bytes, st_blocks) for
  * persistent heaps, and the growth of resident memory for transient ones.
+ * The threads meet at the end of every allocation phase, where the worst
+ * ratios over the phases are taken (heap_per_live_max, file_per_live_max).
  */
 #include "bench.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +31,8 @@ typedef struct frag_lane {       /* one thread's live objects */
 typedef struct frag_state {
     frag_lane *lane;
     uint64_t target;             /* live bytes per thread at a phase's end */
+    pthread_barrier_t phase_end; /* the threads, at the end of each allocation phase */
+    double heap_max, file_max;   /* worst ratios to live bytes at those points */
 } frag_state;
 
 static size_t phase_size(const bench_params *p, uint64_t phase)
@@ -53,6 +58,25 @@ static void free_most(bench_thread *t, frag_lane *l)
     l->n = kept;
 }
 
+/* At a phase's end, every thread waiting: the ratios of heap and file to
+ * live bytes, the worst kept. */
+static void phase_usage(const bench_run *run, frag_state *st)
+{
+    const bench_allocator *a = run->alloc;
+    uint64_t live = 0, heap = 0;
+    for (unsigned i = 0; i < run->p->threads; i++)
+        live += st->lane[i].live;
+    if (!live)
+        return;
+    if (a->heap_bytes && a->heap_bytes(&heap) == 0 && (double)heap / (double)live > st->heap_max)
+        st->heap_max = (double)heap / (double)live;
+    if (a->persistent) {
+        double r = (double)bench_file_bytes(run->heap.path) / (double)live;
+        if (r > st->file_max)
+            st->file_max = r;
+    }
+}
+
 static void frag_worker(bench_thread *t)
 {
     const bench_params *p = t->run->p;
@@ -62,12 +86,12 @@ static void frag_worker(bench_thread *t)
 
     for (uint64_t phase = 0; phase < p->rounds; phase++) {
         size_t size = phase_size(p, phase);
-        while (l->live < st->target && l->n < l->cap) {
+        while (!t->failed && l->live < st->target && l->n < l->cap) {
             bench_handle h = a->alloc(size);
-            if (!h) {
+            if (!h) { /* still at every meeting, so that the others go on */
                 bench_fail_alloc(size, l->n);
                 t->failed = 1;
-                return;
+                break;
             }
             if (a->addr)
                 memset(a->addr(h), 0x5a, size);
@@ -76,7 +100,11 @@ static void frag_worker(bench_thread *t)
             l->live += size;
             t->ops++;
         }
-        if (phase + 1 < p->rounds)
+        pthread_barrier_wait(&st->phase_end);
+        if (t->tid == 0)
+            phase_usage(t->run, st);
+        pthread_barrier_wait(&st->phase_end);
+        if (phase + 1 < p->rounds && !t->failed)
             free_most(t, l);
     }
 }
@@ -92,11 +120,13 @@ static void usage_metrics(const bench_run *run, const frag_state *st, uint64_t r
     if (a->heap_bytes && a->heap_bytes(&heap) == 0) {
         bench_metric(out, "heap_bytes", (double)heap);
         bench_metric(out, "heap_per_live", (double)heap / (double)live);
+        bench_metric(out, "heap_per_live_max", st->heap_max);
     }
     if (a->persistent) {
         uint64_t file = bench_file_bytes(run->heap.path);
         bench_metric(out, "file_bytes", (double)file);
         bench_metric(out, "file_per_live", (double)file / (double)live);
+        bench_metric(out, "file_per_live_max", st->file_max);
     } else {
         uint64_t rss = bench_rss_bytes();
         rss = rss > rss_base ? rss - rss_base : 0;
@@ -113,9 +143,11 @@ int wl_frag(const bench_run *run, bench_metrics *out)
     int rc = 0;
 
     st.target = p->live_bytes / p->threads;
+    st.heap_max = st.file_max = 0;
     st.lane = bench_xcalloc(p->threads, sizeof *st.lane);
     if (!st.lane)
         return -1;
+    pthread_barrier_init(&st.phase_end, NULL, p->threads);
     for (unsigned i = 0; i < p->threads && rc == 0; i++) {
         frag_lane *l = &st.lane[i];
         l->cap = (st.target + p->size_max) / p->size_min + 2;
@@ -142,5 +174,6 @@ int wl_frag(const bench_run *run, bench_metrics *out)
     if (run->alloc->thread_detach)
         run->alloc->thread_detach();
     free(st.lane);
+    pthread_barrier_destroy(&st.phase_end);
     return rc;
 }

@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 6
+#define PHEAP_FORMAT_MINOR 7
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -1158,6 +1158,12 @@ struct pheap_stats {
                                  same time share one (group commit), so this is at
                                  most `fences` and below it under concurrency; 0 for
                                  the other flush kinds */
+    unsigned morphing;        /* 1 if slabs may morph: a slab whose class is no
+                                 longer in demand and that is at most a quarter
+                                 full becomes a slab of a class in demand while
+                                 its blocks stay where they are (LOG heaps of
+                                 format 1.7; off with PHEAP_MORPH=0) */
+    uint64_t slab_morphs;     /* slabs morphed through this handle */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */
@@ -1216,6 +1222,10 @@ typedef struct pheap_chunk_run {
                                  "extent log", "names", "padding" (between
                                  regions) or "metadata block" (in the data
                                  region); NULL for the other kinds */
+    unsigned old_cls;         /* SLAB morphed from another size class (its
+                                 blocks of that class still allocated stay
+                                 where they are): that class; else 0 */
+    uint32_t old_used;        /* ... and those blocks, allocated now; else 0 */
 } pheap_chunk_run;
 
 /* Called once per run; a nonzero return stops the walk. */
@@ -1228,8 +1238,8 @@ typedef int (*pheap_chunk_fn)(void *arg, const pheap_chunk_run *run);
  * space split where the file's storage starts or stops (SEEK_HOLE; a file
  * system that cannot tell reports all of it stored).  For a heap no other
  * thread changes, the slabs of class c are pheap_stats_class's `slabs`,
- * their blocks_used add up to its live_blocks (GC mode: once no thread
- * caches blocks), the LARGE and data-region META runs add up to
+ * their blocks_used and the old_used of slabs morphed from c add up to its
+ * live_blocks (GC mode: once no thread caches blocks), the LARGE and data-region META runs add up to
  * pheap_stats .large_bytes, and FREE and PUNCHED to .free_bytes.
  * Reads only, writes nothing (not even a pending hole punch), so a crash
  * during a walk leaves the heap as it was; works on read-only handles and

@@ -167,6 +167,8 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->free_bytes = st.free_bytes;
     out->largest_free = st.largest_free;
     out->largest_alloc = st.largest_alloc;
+    out->morphing = (unsigned)h->engine->morph;
+    out->slab_morphs = ph_load_relaxed(&h->engine->xmorphs);
     (void)ph_os_file_bytes(h->sp.fd, &out->file_bytes);
     uint64_t tx[3];
     ph_thread_sum_tx(h, tx);

@@ -19,6 +19,8 @@
  */
 #include "alloc/engine_int.h"
 
+#include "alloc/morph.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,14 @@ static void partial_push(ph_arena *a, ph_slab *s)
         s->next->prev = s;
     a->partial[cls] = s;
     s->in_partial = 1;
+}
+
+/* No block of s is allocated or cached: every block of its class is
+ * available, and no old block is left -- an old block may lie past the
+ * class's last block, where no pin keeps the count up (alloc/morph.h). */
+static int slab_empty(const ph_slab *s)
+{
+    return s->navail == s->nblocks && !ph_load_relaxed(&s->xold_live);
 }
 
 static void partial_remove(ph_arena *a, ph_slab *s)
@@ -88,7 +98,7 @@ static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
     for (unsigned cls = 0; cls < PH_CLASSES; cls++) {
         for (ph_slab *s = a->partial[cls], *next; s; s = next) {
             next = s->next;
-            if (s->navail != s->nblocks)
+            if (!slab_empty(s))
                 continue;
             partial_remove(a, s);
             ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
@@ -145,11 +155,64 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
     return 0;
 }
 
+/* Slabs of other classes a refill looks at for one to morph, and the
+ * least share of the new class's blocks a morph must make available
+ * (1 / PH_MORPH_MIN_YIELD). */
+#define PH_MORPH_SCAN 64u
+#define PH_MORPH_MIN_YIELD 4u
+
+/* A slab of arena a (lock held) to morph to class cls: of another class
+ * that may morph and of which the arena has other partial slabs (a class
+ * with one slab left may be in use still), at most a quarter of its bytes
+ * allocated, with every free block available (none in a thread cache or
+ * an operation in flight) and no old block of an earlier morph -- the
+ * emptiest of the first PH_MORPH_SCAN looked at; NULL if none. */
+static ph_slab *morph_candidate(ph_arena *a, unsigned cls)
+{
+    ph_slab *best = NULL;
+    uint32_t best_used = 0, seen = 0;
+    for (unsigned k = 0; k < PH_CLASSES && seen < PH_MORPH_SCAN; k++) {
+        if (!ph_morph_classes_ok(k, cls))
+            continue;
+        for (ph_slab *s = a->partial[k]; s && seen < PH_MORPH_SCAN; s = s->next, seen++) {
+            uint32_t used = (s->nblocks - s->navail) * s->block_size;
+            if (used > PH_CHUNK_SIZE / 4 || (best && used >= best_used) ||
+                (!s->next && !s->prev) || ph_load_relaxed(&s->xold_live))
+                continue;
+            if (ph_slab_live(s) != s->nblocks - s->navail)
+                continue; /* blocks in caches or in flight */
+            best = s;
+            best_used = used;
+        }
+    }
+    return best;
+}
+
+/* Morphs a slab of arena ai (lock held) to class cls instead of making a
+ * new one, so that space stranded in slabs of classes no longer in demand
+ * serves this one before fresh space does; 1 if it did. */
+static int try_morph(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_slab **out)
+{
+    ph_arena *a = &e->arenas[ai];
+    if (!e->morph || ph_class_blocks(cls) > PH_MORPH_MAX_BLOCKS)
+        return 0;
+    ph_slab *s = morph_candidate(a, cls);
+    if (!s || ph_morph_yield(s, cls) < PH_MAX(ph_class_blocks(cls) / PH_MORPH_MIN_YIELD, 1u))
+        return 0; /* too little of it free for this class: kept for one it suits */
+    partial_remove(a, s);
+    ph_morph(e->sp, c, s, cls);
+    __atomic_fetch_add(&e->xmorphs, 1, __ATOMIC_RELAXED);
+    if (s->navail)
+        partial_push(a, s);
+    *out = s;
+    return s->navail != 0;
+}
+
 /* Gives an empty slab's chunk back when its arena has another slab of the
  * class to allocate from (arena lock held). */
 static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
 {
-    if (s->navail != s->nblocks || (!s->next && !s->prev))
+    if (!slab_empty(s) || (!s->next && !s->prev))
         return;
     partial_remove(a, s);
     ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
@@ -158,6 +221,22 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
         ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
         partial_push(a, s);
     }
+}
+
+void ph_engine_old_freed(ph_engine *e, ph_pctx *c, ph_slab *s, uint32_t j)
+{
+    uint32_t idx[PH_MORPH_MAX_BLOCKS];
+    uint32_t n = ph_morph_unpin(e->sp, c, s, j, idx);
+    if (!n)
+        return;
+    ph_arena *a = &e->arenas[s->arena];
+    pthread_mutex_lock(&a->lock);
+    for (uint32_t k = 0; k < n; k++)
+        ph_slab_give(s, s->off + (uint64_t)idx[k] * s->block_size);
+    if (!s->in_partial)
+        partial_push(a, s);
+    maybe_release(e, c, a, s);
+    pthread_mutex_unlock(&a->lock);
 }
 
 /* Returns cached blocks to their slabs. */
@@ -286,7 +365,8 @@ static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_t
     pthread_mutex_lock(&a->lock);
     while (b->n < want) {
         ph_slab *s = a->partial[cls];
-        if (!s && (!create || slab_create(e, c, ai, cls, &s) != 0))
+        if (!s && (!create || (!try_morph(e, c, ai, cls, &s) &&
+                               slab_create(e, c, ai, cls, &s) != 0)))
             break;
         uint32_t got = ph_slab_take(s, b->v + b->n, want - b->n);
         for (uint32_t k = 0; e->gc && k < got; k++)
@@ -427,20 +507,67 @@ int ph_engine_clear_error(int rc, uint64_t off)
 {
     return rc == PHEAP_EDOUBLEFREE
                ? ph_err(rc, "double free of the block at %llu", (unsigned long long)off)
+           : rc == PHEAP_EINTERIOR
+               ? ph_err(rc, "offset %llu is inside a block the slab held before it changed "
+                        "size class", (unsigned long long)off)
                : ph_err(rc, "offset %llu was never allocated", (unsigned long long)off);
 }
 
-/* 0 and the block index when `off` starts a live block of slab s. */
-int ph_engine_live_small(const ph_slab *s, uint64_t off, uint32_t *idx)
+/* 0 and *r when `off` starts a live block of slab s (of its class, or an
+ * old block of a morphed slab). */
+int ph_engine_live_small(const ph_slab *s, uint64_t off, ph_blockref *r)
 {
-    int exact;
-    uint32_t i = ph_slab_index(s, off, &exact);
-    if (!exact)
-        return bad_small(s, off, i);
-    unsigned bits = ph_slab_bits(s, i);
-    if (!(bits & 1))
-        return ph_engine_clear_error(bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC, off);
-    *idx = i;
+    ph_slab_resolve(s, off, r);
+    if (!r->exact)
+        return bad_small(s, off, r->index);
+    int rc = r->old ? 0 : ph_slab_pair_error(ph_slab_bits(s, r->index));
+    return rc ? ph_engine_clear_error(rc, off) : 0;
+}
+
+unsigned ph_engine_small_at(const ph_slab *s, uint64_t off, uint64_t *start, uint32_t *size)
+{
+    for (;;) {
+        uint32_t gen = ph_load(&s->xgen), rel = (uint32_t)(off - s->off), w, sh;
+        if (ph_unlikely(gen & 1)) {
+            ph_morph_wait(s);
+            continue;
+        }
+        unsigned bits = 0;
+        *size = 0;
+        if (ph_unlikely(ph_load_relaxed(&s->xold_live))) {
+            uint32_t os = ph_load_relaxed(&s->old_size);
+            uint32_t j = (uint32_t)(((uint64_t)rel * ph_load_relaxed(&s->old_magic)) >> 32);
+            ph_morph_bitpos(j, &w, &sh);
+            if (j < ph_load_relaxed(&s->old_nblocks) && ((ph_load(&s->bits[w]) >> sh) & 1)) {
+                *start = s->off + (uint64_t)j * os;
+                *size = os;
+                bits = 3;
+            }
+        }
+        if (!bits) {
+            int exact;
+            uint32_t i = ph_slab_index(s, off, &exact), bs = ph_load_relaxed(&s->block_size);
+            if (i < ph_load_relaxed(&s->nblocks)) {
+                bits = ph_slab_bits(s, i);
+                *start = s->off + (uint64_t)i * bs;
+                *size = bs;
+            }
+        }
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (ph_likely(ph_load_relaxed(&s->xgen) == gen))
+            return bits;
+    }
+}
+
+int ph_engine_clear_block(ph_space *sp, ph_pctx *c, ph_slab *s, const ph_blockref *r)
+{
+    if (!r->old)
+        return ph_slab_clear_locked(sp, c, s, r->word, r->shift);
+    uint64_t v = s->bits[r->word], bit = 1ull << r->shift;
+    if (!(v & bit))
+        return PHEAP_EDOUBLEFREE;
+    ph_store(&s->bits[r->word], v & ~bit);
+    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[r->word], v & ~bit);
     return 0;
 }
 
@@ -581,17 +708,24 @@ int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
     ph_slab *s = ph_engine_chunk_slab(e, off);
     if (!s)
         return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0);
-    int exact;
-    uint32_t i = ph_slab_index(s, off, &exact);
-    if (!exact)
-        return bad_small(s, off, i);
+    ph_blockref r;
     int rc;
-    if (ph_unlikely(e->gc)) { /* A clear: free in its slab (see ph_engine_set_gc) */
-        unsigned bits = ph_slab_bits(s, i);
-        rc = bits & 1 ? 0 : bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
-    } else {
-        rc = ph_slab_unmark(e->sp, c, s, i);
-    }
+    do {
+        ph_slab_resolve(s, off, &r);
+        if (!r.exact)
+            return bad_small(s, off, r.index);
+        if (ph_unlikely(e->gc)) { /* A clear: free in its slab (see ph_engine_set_gc) */
+            unsigned bits = ph_slab_bits(s, r.index);
+            rc = bits & 1 ? 0 : bits & 2 ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
+        } else if (ph_unlikely(r.old)) {
+            if ((rc = ph_morph_free_old(e->sp, c, s, &r)) == 0) {
+                ph_engine_old_freed(e, c, s, r.index);
+                return 0;
+            }
+        } else {
+            rc = ph_slab_unmark(e->sp, c, s, r.word, r.shift, r.gen);
+        }
+    } while (rc == 1); /* a morph came between: resolve again */
     if (rc)
         return ph_engine_clear_error(rc, off);
     ph_engine_cache_block(e, t, c, s->xcls, off);
@@ -745,21 +879,29 @@ static int free_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uin
             ph_extent_release(e->ext, off); /* reusable only once retired */
         return rc;
     }
-    uint32_t i = 0;
-    if ((rc = ph_engine_live_small(s, off, &i)) != 0)
-        return rc;
-    ph_lane_begin(&e->lanes, c, &t->lane, op, off, s->block_size, src_off, old, 0);
-    uint32_t sh, w = ph_slab_lock(s, i, &sh);
-    rc = ph_slab_clear_locked(sp, c, s, w, sh);
+    ph_blockref r;
+    for (;;) { /* the word locked before the entry: no morph may come between */
+        if ((rc = ph_engine_live_small(s, off, &r)) != 0)
+            return rc;
+        ph_spin_lock(&s->wlock[r.word]);
+        if (ph_slab_gen_ok(s, &r))
+            break;
+        ph_slab_unlock(s, r.word);
+    }
+    ph_lane_begin(&e->lanes, c, &t->lane, op, off, r.size, src_off, old, 0);
+    rc = ph_engine_clear_block(sp, c, s, &r);
     if (!rc) {
         ph_persist_write(&sp->persist, c, src, nv);
         ph_persist_range(&sp->persist, c, src, sizeof(*src));
     }
-    ph_slab_unlock(s, w);
+    ph_slab_unlock(s, r.word);
     ph_lane_end(&e->lanes, c, &t->lane);
     if (rc)
         return ph_engine_clear_error(rc, off);
-    ph_engine_cache_block(e, t, c, s->xcls, off);
+    if (r.old)
+        ph_engine_old_freed(e, c, s, r.index);
+    else
+        ph_engine_cache_block(e, t, c, s->xcls, off);
     return 0;
 }
 
@@ -773,10 +915,10 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
         return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
     if (e->gc) { /* checked, unlinked, freed: a crash between is recovery's business */
         ph_slab *s = ph_engine_chunk_slab(e, off);
-        uint32_t i;
         if (!s) /* the extent's free is durable: so must the cleared word be, with it */
             return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, 0, 0);
-        int rc = ph_engine_live_small(s, off, &i);
+        ph_blockref r;
+        int rc = ph_engine_live_small(s, off, &r);
         if (rc)
             return rc;
         ph_store(src, 0);
@@ -806,10 +948,10 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
     ph_slab *s = ph_engine_chunk_slab(e, off);
     if (!s)
         return ph_extent_lookup(e->ext, off, bytes);
-    uint32_t i = 0;
-    int rc = ph_engine_live_small(s, off, &i);
+    ph_blockref r;
+    int rc = ph_engine_live_small(s, off, &r);
     if (!rc)
-        *bytes = s->block_size;
+        *bytes = r.size;
     return rc;
 }
 
@@ -817,15 +959,17 @@ int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call)
 {
     ph_slab *s = ph_engine_chunk_slab(e, off);
     if (ph_likely(s)) {
-        int exact;
-        uint32_t i = ph_slab_index(s, off, &exact);
-        unsigned bits = i < s->nblocks ? ph_slab_bits(s, i) : 0;
-        if (ph_likely(bits & 1))
+        uint64_t start;
+        uint32_t size;
+        unsigned bits = ph_engine_small_at(s, off, &start, &size);
+        if (ph_likely(bits == 3))
             return 0;
         return ph_err(PHEAP_ENOTLIVE, "%s: the word at offset %llu is in %s", call,
                       (unsigned long long)off,
-                      i >= s->nblocks ? "the unused tail of a slab"
+                      !size           ? "the unused tail of a slab"
                       : bits & 2      ? "a freed block"
+                      : bits & 1      ? "the space of a block freed before its slab changed "
+                                        "size class"
                                       : "a block never allocated");
     }
     if (ph_extent_live_at(e->ext, off))
@@ -839,6 +983,8 @@ int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call)
 typedef struct open_ctx {
     ph_engine *e;
     ph_pctx *c;
+    int repair;  /* writable: what a morph cut short left is put right */
+    int repaired; /* ... and something was: a fence to take */
     int rc;
 } open_ctx;
 
@@ -857,9 +1003,11 @@ static void on_slab(void *arg, uint64_t off, unsigned cls)
     s->arena = e->next_arena++ % e->narenas;
     e->slabs[ch] = e->chunks[ch] = s;
     /* A descriptor that no crash can leave: its bitmap is no truth to
-     * allocate from (see ph_slab_check_desc). */
+     * allocate from (see ph_slab_check_desc).  Then its morph word sets
+     * the class it has now. */
     char why[200];
-    if (!o->rc && ph_slab_check_desc(s, cls, why, sizeof(why)))
+    if (!o->rc && (ph_slab_check_desc(s, cls, why, sizeof(why)) ||
+                   ph_morph_open(e->sp, o->c, s, cls, o->repair, &o->repaired, why, sizeof(why))))
         o->rc = ph_err(PHEAP_ECORRUPT, "%s", why);
 }
 
@@ -890,16 +1038,23 @@ static void roll_forward(void *arg, const ph_lane_op *le)
     }
     uint64_t *dest = ph_space_at(sp, le->dest);
     ph_slab *s = ph_engine_chunk_slab(e, le->block);
-    int exact = 0;
-    uint32_t i = s ? ph_slab_index(s, le->block, &exact) : 0;
-    if ((s && !exact) || (!s && le->size <= PH_SMALL_MAX)) {
+    ph_blockref r = {0};
+    if (s) {
+        ph_slab_resolve(s, le->block, &r);
+        if (!r.exact)
+            (void)ph_morph_old_ref(s, le->block, &r); /* a block of the class before a morph */
+    }
+    /* The destination's values: what the operation found and what it
+     * leaves (BIND and UNBIND: versioned words, see format/layout.h).  A
+     * lazily retired entry may name a block whose slab has changed since:
+     * the word says whether it is superseded before the block is judged. */
+    unsigned kind = (unsigned)(le->op & 0xff);
+    int block_ok = s ? r.exact : le->size > PH_SMALL_MAX;
+    if (!block_ok && kind != PH_LOG_BIND && kind != PH_LOG_UNBIND) {
         o->rc = ph_err(PHEAP_ECORRUPT, "lane entry names %llu, not a block",
                        (unsigned long long)le->block);
         return;
     }
-    /* The destination's values: what the operation found and what it
-     * leaves (BIND and UNBIND: versioned words, see format/layout.h). */
-    unsigned kind = (unsigned)(le->op & 0xff);
     uint64_t oldv = le->old, nv = kind == PH_LOG_ALLOC_TO ? le->block : 0, cur = ph_load(dest);
     if (kind == PH_LOG_BIND || kind == PH_LOG_UNBIND) {
         if (kind == PH_LOG_BIND)
@@ -913,28 +1068,30 @@ static void roll_forward(void *arg, const ph_lane_op *le)
             (body < PH_LINE_SIZE || le->dest + body > size ||
              ph_crc32c(0, dest + 1, body - 8) != (uint32_t)(le->old >> 16)))
             return; /* committed before its body was durable: not done */
+        if (!block_ok) {
+            o->rc = ph_err(PHEAP_ECORRUPT, "lane entry names %llu, not a block",
+                           (unsigned long long)le->block);
+            return;
+        }
     }
     int alloc = kind == PH_LOG_ALLOC_TO || kind == PH_LOG_BIND;
     if (alloc && (le->contents & PH_LOG_CONTENTS) && !(kind == PH_LOG_BIND && cur == nv) &&
         ph_crc32c(0, ph_space_at(sp, le->block), le->size) != (uint32_t)le->contents)
         return; /* committed before the block's contents were durable: not done */
-    uint32_t sh, w = s ? ph_slab_lock(s, i, &sh) : 0;
     if (alloc) {
-        if (s)
-            ph_slab_set_locked(sp, o->c, s, w, sh);
-        else
+        if (s && !r.old) /* a live old block: allocated already */
+            ph_slab_set_locked(sp, o->c, s, r.word, r.shift);
+        else if (!s)
             o->rc = ph_extent_claim(e->ext, o->c, le->block, le->size);
     } else {
         uint64_t bytes;
-        if (s)
-            (void)ph_slab_clear_locked(sp, o->c, s, w, sh); /* already clear: done before */
-        else if (ph_extent_lookup(e->ext, le->block, &bytes) == 0)
+        if (s && ph_engine_clear_block(sp, o->c, s, &r) == 0 && r.old) /* else clear already: done before */
+            ph_morph_unpin(sp, o->c, s, r.index, NULL);
+        else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
     }
     ph_persist_write(&sp->persist, o->c, dest, nv);
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
-    if (s)
-        ph_slab_unlock(s, w);
 }
 
 /* The chunk maps are reserved for max_size and touched only as far as the
@@ -946,7 +1103,7 @@ static void *alloc_map(uint64_t bytes)
 }
 
 
-int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
+int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out)
 {
     ph_engine *e = calloc(1, sizeof(*e));
     if (!e)
@@ -965,7 +1122,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
                           (sp->features & PH_FEAT_INCOMPAT_NAMES) != 0};
     if (sp->features & PH_FEAT_INCOMPAT_TX)
         e->txlogs = ph_space_at(sp, sp->lane_region);
-    open_ctx o = {e, c, 0};
+    e->morph = (sp->features & PH_FEAT_INCOMPAT_MORPH) != 0;
+    open_ctx o = {e, c, writable, 0, 0};
     if (!e->chunks || !e->slabs || !e->arenas) {
         free(e->arenas);
         e->arenas = NULL;
@@ -978,6 +1136,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out)
         if (rc && !o.rc)
             o.rc = rc;
     }
+    if (!o.rc && o.repaired)
+        ph_persist_fence(&sp->persist, c); /* the morph repairs of on_slab */
     if (!o.rc && recover) {
         e->recovered = ph_lanes_scan(&e->lanes, roll_forward, &o);
         if (!o.rc) /* also torn entries, which the scan skipped */

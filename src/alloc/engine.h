@@ -51,6 +51,8 @@ typedef struct ph_engine {
                                       (PH_FEAT_INCOMPAT_TX); else NULL */
     unsigned tx_rolled_back;       /* interrupted transactions recovery rolled back */
     unsigned tx_rolled_forward;    /* ... and forward */
+    int morph;                     /* slabs may morph (PH_FEAT_INCOMPAT_MORPH, LOG mode) */
+    uint64_t xmorphs;              /* morphs since the open (relaxed) */
     int gc;                        /* GC consistency mode (engine_gc.c): no bitmap is
                                       written on the fast path; bits[] of a slab
                                       count blocks in thread caches as allocated */
@@ -62,10 +64,13 @@ typedef struct ph_engine {
     uint64_t xxfer_bytes;
 } ph_engine;
 
-/* Builds the engine from the durable metadata.  When `recover`, committed
- * lane entries are rolled forward first (read-write opens after an
- * unclean shutdown).  Errors: PHEAP_ECORRUPT, PHEAP_ENOMEM. */
-int ph_engine_open(ph_space *sp, ph_pctx *c, int recover, ph_engine **out);
+/* Builds the engine from the durable metadata.  When `writable` (a
+ * read-write open, or a snapshot's private view), what a morph cut short
+ * left in a slab descriptor is put right (alloc/morph.h); else only the
+ * volatile copy is.  When `recover`, committed lane entries are rolled
+ * forward first (read-write opens after an unclean shutdown).  Errors:
+ * PHEAP_ECORRUPT, PHEAP_ENOMEM. */
+int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out);
 void ph_engine_close(ph_engine *e);
 
 /* How a block is filled before its allocation commits (pheap_alloc_init,
@@ -218,6 +223,9 @@ typedef struct ph_tx_change {
     uint32_t skip;         /* a free another thread made first: nothing to release */
     uint32_t word, shift;  /* bitmap word and A's shift (small blocks) */
     ph_slab *slab;         /* NULL: large */
+    uint32_t gen;          /* the slab's xgen they were found at (alloc/morph.h) */
+    uint32_t old;          /* an old block of a morphed slab ... */
+    uint32_t index;        /*   and its index */
 } ph_tx_change;
 
 /* Applies v[0..n) in order: ph_engine_tx_lock locks the bitmap words

@@ -37,13 +37,19 @@ static void stats_visit(void *arg, const ph_extnode *n)
         st->live_bytes += bytes;
     } else if (n->kind == PH_EXT_SLAB) {
         ph_slab *s = ph_load(&w->e->chunks[(n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE]);
-        uint64_t live = s ? ph_slab_live(s) : 0;
+        unsigned cls = s ? ph_load_relaxed(&s->xcls) : n->cls;
+        uint64_t live = s ? ph_slab_live(s) : 0, old = s ? ph_load_relaxed(&s->xold_live) : 0;
         st->slabs++;
         st->slab_bytes += bytes;
-        st->class_slabs[n->cls]++;
-        st->class_live[n->cls] += live;
-        st->live_blocks += live;
-        st->live_bytes += live * ph_class_size[n->cls];
+        st->class_slabs[cls]++;
+        st->class_live[cls] += live;
+        st->live_blocks += live + old;
+        st->live_bytes += live * ph_class_size[cls];
+        if (old) { /* a morphed slab's old blocks (alloc/morph.h) */
+            unsigned oc = ph_load_relaxed(&s->old_cls);
+            st->class_live[oc] += old;
+            st->live_bytes += old * ph_class_size[oc];
+        }
     }
 }
 
@@ -69,7 +75,7 @@ static void check_visit(void *arg, const ph_extnode *n)
     char msg[256];
     uint64_t ch = (n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE;
     ph_slab *s = n->kind == PH_EXT_SLAB ? w->e->chunks[ch] : NULL;
-    if (n->kind == PH_EXT_SLAB && (!s || s->xcls != n->cls)) {
+    if (n->kind == PH_EXT_SLAB && (!s || ph_slab_base_cls(s) != n->cls)) {
         snprintf(msg, sizeof(msg), "slab chunk %llu: index and extent log disagree",
                  (unsigned long long)ch);
         check_fail(w, msg);

@@ -43,6 +43,7 @@ struct ph_gc_marks {
 void ph_engine_set_gc(ph_engine *e)
 {
     e->gc = 1;
+    e->morph = 0; /* the tracer knows one class per slab */
 }
 
 

@@ -7,6 +7,7 @@
 #define PH_ALLOC_ENGINE_INT_H
 
 #include "alloc/engine.h"
+#include "alloc/morph.h"
 
 /* The slab chunk `off` lies in is now, or NULL (free space, an extent). */
 static inline ph_slab *ph_engine_chunk_slab(const ph_engine *e, uint64_t off)
@@ -31,9 +32,20 @@ uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls);
 void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls, uint64_t off);
 /* Reserves a large extent (nothing durable), reclaiming once when full. */
 int ph_engine_reserve_large(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint64_t *off);
-/* 0 and the block index when `off` starts a live block of slab s; else the
- * error of a bad free, message set. */
-int ph_engine_live_small(const ph_slab *s, uint64_t off, uint32_t *idx);
+/* 0 and *r when `off` starts a live block of slab s (alloc/morph.h); else
+ * the error of a bad free, message set. */
+int ph_engine_live_small(const ph_slab *s, uint64_t off, ph_blockref *r);
+/* With r's word locked (or at recovery): clears r's A bit -- an old
+ * block's, or one of the class's as ph_slab_clear_locked -- durable at the
+ * caller's next fence.  0, or the error with nothing changed. */
+int ph_engine_clear_block(ph_space *sp, ph_pctx *c, ph_slab *s, const ph_blockref *r);
+/* After old block j of morphed slab s was freed (its bit durably clear):
+ * the blocks of the slab's class it alone pinned become available. */
+void ph_engine_old_freed(ph_engine *e, ph_pctx *c, ph_slab *s, uint32_t j);
+/* The block of slab s that `off` lies in: its bits (3 live, 2 freed, 1 the
+ * space of an old block freed, 0 never allocated), start and size (0: in
+ * the unused tail of the slab).  Takes no lock. */
+unsigned ph_engine_small_at(const ph_slab *s, uint64_t off, uint64_t *start, uint32_t *size);
 /* The message of a free of a block whose A bit is clear. */
 int ph_engine_clear_error(int rc, uint64_t off);
 

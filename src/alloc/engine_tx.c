@@ -82,11 +82,9 @@ int ph_engine_block_at(ph_engine *e, uint64_t off, uint64_t *start, uint64_t *by
 {
     ph_slab *s = ph_engine_chunk_slab(e, off);
     if (s) {
-        int exact;
-        uint32_t i = ph_slab_index(s, off, &exact);
-        if (i < s->nblocks && (ph_slab_bits(s, i) & 1)) {
-            *start = s->off + (uint64_t)i * s->block_size;
-            *bytes = s->block_size;
+        uint32_t size;
+        if (ph_engine_small_at(s, off, start, &size) == 3) {
+            *bytes = size;
             return 0;
         }
         return ph_engine_word_live(e, off, call); /* the message */
@@ -120,21 +118,40 @@ static int group_start(const ph_tx_change *v, size_t k)
     return k == 0 || v[k].slab != v[k - 1].slab || v[k].word != v[k - 1].word;
 }
 
+/* 1 when a slab of v changed class since v was resolved (its word locked). */
+static int moved(const ph_tx_change *v, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (v[k].slab && ph_load_relaxed(&v[k].slab->xgen) != v[k].gen)
+            return 1;
+    return 0;
+}
+
 void ph_engine_tx_lock(ph_engine *e, ph_tx_change *v, size_t n)
 {
-    for (size_t k = 0; k < n; k++) {
-        v[k].skip = 0;
-        v[k].slab = ph_engine_chunk_slab(e, v[k].off);
-        if (v[k].slab) {
-            int exact;
-            ph_slab_bitpos(ph_slab_index(v[k].slab, v[k].off, &exact), &v[k].word, &v[k].shift);
+    for (;;) {
+        for (size_t k = 0; k < n; k++) {
+            v[k].skip = 0;
+            v[k].slab = ph_engine_chunk_slab(e, v[k].off);
+            if (v[k].slab) {
+                ph_blockref r;
+                ph_slab_resolve(v[k].slab, v[k].off, &r);
+                v[k].word = r.word;
+                v[k].shift = r.shift;
+                v[k].gen = r.gen;
+                v[k].old = (uint32_t)r.old;
+                v[k].index = r.index;
+            }
         }
+        if (n > 1) /* large blocks first, each group in log order */
+            qsort(v, n, sizeof(*v), by_word);
+        for (size_t k = 0; k < n; k++)
+            if (v[k].slab && group_start(v, k))
+                ph_spin_lock(&v[k].slab->wlock[v[k].word]);
+        if (!moved(v, n))
+            return;
+        ph_engine_tx_unlock(e, v, n); /* a morph came between: resolve again */
     }
-    if (n > 1) /* large blocks first, each group in log order */
-        qsort(v, n, sizeof(*v), by_word);
-    for (size_t k = 0; k < n; k++)
-        if (v[k].slab && group_start(v, k))
-            ph_spin_lock(&v[k].slab->wlock[v[k].word]);
 }
 
 void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
@@ -152,7 +169,7 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
         uint64_t w = ph_load_relaxed(&s->bits[v[k].word]), a = 1ull << v[k].shift;
         if (v[k].kind == PH_TXREC_ALLOC)
             w |= 3 * a;
-        else if (w & a)
+        else if ((w & a) && (v[k].old || (w & 2 * a))) /* live: an old block's bit, or A and E */
             w &= ~a;
         else
             v[k].skip = 1; /* another thread freed it first (the application's race) */
@@ -176,7 +193,9 @@ void ph_engine_tx_release(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_tx_ch
     for (size_t k = 0; k < n; k++) {
         if (v[k].kind != PH_TXREC_FREE || v[k].skip)
             continue;
-        if (v[k].slab)
+        if (v[k].slab && v[k].old)
+            ph_engine_old_freed(e, c, v[k].slab, v[k].index);
+        else if (v[k].slab)
             ph_engine_cache_block(e, t, c, v[k].slab->xcls, v[k].off);
         else
             ph_extent_release(e->ext, v[k].off);
@@ -275,22 +294,23 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
             o->rc = ph_extent_free(e->ext, o->c, r->off, PH_EXT_LARGE, NULL, 0, 0);
         return;
     }
-    int exact;
-    uint32_t i = ph_slab_index(s, r->off, &exact), sh;
-    if (!exact) {
+    ph_blockref b;
+    ph_slab_resolve(s, r->off, &b);
+    if (!b.exact) /* a block of the class before a morph, freed by this log already */
+        (void)ph_morph_old_ref(s, r->off, &b);
+    if (!b.exact) {
         o->rc = ph_err(PHEAP_ECORRUPT, "transaction log: %llu is not a block",
                        (unsigned long long)r->off);
         return;
     }
-    /* No fence before the unlock (slab.h asks for one): recovery runs
-     * alone, and step 4's fence makes the word durable before the log is
-     * retired. */
-    uint32_t w = ph_slab_lock(s, i, &sh);
-    if (r->kind == PH_TXREC_ALLOC)
-        ph_slab_set_locked(e->sp, o->c, s, w, sh);
-    else
-        (void)ph_slab_clear_locked(e->sp, o->c, s, w, sh); /* clear already: done before */
-    ph_slab_unlock(s, w);
+    /* No lock and no fence: recovery runs alone, and step 4's fence makes
+     * the word durable before the log is retired. */
+    if (r->kind == PH_TXREC_ALLOC) {
+        if (!b.old) /* a live old block: allocated already */
+            ph_slab_set_locked(e->sp, o->c, s, b.word, b.shift);
+    } else if (ph_engine_clear_block(e->sp, o->c, s, &b) == 0 && b.old) {
+        ph_morph_unpin(e->sp, o->c, s, b.index, NULL); /* else clear already: done before */
+    }
 }
 
 /* Rolls the kept records back (UNDO bytes) or forward (REDO, ALLOC, FREE). */

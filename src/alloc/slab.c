@@ -16,6 +16,8 @@
  */
 #include "alloc/slab.h"
 
+#include "alloc/morph.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,15 +38,17 @@ ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
 void ph_slab_set_class(ph_slab *s, unsigned cls)
 {
     ph_store(&s->xcls, cls);
-    s->block_size = ph_class_size[cls];
-    s->nblocks = ph_class_blocks(cls);
-    s->magic = (uint32_t)((((uint64_t)1 << 32) + s->block_size - 1) / s->block_size);
+    ph_store_relaxed(&s->block_size, ph_class_size[cls]);
+    ph_store_relaxed(&s->nblocks, ph_class_blocks(cls));
+    ph_store_relaxed(&s->magic,
+                     (uint32_t)((((uint64_t)1 << 32) + ph_class_size[cls] - 1) / ph_class_size[cls]));
 }
 
 void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
 {
     ph_slab_desc *d = s->desc;
     ph_slab_set_class(s, cls);
+    ph_store_relaxed(&s->morph, 0); /* the head below clears the descriptor's */
     /* Every line goes out with non-temporal stores, and none is read: a
      * descriptor line left in the cache would make the first commit to it
      * twice as slow (a non-temporal store to a cached line evicts it). */
@@ -137,14 +141,20 @@ void ph_slab_give(ph_slab *s, uint64_t off)
 uint32_t ph_slab_live(const ph_slab *s)
 {
     uint32_t n = 0;
-    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
-        n += (uint32_t)__builtin_popcountll(ph_load(&s->bits[w]) & 0x5555555555555555ull);
+    int old_words = ph_load_relaxed(&s->nblocks) <= PH_MORPH_MAX_BLOCKS;
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
+        uint64_t v = ph_load(&s->bits[w]);
+        if (!(old_words && w % 8 >= PH_MORPH_OLD_WORD)) /* old bits: no pairs */
+            n += (uint32_t)__builtin_popcountll(v & (v >> 1) & 0x5555555555555555ull);
+    }
     return n;
 }
 
 int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen)
 {
     const ph_slab_desc *d = s->desc;
+    if (ph_load(&d->morph))
+        return ph_morph_check_desc(s, cls, err, errlen);
     if (cls >= PH_CLASSES || d->cls != cls || d->block_size != ph_class_size[cls] ||
         d->nblocks != ph_class_blocks(cls)) {
         snprintf(err, errlen, "slab at %llu: descriptor (class %llu, size %llu, %llu blocks) "
@@ -162,7 +172,15 @@ int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen)
         uint64_t count = nk > first ? PH_MIN(nk - first, 32u) : 0;
         used[w] = count == 32 ? ~0ull : (1ull << (2 * count)) - 1;
     }
+    int strays = d->nblocks <= PH_MORPH_MAX_BLOCKS; /* words 6 and 7: see morph.c */
+    if (strays && !ph_morph_strays_ok(d)) {
+        snprintf(err, errlen, "slab at %llu: old-block bits in its bitmap that no morph explains",
+                 (unsigned long long)s->off);
+        return 1;
+    }
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
+        if (strays && w % 8 >= PH_MORPH_OLD_WORD)
+            continue; /* old bits of a morph cut short (cleared at open) */
         uint64_t v = ph_load(&d->xbits[w]);
         if ((v & ~used[w]) || ((v & 0x5555555555555555ull) & ~((v >> 1) & 0x5555555555555555ull))) {
             snprintf(err, errlen, "slab at %llu: bitmap word %u is invalid (%#llx)",
@@ -175,9 +193,9 @@ int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen)
 
 int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
 {
-    if (ph_slab_check_desc(s, cls, err, errlen))
+    if (ph_slab_check_desc(s, cls, err, errlen) || ph_morph_check(s, err, errlen))
         return 1;
-    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
+    for (uint32_t w = 0; !s->copy_ahead && w < PH_SLAB_WORDS; w++) {
         uint64_t v = ph_load(&s->desc->xbits[w]);
         if (v != ph_load(&s->bits[w])) {
             snprintf(err, errlen, "slab at %llu: bitmap word %u is %#llx, its copy %#llx",

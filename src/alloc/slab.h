@@ -33,6 +33,15 @@ typedef struct ph_slab {
     uint32_t block_size;       /* ph_class_size[cls] */
     uint32_t nblocks;          /* ph_class_blocks(cls) */
     uint32_t magic;            /* ceil(2^32 / block_size): index by multiply */
+    /* Morphing (alloc/morph.h): the four fields above change only under
+     * every word lock, with xgen odd meanwhile (a seqlock for the readers
+     * that hold no lock), and the old class's fields are set with them. */
+    uint32_t xgen;             /* even; +2 per morph */
+    uint32_t xold_live;        /* old blocks still allocated: 0 but in a morphed slab */
+    uint32_t old_cls, old_size, old_nblocks, old_magic;
+    uint64_t morph;            /* the descriptor's morph word */
+    int copy_ahead;            /* the copy holds a repair the descriptor does not
+                                  (a read-only open of a heap left by a crash) */
     /* under the owning arena's lock: */
     uint32_t arena;            /* owning arena */
     uint32_t navail;           /* blocks free and in no thread cache */
@@ -59,9 +68,9 @@ static inline void ph_slab_bitpos(uint32_t i, uint32_t *word, uint32_t *shift)
  * start.  Exact for every offset inside the chunk (see slab.c). */
 static inline uint32_t ph_slab_index(const ph_slab *s, uint64_t off, int *exact)
 {
-    uint32_t rel = (uint32_t)(off - s->off);
-    uint32_t i = (uint32_t)(((uint64_t)rel * s->magic) >> 32);
-    *exact = i * s->block_size == rel && i < s->nblocks;
+    uint32_t rel = (uint32_t)(off - s->off), size = ph_load_relaxed(&s->block_size);
+    uint32_t i = (uint32_t)(((uint64_t)rel * ph_load_relaxed(&s->magic)) >> 32);
+    *exact = i * size == rel && i < ph_load_relaxed(&s->nblocks);
     return i;
 }
 
@@ -91,15 +100,24 @@ static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint
     ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
 }
 
+/* The error of freeing a block whose bits are `ae` (A bit 0, E bit 1), or
+ * 0 when it is allocated (A and E; A alone is a pinned block of a morphed
+ * slab, which is space of an older block, not a block). */
+static inline int ph_slab_pair_error(unsigned ae)
+{
+    return ae == 3 ? 0 : ae == 2 ? PHEAP_EDOUBLEFREE : ae == 1 ? PHEAP_EINTERIOR : PHEAP_ENOTALLOC;
+}
+
 /* With word w locked: clears A at `shift` and writes the word back as
- * above.  Returns 0, or PHEAP_EDOUBLEFREE (A clear, E set) /
- * PHEAP_ENOTALLOC (never allocated) with nothing changed. */
+ * above.  Returns 0, or with nothing changed the error of
+ * ph_slab_pair_error: PHEAP_EDOUBLEFREE (A clear, E set), PHEAP_ENOTALLOC
+ * (never allocated), PHEAP_EINTERIOR (pinned). */
 static inline int ph_slab_clear_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
                                        uint32_t shift)
 {
     uint64_t v = s->bits[w];
-    if (!((v >> shift) & 1))
-        return ((v >> shift) & 2) ? PHEAP_EDOUBLEFREE : PHEAP_ENOTALLOC;
+    if (ph_unlikely(((v >> shift) & 3) != 3))
+        return ph_slab_pair_error((unsigned)(v >> shift) & 3);
     v &= ~(1ull << shift);
     ph_store(&s->bits[w], v);
     ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
@@ -125,11 +143,18 @@ static inline void ph_slab_mark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i
     ph_slab_unlock(s, w);
 }
 
-/* The commit of a small free: block i's A cleared and persisted; errors as
- * ph_slab_clear_locked, with nothing written. */
-static inline int ph_slab_unmark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i)
+/* The commit of a small free: the A bit at (w, sh) cleared and persisted;
+ * errors as ph_slab_clear_locked, with nothing written; 1 when the slab's
+ * xgen is no longer `gen` under the word's lock (a morph came between the
+ * caller's resolution and the lock, alloc/morph.h: resolve again). */
+static inline int ph_slab_unmark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w, uint32_t sh,
+                                 uint32_t gen)
 {
-    uint32_t sh, w = ph_slab_lock(s, i, &sh);
+    ph_spin_lock(&s->wlock[w]);
+    if (ph_unlikely(ph_load_relaxed(&s->xgen) != gen)) {
+        ph_slab_unlock(s, w);
+        return 1;
+    }
     int rc = ph_slab_clear_locked(sp, c, s, w, sh);
     if (ph_unlikely(sp->persist.plain_stores)) { /* as in ph_slab_mark */
         ph_slab_unlock(s, w);
@@ -212,7 +237,8 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n);
 /* Marks block `off` available again (it is free and leaves a cache). */
 void ph_slab_give(ph_slab *s, uint64_t off);
 
-/* Allocated blocks (A bits), counted from the bitmap copy. */
+/* Allocated blocks of the slab's class (A and E), counted from the bitmap
+ * copy; a morphed slab's old blocks are xold_live more. */
 uint32_t ph_slab_live(const ph_slab *s);
 
 /* Checks the descriptor against its class and the bitmap copy (no

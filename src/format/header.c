@@ -18,7 +18,7 @@
 /* Features of the heaps this build creates. */
 #define NEW_FEATURES                                                                      \
     (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX |     \
-     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS)
+     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS | PH_FEAT_INCOMPAT_MORPH)
 
 /* The metadata regions in file order: the process table (1.6) came after
  * the data region's number but lies before it. */

@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 6
+#define PH_FORMAT_MINOR 7
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -95,9 +95,14 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
 #define PH_FEAT_INCOMPAT_PROCS 0x10u        /* 1.6: a process table region lies before the
                                               data region (ph_procs_header); builds
                                               before it expect no such region */
+#define PH_FEAT_INCOMPAT_MORPH 0x20u        /* 1.7: a slab descriptor may describe a slab
+                                              morphed from another class (ph_slab_desc.morph,
+                                              old blocks' bits in words 6 and 7 of each
+                                              line), which builds before it would refuse
+                                              or misread */
 #define PH_FEAT_INCOMPAT_KNOWN \
     (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX | \
-     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS)
+     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS | PH_FEAT_INCOMPAT_MORPH)
 /* 1.5: the header records the heap's owner (owner_uid), the state line an
  * access mode with check bits (ph_state.xmode), and each used root entry a
  * CRC-32C of its name (ph_root_entry.name_crc).  Builds before it would
@@ -354,11 +359,48 @@ _Static_assert(sizeof(ph_txrec) == 32, "ph_txrec size");
 #define PH_SLAB_WORDS (PH_SLAB_LINES * PH_LINE_SIZE / 8u)  /* 128 */
 #define PH_SLAB_MAX_BLOCKS (PH_SLAB_WORDS * 32u)             /* 4096 */
 
+/* Slab morphing (PH_FEAT_INCOMPAT_MORPH, 1.7; src/alloc/morph.c): a slab of
+ * low occupancy becomes a slab of another class while its remaining blocks
+ * ("old" blocks, of the class it had) stay where they are.  Both classes
+ * have at most PH_MORPH_MAX_BLOCKS blocks, so the new class's A/E pairs
+ * take words 0..3 of each bitmap line and the old blocks' A bits (one bit
+ * each, no E) words 6 and 7: old block j at line j % 16, position
+ * k = j / 16, word 6 + k / 64, bit k % 64.  A block of the new class that
+ * overlaps a live old block is pinned: A set and E clear, a pair no
+ * allocation makes (A implies E otherwise), never handed out and never
+ * freed by the program; it is unpinned (A cleared) once no live old block
+ * overlaps it.
+ * The morph word is 0 while the slab has the class of its extent-log entry
+ * (the class it was made with); else tag | new << 24 | old << 16 |
+ * base << 8 | state, base the extent-log class:
+ *   SETTLED   no old block: cls is the slab's class, words 6 and 7 zero;
+ *   MORPHING  the old bits are in words 6 and 7, the rest is being
+ *             rewritten for class `new`: recovery redoes it from them;
+ *   MORPHED   cls is `new`, old blocks of class `old` live where words 6
+ *             and 7 say (possibly none).
+ * A crash before the MORPHING word is durable leaves the word as it was
+ * and, perhaps, old bits in words 6 and 7 that it does not explain: the
+ * next read-write open clears them. */
+#define PH_MORPH_TAG 0x4d4f5250u /* "MORP" */
+#define PH_MORPH_SETTLED 1u
+#define PH_MORPH_MORPHING 2u
+#define PH_MORPH_MORPHED 3u
+#define PH_MORPH_WORD(state, base, old, cls) \
+    ((uint64_t)PH_MORPH_TAG << 32 | (uint64_t)(cls) << 24 | (uint64_t)(old) << 16 | \
+     (uint64_t)(base) << 8 | (uint64_t)(state))
+#define PH_MORPH_STATE(w) ((unsigned)((w) & 0xff))
+#define PH_MORPH_BASE(w) ((unsigned)((w) >> 8 & 0xff))
+#define PH_MORPH_OLD(w) ((unsigned)((w) >> 16 & 0xff))
+#define PH_MORPH_CLS(w) ((unsigned)((w) >> 24 & 0xff))
+#define PH_MORPH_MAX_BLOCKS 2048u
+#define PH_MORPH_OLD_WORD 6u     /* first word of a line holding old bits */
+
 typedef struct ph_slab_desc {
     uint64_t cls;          /* size class index */
     uint64_t block_size;   /* bytes, from the class table */
     uint64_t nblocks;      /* blocks in the chunk */
-    uint64_t reserved[5];
+    uint64_t morph;        /* morph word (1.7), 0 in a slab never morphed */
+    uint64_t reserved[4];
     uint64_t xbits[PH_SLAB_WORDS]; /* A/E bit pairs, interleaved */
 } ph_slab_desc;
 _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");

@@ -315,7 +315,8 @@ static int start_session(pheap *h)
     int recover = h->was_unclean && (!h->readonly || h->snapshot) &&
                   !(h->hdr.feat_ro_compat & ~PH_FEAT_RO_COMPAT_KNOWN);
     ph_mode_load(h);
-    int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), recover, &h->engine);
+    int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), !h->readonly || h->snapshot, recover,
+                            &h->engine);
     if (rc == PHEAP_ECORRUPT) /* what recovery cannot trust */
         return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
     if (rc)
@@ -411,6 +412,8 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         ph_thread_register_heap(h);
         rc = start_session(h);
     }
+    if (!rc && cfg.no_morph)
+        h->engine->morph = 0;
     /* Last: a refused open writes nothing, the table included; a lease
      * that cannot be had never refuses the open (procs.h). */
     if (!rc)

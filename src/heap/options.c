@@ -45,6 +45,14 @@ static int env_protect(const char *value, ph_config *cfg)
     return ph_err(PHEAP_EINVAL, "PHEAP_PROTECT=%s: unknown value (auto, alias, keys, off)", value);
 }
 
+static int env_morph(const char *value, ph_config *cfg)
+{
+    if (strcmp(value, "0") && strcmp(value, "1"))
+        return ph_err(PHEAP_EINVAL, "PHEAP_MORPH=%s: unknown value (1 or 0)", value);
+    cfg->no_morph = *value == '0';
+    return 0;
+}
+
 static const option_def option_table[] = {
     {"PHEAP_FLUSH", "auto",
      "How stores are made durable: clwb, clflushopt, clflush (cache-line flushes), msync "
@@ -57,6 +65,12 @@ static const option_def option_table[] = {
      "(alias); keys (memory protection keys: one mapping, metadata writable only inside pheap's "
      "calls; refused where the CPU or kernel has none). pheap_options.protect wins over it.",
      env_protect},
+    {"PHEAP_MORPH", "1",
+     "Slab morphing (LOG heaps of format 1.7): 1 lets a slab whose size class is no longer in "
+     "demand and that is at most a quarter full become a slab of a class in demand, its blocks "
+     "staying where they are, so that space stranded in it is used before the heap grows; 0 "
+     "turns it off for this open (to measure what it saves).",
+     env_morph},
     {"PHEAP_DIR", "$XDG_DATA_HOME/pheap, else ~/.local/share/pheap",
      "The heap directory: where pheap_open looks up a heap name (no '/': \"mydata\" is "
      "mydata.heap there) and what pheap ls lists; see pheap_dir. Read by pheap_dir, not merged "

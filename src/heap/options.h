@@ -20,6 +20,7 @@ typedef struct ph_config {
     unsigned flush_source;  /* enum pheap_flush_source; 0 while flush is AUTO */
     unsigned consistency;   /* PHEAP_CONSISTENCY_*: of a new heap; GC asked of an old one */
     unsigned protect;       /* enum pheap_protect_kind; AUTO until mapped */
+    unsigned no_morph;      /* PHEAP_MORPH=0: slabs never morph (alloc/morph.h) */
 } ph_config;
 
 /* Validates `opts` (NULL = defaults) and merges the PHEAP_* environment

@@ -8,6 +8,8 @@
  * over) is put right, and pheap_check then passes.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,14 +94,15 @@ static int make_base(void)
     return 0;
 }
 
-/* Opens a copy of the base with one word changed: PHEAP_ECORRUPT with
+/* Opens a copy of heap `base` with one word changed: PHEAP_ECORRUPT with
  * `msg` in the message, the file byte for byte as it was. */
-static void expect_refused(const char *what, uint64_t off, uint64_t v, const char *msg)
+static void expect_refused_in(const char *base, const char *what, uint64_t off, uint64_t v,
+                              const char *msg)
 {
     char copy[512], before[512];
     snprintf(copy, sizeof(copy), "%s", ph_test_path("damage-copy.heap"));
     snprintf(before, sizeof(before), "%s", ph_test_path("damage-before.heap"));
-    if (ph_test_copy_file(base_path, copy) != 0) {
+    if (ph_test_copy_file(base, copy) != 0) {
         ph_test_fail(__FILE__, __LINE__, "%s: cannot copy the base", what);
         return;
     }
@@ -120,6 +123,8 @@ static void expect_refused(const char *what, uint64_t off, uint64_t v, const cha
     if (!same_file(copy, before))
         ph_test_fail(__FILE__, __LINE__, "%s: the refused open changed the file", what);
 }
+
+#define expect_refused(...) expect_refused_in(base_path, __VA_ARGS__)
 
 TEST(root_table)
 {
@@ -244,4 +249,138 @@ TEST(growth_zeroes_descriptors_of_new_chunks)
     CHECK_EQ(pheap_check(h, &r), 0);
     REQUIRE_OK(pheap_close(h));
     CHECK_EQ(word_at(path, bits), 0);
+}
+
+/* ---- morphed slabs (format 1.7) ---- */
+
+static char morph_path[512];
+static pheap_off morph_old[4]; /* the four 2048-byte blocks left in the morphed slab */
+static uint64_t morph_desc;    /* file offset of its descriptor */
+
+static void on_cpu0(void)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    (void)sched_setaffinity(0, sizeof(one), &one);
+}
+
+/* Two slabs of 2048-byte blocks, all but four freed in the first and six
+ * in the second, in a thread whose exit returns its cache: the first may
+ * morph.  On CPU 0, as the caller: one arena. */
+static void *fill_and_thin(void *arg)
+{
+    pheap *h = arg;
+    pheap_off v[64];
+    on_cpu0();
+    for (unsigned i = 0; i < 64; i++)
+        if (!(v[i] = pheap_alloc(h, 2048)))
+            return NULL;
+    for (unsigned i = 0, k = 0; i < 64; i++) {
+        if (i < 32 && i % 8 == 3)
+            morph_old[k++] = v[i];
+        else if (!(i >= 32 && i % 5 == 0) && pheap_free(h, v[i]))
+            return NULL;
+    }
+    return h;
+}
+
+/* A closed heap whose one slab morphed from 2048 to 512-byte blocks. */
+static int make_morph_base(void)
+{
+    if (morph_path[0])
+        return 0;
+    static char path[512];
+    snprintf(path, sizeof(path), "%s", ph_test_path("damage-morph.heap"));
+    pheap *h = ph_test_create(path, 1u << 20);
+    pthread_t t;
+    void *ok = NULL;
+    on_cpu0();
+    if (!h || pthread_create(&t, NULL, fill_and_thin, h) || pthread_join(t, &ok) || !ok)
+        return -1;
+    for (unsigned i = 0; i < 8; i++)
+        if (!pheap_alloc(h, 512))
+            return -1;
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    if (st.slab_morphs != 1 || pheap_close(h))
+        return -1;
+    uint64_t chunk = (morph_old[0] - st.data_offset) / PH_CHUNK_SIZE;
+    morph_desc = ph_test_region_offset(path, PH_REGION_SLABS) + chunk * PH_SLAB_DESC_SIZE;
+    snprintf(morph_path, sizeof(morph_path), "%s", path);
+    return 0;
+}
+
+TEST(morph_words_no_crash_leaves)
+{
+    REQUIRE_OK(make_morph_base());
+    uint64_t mw = morph_desc + offsetof(ph_slab_desc, morph), m = word_at(morph_path, mw);
+    CHECK_EQ(m, PH_MORPH_WORD(PH_MORPH_MORPHED, 24, 24, 16));
+    expect_refused_in(morph_path, "a morph word without its tag", mw, m & 0xffffffffull,
+                      "morph word");
+    expect_refused_in(morph_path, "a morph word naming another extent-log class", mw,
+                      PH_MORPH_WORD(PH_MORPH_MORPHED, 20, 24, 16), "morph word");
+    expect_refused_in(morph_path, "a morph from a class that never morphs", mw,
+                      PH_MORPH_WORD(PH_MORPH_MORPHED, 24, 0, 16), "morph word");
+    expect_refused_in(morph_path, "an unknown morph state", mw,
+                      PH_MORPH_WORD(9, 24, 24, 16), "morph word");
+    expect_refused_in(morph_path, "class words that are not the morph word's",
+                      morph_desc + offsetof(ph_slab_desc, cls), 24, "does not match its morph word");
+    /* Line 1, word 6: old blocks 1, 17, ...; 32 blocks of 2048 bytes end at bit 1. */
+    uint64_t old_word = morph_desc + offsetof(ph_slab_desc, xbits) + 14 * 8;
+    expect_refused_in(morph_path, "an old bit past the old class's blocks", old_word, 1ull << 5,
+                      "old-block word");
+    expect_refused_in(morph_path, "a settled slab with pins and old bits", mw,
+                      PH_MORPH_WORD(PH_MORPH_SETTLED, 24, 0, 16), "is invalid");
+}
+
+/* A morph cut short after its commit (MORPHING) is finished at the next
+ * open from the old blocks' bits; old bits a morph cut short before its
+ * commit left in a slab are cleared.  Both pass pheap_check after. */
+TEST(morphs_cut_short_are_finished)
+{
+    REQUIRE_OK(make_morph_base());
+    const char *copy = ph_test_path("damage-copy.heap");
+    REQUIRE_OK(ph_test_copy_file(morph_path, copy));
+    set_word(copy, morph_desc + offsetof(ph_slab_desc, morph),
+             PH_MORPH_WORD(PH_MORPH_MORPHING, 24, 24, 16));
+    for (unsigned w = 0; w < 4; w++) /* line 0 as the old class had it: nothing pinned */
+        set_word(copy, morph_desc + offsetof(ph_slab_desc, xbits) + w * 8, 0);
+    set_word(copy, morph_desc + offsetof(ph_slab_desc, cls), 24);
+    pheap *h = NULL;
+    REQUIRE_OK(pheap_open(copy, NULL, &h));
+    REQUIRE_OK(pheap_check(h, NULL));
+    for (unsigned k = 0; k < 4; k++)
+        CHECK_EQ(pheap_usable_size(h, morph_old[k]), 2048);
+    CHECK_EQ(pheap_free(h, morph_old[0] + 512), PHEAP_EINTERIOR); /* pinned again */
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(word_at(copy, morph_desc + offsetof(ph_slab_desc, morph)),
+             PH_MORPH_WORD(PH_MORPH_MORPHED, 24, 24, 16));
+
+    /* A slab never morphed, with the old bit of its allocated block "a" in
+     * words 6 and 7 (a morph cut short before its commit), then of a free
+     * block (which no morph leaves). */
+    REQUIRE_OK(make_base());
+    REQUIRE_OK(ph_test_copy_file(base_path, copy));
+    pheap_options ro = {.flags = PHEAP_RDONLY};
+    REQUIRE_OK(pheap_open(copy, &ro, &h));
+    pheap_off a = pheap_root_get(h, "a");
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    REQUIRE_OK(pheap_close(h));
+    uint64_t chunk = (a - st.data_offset) / PH_CHUNK_SIZE, j = (a - st.data_offset) % PH_CHUNK_SIZE / 64;
+    uint64_t word = ph_test_region_offset(copy, PH_REGION_SLABS) + chunk * PH_SLAB_DESC_SIZE +
+                    offsetof(ph_slab_desc, xbits) +
+                    ((j % 16) * 8 + PH_MORPH_OLD_WORD + j / 16 / 64) * 8;
+    set_word(copy, word, 1ull << (j / 16 % 64));
+    REQUIRE_OK(pheap_open(copy, NULL, &h));
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(word_at(copy, word), 0);
+    uint64_t free_j = j + 16; /* the next block in the same line: never allocated */
+    const char *stray = ph_test_path("damage-stray.heap");
+    REQUIRE_OK(ph_test_copy_file(copy, stray));
+    expect_refused_in(stray, "an old bit of a free block in a slab never morphed",
+                      word + (free_j / 16 / 64 - j / 16 / 64) * 8, 1ull << (free_j / 16 % 64),
+                      "no morph explains");
 }

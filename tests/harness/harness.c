@@ -395,12 +395,28 @@ int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off)
 
 void ph_test_drop_procs(ph_header *hdr)
 {
+    hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_MORPH; /* 1.7: a heap never morphed is 1.6 */
     if (!(hdr->feat_incompat & PH_FEAT_INCOMPAT_PROCS) || hdr->nregions < 2)
         return;
     hdr->regions[hdr->nregions - 2] = hdr->regions[hdr->nregions - 1];
     memset(&hdr->regions[--hdr->nregions], 0, sizeof(ph_region));
     hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_PROCS;
     hdr->minor = 5;
+}
+
+int ph_test_as_format_1_6(const char *path)
+{
+    int fd = open(path, O_RDWR);
+    if (fd < 0)
+        return -1;
+    ph_header hdr;
+    int ok = pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
+    hdr.feat_incompat &= ~PH_FEAT_INCOMPAT_MORPH;
+    hdr.minor = 6;
+    hdr.checksum = ph_header_checksum(&hdr);
+    ok = ok && pwrite(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
+    close(fd);
+    return ok ? 0 : -1;
 }
 
 int ph_test_as_format_1_5(const char *path)

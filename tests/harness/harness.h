@@ -105,11 +105,16 @@ int ph_test_copy_file(const char *from, const char *to);
  * `path`, read from its header; 0 when the file or the region is missing. */
 uint64_t ph_test_region_offset(const char *path, unsigned kind);
 
-/* Turns `hdr` into the header of a 1.5 heap: no process table (its pages
+/* Turns `hdr` into the header of a 1.5 heap: no morphing, no process table (its pages
  * stay, unused, between the names and the data region); the caller
  * recomputes the checksum.  Nothing when it has none. */
 struct ph_header;
 void ph_test_drop_procs(struct ph_header *hdr);
+
+/* Rewrites the closed heap at `path`, none of whose slabs has morphed, as
+ * a format 1.6 heap would have it: no morphing (header checksum
+ * recomputed).  0, or -1. */
+int ph_test_as_format_1_6(const char *path);
 
 /* Rewrites the closed heap at `path` as a format 1.5 heap would have it:
  * no process table (header checksum recomputed).  0, or -1. */

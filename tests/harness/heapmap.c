@@ -108,8 +108,11 @@ void ph_test_map_consistent(pheap *h, const pheap_chunk_run *runs, unsigned n)
             CHECK(r->blocks_used <= r->blocks_total);
             slabs[r->cls]++;
             used[r->cls] += r->blocks_used;
+            REQUIRE(r->old_cls < pheap_class_count());
+            used[r->old_cls] += r->old_used;
         } else {
             CHECK(r->cls == 0 && r->blocks_used == 0 && r->blocks_total == 0);
+            CHECK(r->old_cls == 0 && r->old_used == 0);
         }
         at = r->off + r->bytes;
     }

@@ -27,7 +27,10 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 6); /* 1.6: the process table */
+    CHECK_EQ(PH_FORMAT_MINOR, 7); /* 1.7: slab morphing */
+    CHECK_EQ(PH_MORPH_MAX_BLOCKS, 2048);
+    CHECK_EQ(PH_MORPH_OLD_WORD, 6);
+    CHECK_EQ(PH_MORPH_WORD(PH_MORPH_MORPHED, 7, 24, 16), 0x4d4f525010180703ull);
     CHECK_EQ(sizeof(ph_procs_header), 64);
     CHECK_EQ(sizeof(ph_lease), 64);
     CHECK_EQ(PH_PROCS_SLOTS, 64);
@@ -103,6 +106,7 @@ TEST(header_offsets)
     CHECK_EQ(offsetof(ph_lane_entry, contents), 48);
     CHECK_EQ(offsetof(ph_lane_entry, checksum), 56);
     CHECK_EQ(PH_LOG_CONTENTS, 1ull << 32);
+    CHECK_EQ(offsetof(ph_slab_desc, morph), 24); /* was reserved[0]: 1.7 */
     CHECK_EQ(offsetof(ph_slab_desc, xbits), 64);
     CHECK_EQ(offsetof(ph_extlog_header, xactive), 0);
     CHECK_EQ(offsetof(ph_extlog_header, xlast_epoch), 8);
@@ -129,13 +133,14 @@ TEST(feature_bits)
     CHECK_EQ(PH_FEAT_INCOMPAT_TX, 0x4);             /* 1.3 */
     CHECK_EQ(PH_FEAT_INCOMPAT_NAMES, 0x8);          /* 1.4 */
     CHECK_EQ(PH_FEAT_INCOMPAT_PROCS, 0x10);         /* 1.6 */
-    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x1f);
+    CHECK_EQ(PH_FEAT_INCOMPAT_MORPH, 0x20);         /* 1.7 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x3f);
     CHECK_EQ(PH_FEAT_RO_COMPAT_OWNER, 0x1);         /* 1.5 */
     CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0x1);
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
-    CHECK_EQ(h.feat_incompat, 0x1f);
-    CHECK_EQ(h.minor, 6);
+    CHECK_EQ(h.feat_incompat, 0x3f);
+    CHECK_EQ(h.minor, 7);
     CHECK_EQ(h.feat_ro_compat, 0x1);
     CHECK_EQ(h.owner_uid, geteuid());
 }
