@@ -1164,6 +1164,10 @@ struct pheap_stats {
                                  its blocks stay where they are (LOG heaps of
                                  format 1.7; off with PHEAP_MORPH=0) */
     uint64_t slab_morphs;     /* slabs morphed through this handle */
+    uint64_t morphed_slabs;   /* slabs now holding blocks of the class they had
+                                 before a morph (counted in live_blocks, and in
+                                 that class's live_blocks) ... */
+    uint64_t old_blocks;      /*   and those blocks */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

@@ -169,6 +169,8 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->largest_alloc = st.largest_alloc;
     out->morphing = (unsigned)h->engine->morph;
     out->slab_morphs = ph_load_relaxed(&h->engine->xmorphs);
+    out->morphed_slabs = st.morphed_slabs;
+    out->old_blocks = st.old_blocks;
     (void)ph_os_file_bytes(h->sp.fd, &out->file_bytes);
     uint64_t tx[3];
     ph_thread_sum_tx(h, tx);

@@ -162,11 +162,12 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
 #define PH_MORPH_MIN_YIELD 4u
 
 /* A slab of arena a (lock held) to morph to class cls: of another class
- * that may morph and of which the arena has other partial slabs (a class
- * with one slab left may be in use still), at most a quarter of its bytes
- * allocated, with every free block available (none in a thread cache or
- * an operation in flight) and no old block of an earlier morph -- the
- * emptiest of the first PH_MORPH_SCAN looked at; NULL if none. */
+ * that may morph, empty or with other partial slabs of its class in the
+ * arena (a class with one slab in use left may be in use still), at most
+ * a quarter of its bytes allocated, with every free block available (none
+ * in a thread cache or an operation in flight) and no old block of an
+ * earlier morph -- the emptiest of the first PH_MORPH_SCAN looked at;
+ * NULL if none.  An empty slab so serves another class at once. */
 static ph_slab *morph_candidate(ph_arena *a, unsigned cls)
 {
     ph_slab *best = NULL;
@@ -177,7 +178,7 @@ static ph_slab *morph_candidate(ph_arena *a, unsigned cls)
         for (ph_slab *s = a->partial[k]; s && seen < PH_MORPH_SCAN; s = s->next, seen++) {
             uint32_t used = (s->nblocks - s->navail) * s->block_size;
             if (used > PH_CHUNK_SIZE / 4 || (best && used >= best_used) ||
-                (!s->next && !s->prev) || ph_load_relaxed(&s->xold_live))
+                (!s->next && !s->prev && used) || ph_load_relaxed(&s->xold_live))
                 continue;
             if (ph_slab_live(s) != s->nblocks - s->navail)
                 continue; /* blocks in caches or in flight */

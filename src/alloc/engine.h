@@ -254,6 +254,7 @@ typedef struct ph_engine_stats {
     uint64_t largest_alloc;   /* largest large block an allocation gets now: a free
                                  extent, or the free tail grown up to max_size */
     uint64_t class_slabs[PH_CLASSES], class_live[PH_CLASSES];
+    uint64_t morphed_slabs, old_blocks; /* slabs with blocks of a class they had, and those */
 } ph_engine_stats;
 void ph_engine_stats_get(ph_engine *e, ph_engine_stats *out);
 

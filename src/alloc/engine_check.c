@@ -47,6 +47,8 @@ static void stats_visit(void *arg, const ph_extnode *n)
         st->live_bytes += live * ph_class_size[cls];
         if (old) { /* a morphed slab's old blocks (alloc/morph.h) */
             unsigned oc = ph_load_relaxed(&s->old_cls);
+            st->morphed_slabs++;
+            st->old_blocks += old;
             st->class_live[oc] += old;
             st->live_bytes += old * ph_class_size[oc];
         }

@@ -55,9 +55,10 @@ static int add_backed(ph_extents *x, ph_pctx *c)
     ph_extnode *n = ph_extent_index_node(x, x->pages, pages - x->pages, PH_EXT_FREE, 0);
     if (!n)
         return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    ph_extent_backing_mark_punched(x, x->pages, pages - x->pages); /* the file grew with holes */
     x->pages = pages;
     ph_extent_index_set(x, n);
-    ph_extent_index_make_free(x, n, 0); /* the file grew with holes */
+    ph_extent_index_make_free(x, n, 0);
     return 0;
 }
 

@@ -12,8 +12,11 @@
 /* Reserves what growing the file from `cur` to `want` bytes brings into
  * use: the slab descriptors of the new chunks (their pages hold nothing
  * yet: ph_space_desc_end rounds up to whole pages), the extent-log entries
- * the larger heap may use (whole pages past every slot in use), then the
- * new data. */
+ * the larger heap may use (whole pages past every slot in use); then the
+ * file is made `want` long.  The new data pages are left as holes: the
+ * extent index counts them as punched, and each is reserved when it is
+ * first handed out (ph_extent_backing_refill), so that the file's storage
+ * follows what the heap uses, not what it grew by (it doubles). */
 static int reserve(ph_space *s, uint64_t cur, uint64_t want)
 {
     uint64_t d0 = ph_space_desc_end(s->slab_region, s->data_off, cur);
@@ -30,7 +33,10 @@ static int reserve(ph_space *s, uint64_t cur, uint64_t want)
                 ph_os_populate(s->base + at + b0, b1 - b0);
         }
     }
-    return rc ? rc : ph_os_allocate(s->fd, s->path, cur, want - cur);
+    uint64_t len;
+    if (!rc)
+        rc = ph_os_file_size(s->fd, s->path, &len);
+    return rc || len >= want ? rc : ph_os_resize(s->fd, s->path, want);
 }
 
 /* Extends the file from `cur` to *want bytes -- or to `need` when the file

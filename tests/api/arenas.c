@@ -12,14 +12,6 @@
 
 #include "harness.h"
 
-static int pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    return sched_setaffinity(0, sizeof(set), &set);
-}
-
 static size_t fill(pheap *h, size_t size, pheap_off *v, size_t cap)
 {
     size_t n = 0;
@@ -40,7 +32,7 @@ typedef struct round {
 static void *run_round(void *arg)
 {
     round *r = arg;
-    if (pin(r->cpu) != 0)
+    if (ph_test_pin_cpu(r->cpu) != 0)
         return NULL;
     r->n = fill(r->h, r->size, r->v, r->cap);
     if (pheap_errno() != PHEAP_ENOMEM)
@@ -53,7 +45,7 @@ static void *run_round(void *arg)
 
 TEST(fill_from_one_cpu_then_another)
 {
-    if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || pin(0) != 0) {
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2 || ph_test_pin_cpu(0) != 0) {
         fprintf(stderr, "  needs two CPUs; nothing to check here\n");
         return;
     }
@@ -97,7 +89,7 @@ typedef struct first_block {
 static void *alloc_on_cpu0(void *arg)
 {
     first_block *f = arg;
-    f->off = pin(0) == 0 ? pheap_alloc(f->h, 64) : 0;
+    f->off = ph_test_pin_cpu(0) == 0 ? pheap_alloc(f->h, 64) : 0;
     __atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
     pthread_barrier_wait(f->both_allocated); /* stay alive: a thread leaving frees its arena */
     return NULL;

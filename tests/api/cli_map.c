@@ -173,6 +173,7 @@ typedef struct expect {
     uint64_t pages[8];         /* data pages per colour of the fixed kinds */
     uint64_t slab_pages[64][LEVELS];
     uint64_t slabs[64];        /* per class, from pheap_stats_class */
+    uint32_t size[64];         /* ... and its block size */
 } expect;
 
 static int visit(void *arg, const pheap_chunk_run *r)
@@ -182,6 +183,11 @@ static int visit(void *arg, const pheap_chunk_run *r)
         e->nmeta += strcmp(r->what, "padding") != 0;
     } else if (r->kind == PHEAP_CHUNK_SLAB) {
         unsigned u = r->blocks_used, t = r->blocks_total;
+        if (r->old_used) { /* a morphed slab: its old blocks in blocks of its class */
+            u += (unsigned)((r->old_used * (uint64_t)e->size[r->old_cls] + e->size[r->cls] - 1) /
+                            e->size[r->cls]);
+            u = u < t ? u : t;
+        }
         unsigned level = u == 0 ? 0 : 1 + (4 * u - 1) / t;
         e->slab_pages[r->cls][level > 4 ? 4 : level] += r->bytes / PAGE;
     } else {
@@ -198,13 +204,14 @@ static void expected(const char *path, uint64_t max_cells, expect *e)
     pheap *h = ph_test_open(path, &o);
     REQUIRE(h);
     REQUIRE_OK(pheap_stats(h, &e->st));
-    REQUIRE_OK(pheap_walk_chunks(h, visit, e));
     for (unsigned c = 0; c < pheap_class_count(); c++) {
         pheap_class_info ci;
         REQUIRE_OK(pheap_stats_class(h, c, &ci));
         e->slabs[c] = ci.slabs;
+        e->size[c] = ci.block_size;
         e->classes += ci.slabs != 0;
     }
+    REQUIRE_OK(pheap_walk_chunks(h, visit, e));
     pheap_close(h);
     e->chunks = e->st.data_size / CHUNK;
     for (e->cpc = 1; (e->chunks + e->cpc - 1) / e->cpc > max_cells; e->cpc *= 2)

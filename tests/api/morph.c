@@ -60,26 +60,32 @@ static void free_most(pheap *h, obj *v, size_t *n, unsigned pct, uint64_t *rng)
 }
 
 static const uint32_t phase_size[] = {100, 2000, 480, 1430, 195, 955, 1810, 765};
-#define PHASES (sizeof(phase_size) / sizeof(phase_size[0]))
-#define LIVE (24u << 20)
+#define SIZES (sizeof(phase_size) / sizeof(phase_size[0]))
+#define PHASES (2 * SIZES) /* the sizes twice: the second pass finds the heap in use */
+#define LIVE (8u << 20)
 
+/* fragbench in small: every block's contents and the live-block count
+ * checked at the end of every phase and after a reopen; once the live
+ * bytes stop growing, the heap does too -- the second pass over the sizes
+ * never grows the data region and holds about as many slabs as the first. */
 TEST(phases_reuse_stranded_slabs)
 {
     const char *path = ph_test_path("morph.heap");
     unlink(path);
-    pheap_options o = {.size = 256u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
+    pheap_options o = {.size = 4u << 20, .max_size = 256u << 20, .flags = PHEAP_CREATE,
+                       .flush = PHEAP_FLUSH_NONE};
     pheap *h;
     REQUIRE_OK(pheap_open(path, &o, &h));
     size_t cap = 2 * LIVE / 100 + 16, n = 0;
     obj *v = calloc(cap, sizeof(*v));
     REQUIRE(v);
-    uint64_t rng = 7, live = 0, heap_at[PHASES] = {0};
+    uint64_t rng = 7, live = 0, heap_at[PHASES] = {0}, data_at[PHASES] = {0};
     uint32_t id = 0;
     for (unsigned ph = 0; ph < PHASES; ph++) {
         while (live < LIVE) {
             REQUIRE(n < cap);
             obj *x = &v[n];
-            x->size = phase_size[ph];
+            x->size = phase_size[ph % SIZES];
             x->id = id++;
             x->off = pheap_alloc(h, x->size);
             REQUIRE(x->off);
@@ -92,6 +98,7 @@ TEST(phases_reuse_stranded_slabs)
         struct pheap_stats st;
         REQUIRE_OK(pheap_stats(h, &st));
         heap_at[ph] = st.slab_bytes + st.large_bytes;
+        data_at[ph] = st.data_size;
         if (ph + 1 < PHASES) {
             free_most(h, v, &n, 90, &rng);
             live = 0;
@@ -102,10 +109,18 @@ TEST(phases_reuse_stranded_slabs)
     struct pheap_stats st;
     REQUIRE_OK(pheap_stats(h, &st));
     CHECK(st.slab_morphs > 0);
+    uint64_t first = 0, second = 0;
     fprintf(stderr, "  heap after each phase (KiB):");
-    for (unsigned ph = 0; ph < PHASES; ph++)
+    for (unsigned ph = 0; ph < PHASES; ph++) {
         fprintf(stderr, " %llu", (unsigned long long)(heap_at[ph] >> 10));
+        if (ph < SIZES)
+            first = heap_at[ph] > first ? heap_at[ph] : first;
+        else
+            second = heap_at[ph] > second ? heap_at[ph] : second;
+    }
     fprintf(stderr, "; %llu morphs\n", (unsigned long long)st.slab_morphs);
+    CHECK_EQ(data_at[PHASES - 1], data_at[SIZES - 1]);
+    CHECK(second <= first + first / 4);
     REQUIRE_OK(pheap_close(h));
     REQUIRE_OK(pheap_open(path, NULL, &h));
     verify(h, v, n);
@@ -121,12 +136,12 @@ TEST(phases_reuse_stranded_slabs)
 /* The fragbench phases, smaller: returns the slab bytes at the end. */
 static uint64_t run_phases(pheap *h, unsigned phases)
 {
-    size_t cap = 2 * (LIVE / 8) / 100 + 16, n = 0;
+    size_t cap = 2 * (LIVE / 2) / 100 + 16, n = 0;
     obj *v = calloc(cap, sizeof(*v));
     uint64_t rng = 3, live = 0;
     for (unsigned ph = 0; v && ph < phases; ph++) {
-        while (live < LIVE / 8 && n < cap) {
-            v[n] = (obj){pheap_alloc(h, phase_size[ph]), phase_size[ph], (uint32_t)n};
+        while (live < LIVE / 2 && n < cap) {
+            v[n] = (obj){pheap_alloc(h, phase_size[ph % SIZES]), phase_size[ph % SIZES], (uint32_t)n};
             if (!v[n].off)
                 break;
             live += v[n++].size;

@@ -9,7 +9,6 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -257,14 +256,6 @@ static char morph_path[512];
 static pheap_off morph_old[4]; /* the four 2048-byte blocks left in the morphed slab */
 static uint64_t morph_desc;    /* file offset of its descriptor */
 
-static void on_cpu0(void)
-{
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(0, &one);
-    (void)sched_setaffinity(0, sizeof(one), &one);
-}
-
 /* Two slabs of 2048-byte blocks, all but four freed in the first and six
  * in the second, in a thread whose exit returns its cache: the first may
  * morph.  On CPU 0, as the caller: one arena. */
@@ -272,7 +263,7 @@ static void *fill_and_thin(void *arg)
 {
     pheap *h = arg;
     pheap_off v[64];
-    on_cpu0();
+    (void)ph_test_pin_cpu(0);
     for (unsigned i = 0; i < 64; i++)
         if (!(v[i] = pheap_alloc(h, 2048)))
             return NULL;
@@ -295,7 +286,7 @@ static int make_morph_base(void)
     pheap *h = ph_test_create(path, 1u << 20);
     pthread_t t;
     void *ok = NULL;
-    on_cpu0();
+    (void)ph_test_pin_cpu(0);
     if (!h || pthread_create(&t, NULL, fill_and_thin, h) || pthread_join(t, &ok) || !ok)
         return -1;
     for (unsigned i = 0; i < 8; i++)

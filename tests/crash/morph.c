@@ -11,7 +11,6 @@
  * CPU 0, so that they share an arena (a simulated heap's threads do).
  */
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -55,20 +54,12 @@ static int kept(unsigned i)
     return i >= 32 && i % 5 == 0; /* the second slab: fuller, it does not morph */
 }
 
-static void on_cpu0(void)
-{
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(0, &one);
-    (void)sched_setaffinity(0, sizeof(one), &one);
-}
-
 static void *run_step(void *arg)
 {
     step *s = arg;
     pheap *h = s->h;
     int rc = 0;
-    on_cpu0();
+    (void)ph_test_pin_cpu(0);
     switch (s->op) {
     case 0: /* two slabs of 2048-byte blocks, all but four and seven freed */
         for (unsigned i = 0; i < NOLD && !rc; i++)
@@ -100,14 +91,21 @@ static void *run_step(void *arg)
     return NULL;
 }
 
+/* Operation `op` in a thread of its own: its result. */
+static int run_op(pheap *h, unsigned op)
+{
+    step s = {h, op, 0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_step, &s) != 0)
+        return -1;
+    pthread_join(t, NULL);
+    return s.rc;
+}
+
 static void workload(ph_crash_ctx *c)
 {
     for (unsigned op = 0; op < NOPS; op++) {
-        step s = {c->heap, op, 0};
-        pthread_t t;
-        REQUIRE(pthread_create(&t, NULL, run_step, &s) == 0);
-        pthread_join(t, NULL);
-        if (s.rc)
+        if (run_op(c->heap, op))
             ph_test_fail(__FILE__, __LINE__, "op %u: %s", op, pheap_errmsg());
         ph_crash_mark(c);
     }
@@ -171,7 +169,7 @@ TEST(the_slab_morphs)
     pheap_options o = {.size = 1u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
     pheap *h = ph_test_open(path, &o);
     REQUIRE(h);
-    on_cpu0();
+    (void)ph_test_pin_cpu(0);
     ph_crash_ctx c = {.heap = h};
     workload(&c);
     struct pheap_stats st;
@@ -191,14 +189,9 @@ TEST(bad_frees_of_both_kinds)
     pheap_options o = {.size = 1u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
     pheap *h = ph_test_open(path, &o);
     REQUIRE(h);
-    on_cpu0(); /* this thread's allocations below too */
-    for (unsigned op = 0; op < 2; op++) {
-        step s = {h, op, 0};
-        pthread_t t;
-        REQUIRE(pthread_create(&t, NULL, run_step, &s) == 0);
-        pthread_join(t, NULL);
-        REQUIRE_OK(s.rc);
-    }
+    (void)ph_test_pin_cpu(0); /* this thread's allocations below too */
+    for (unsigned op = 0; op < 2; op++)
+        REQUIRE_OK(run_op(h, op));
     struct pheap_stats st;
     REQUIRE_OK(pheap_stats(h, &st));
     REQUIRE(st.slab_morphs == 1);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdarg.h>
@@ -404,33 +405,44 @@ void ph_test_drop_procs(ph_header *hdr)
     hdr->minor = 5;
 }
 
-int ph_test_as_format_1_6(const char *path)
+int ph_test_pin_cpu(int cpu)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof(one), &one);
+}
+
+/* Reads the header of the heap at `path`, lets `edit` change it, writes it
+ * back with its checksum: 0, or -1. */
+static int rewrite_header(const char *path, void (*edit)(ph_header *hdr))
 {
     int fd = open(path, O_RDWR);
     if (fd < 0)
         return -1;
     ph_header hdr;
     int ok = pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
-    hdr.feat_incompat &= ~PH_FEAT_INCOMPAT_MORPH;
-    hdr.minor = 6;
+    edit(&hdr);
     hdr.checksum = ph_header_checksum(&hdr);
     ok = ok && pwrite(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
     close(fd);
     return ok ? 0 : -1;
 }
 
+static void as_1_6(ph_header *hdr)
+{
+    hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_MORPH;
+    hdr->minor = 6;
+}
+
+int ph_test_as_format_1_6(const char *path)
+{
+    return rewrite_header(path, as_1_6);
+}
+
 int ph_test_as_format_1_5(const char *path)
 {
-    int fd = open(path, O_RDWR);
-    if (fd < 0)
-        return -1;
-    ph_header hdr;
-    int ok = pread(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
-    ph_test_drop_procs(&hdr);
-    hdr.checksum = ph_header_checksum(&hdr);
-    ok = ok && pwrite(fd, &hdr, sizeof(hdr), 0) == sizeof(hdr);
-    close(fd);
-    return ok ? 0 : -1;
+    return rewrite_header(path, ph_test_drop_procs);
 }
 
 int ph_test_as_format_1_4(const char *path)

@@ -98,6 +98,10 @@ unsigned ph_test_disjoint(uint64_t (*b)[2], unsigned n);
  * test's seed replays its run. */
 uint64_t ph_test_rand(uint64_t *state);
 
+/* Pins the calling thread to `cpu` (threads it starts inherit it), so that
+ * threads share pheap's arena of that CPU: 0, or -1. */
+int ph_test_pin_cpu(int cpu);
+
 /* Byte-copies a file. */
 int ph_test_copy_file(const char *from, const char *to);
 
@@ -150,9 +154,10 @@ typedef struct ph_map_shape {
 
 /* Creates at `path` (removing an old file) a heap of 2 MiB of data that
  * may grow to 64 MiB, in `consistency` mode, and gives it its shape: full,
- * half and partly used slabs of four size classes, three large blocks, a
- * named object, a freed 2 MiB block (punched at close) and a freed 64 KiB
- * one (kept).  Returns the open heap, or NULL with the test failed. */
+ * half and partly used slabs of four size classes, in LOG mode a slab
+ * morphed from 1024- to 512-byte blocks with eight of the former left,
+ * three large blocks, a named object, a freed 2 MiB block (punched at
+ * close) and a freed 64 KiB one (kept).  Returns the open heap, or NULL with the test failed. */
 pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *out);
 /* The same heap, closed: 0, or -1 with the test failed. */
 int ph_test_map_shape_file(const char *path, unsigned consistency);

@@ -1,9 +1,10 @@
 /*
- * map_shape.c -- a heap of known shape for the heap-map tests: slabs of
- * several size classes at different occupancies, large blocks, a freed
- * large block that the close punches, a small freed extent between live
- * ones that it does not, a named object (a names segment: metadata in the
- * data region), and a data region grown past its first size; and the
+ * heapmap.c -- a heap of known shape for the heap-map tests: slabs of
+ * several size classes at different occupancies, a slab morphed to another
+ * class with old blocks left (LOG mode), large blocks, a freed large block
+ * that the close punches, a small freed extent between live ones that it
+ * does not, a named object (a names segment: metadata in the data region),
+ * and a data region grown past its first size; and the
  * check that a heap map agrees with the statistics.
  */
 #include <stdlib.h>
@@ -42,6 +43,27 @@ pheap *ph_test_map_shape(const char *path, unsigned consistency, ph_map_shape *o
         for (unsigned i = 0; smalls[c].free_every && i < smalls[c].count; i += smalls[c].free_every)
             if (pheap_free(h, blocks[i]))
                 goto fail;
+    }
+    /* LOG mode: a slab morphed from 1024- to 512-byte blocks, eight old
+     * blocks left in it.  Of two slabs of 1024-byte blocks, the first is
+     * thinned to 8 blocks, then the second to 32 (the thread's cache keeps
+     * only blocks of the second), then the first class of 512-byte blocks
+     * takes the emptier one. */
+    if (consistency == PHEAP_CONSISTENCY_LOG) {
+        for (unsigned i = 0; i < 128; i++)
+            if (!(blocks[i] = pheap_alloc(h, 1024)))
+                goto fail;
+        for (unsigned i = 0; i < 128; i++)
+            if ((i < 64 ? i % 8 : i % 2) && pheap_free(h, blocks[i]))
+                goto fail;
+        for (unsigned i = 0; i < 30; i++)
+            if (!pheap_alloc(h, 512))
+                goto fail;
+        struct pheap_stats st;
+        if (pheap_stats(h, &st) || st.slab_morphs != 1) {
+            ph_test_fail(__FILE__, __LINE__, "the shape's slab did not morph");
+            goto fail;
+        }
     }
     if (!pheap_alloc_named(h, "shape", 100))
         goto fail;

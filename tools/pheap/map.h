@@ -78,6 +78,11 @@ typedef struct map_grid {
 int map_build(map_grid *g, pheap *h, uint64_t max_cells, int progress);
 void map_free(map_grid *g);
 
+/* The blocks of run r's class in use: allocated, or (in a morphed slab)
+ * covered by blocks of the class it had, counted in blocks of its class
+ * (class_size: bytes per class).  What the map shades a slab by. */
+uint64_t map_slab_occupied(const pheap_chunk_run *r, const uint32_t *class_size);
+
 /* The colour of palette index i as 0xRRGGBB. */
 uint32_t map_rgb(unsigned i);
 /* The colour index of a slab of class cls with `used` of `total` blocks. */

@@ -39,18 +39,28 @@ static void paint(map_grid *g, uint64_t from, uint64_t to, unsigned colour)
     }
 }
 
+uint64_t map_slab_occupied(const pheap_chunk_run *r, const uint32_t *class_size)
+{
+    uint64_t used = r->blocks_used, size = class_size[r->cls];
+    if (r->old_used && size) /* a morphed slab's old blocks, in blocks of its class */
+        used += ((uint64_t)r->old_used * class_size[r->old_cls] + size - 1) / size;
+    return used < r->blocks_total ? used : r->blocks_total;
+}
+
 static void add_slab(map_grid *g, const pheap_chunk_run *r, uint64_t rel)
 {
     unsigned c = r->cls < MAP_CLASSES_MAX ? r->cls : MAP_CLASSES_MAX - 1;
+    uint64_t occupied = r->old_cls < MAP_CLASSES_MAX ? map_slab_occupied(r, g->class_size)
+                                                     : r->blocks_used;
     g->class_slabs[c]++;
     g->class_used[c] += r->blocks_used;
     g->class_total[c] += r->blocks_total;
     if (g->cpc == 1 && rel / CHUNK < g->ncells) {
-        g->slab_used[rel / CHUNK] = (uint16_t)r->blocks_used;
+        g->slab_used[rel / CHUNK] = (uint16_t)occupied;
         g->slab_total[rel / CHUNK] = (uint16_t)r->blocks_total;
         g->slab_cls[rel / CHUNK] = (uint8_t)c;
     }
-    paint(g, rel, rel + r->bytes, map_slab_colour(c, r->blocks_used, r->blocks_total));
+    paint(g, rel, rel + r->bytes, map_slab_colour(c, occupied, r->blocks_total));
 }
 
 static int visit(void *arg, const pheap_chunk_run *r)

@@ -40,7 +40,7 @@ static void cell(FILE *f, const map_grid *g, const map_geometry *geo, uint64_t i
     if (same && g->cpc == 1 && g->slab_total[i]) {
         unsigned c = g->slab_cls[i];
         fprintf(f, "<rect x=\"%u\" y=\"%u\" width=\"%u\" height=\"%u\" fill=\"#%06x\"><title>"
-                   "offset %llu: slab of class %u (%u B), %u of %u blocks used</title></rect>\n",
+                   "offset %llu: slab of class %u (%u B), %u of %u blocks in use</title></rect>\n",
                 x0, y0, 4 * z, 4 * z, map_rgb(sq[0]),
                 (unsigned long long)(g->data_off + i * 65536u), c, g->class_size[c],
                 g->slab_used[i], g->slab_total[i]);

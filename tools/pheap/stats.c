@@ -117,11 +117,14 @@ int cmd_stats(int argc, char **argv)
         print_classes(h, 1);
         printf("], \"slabs\": %llu, \"slab_bytes\": %llu, \"large_extents\": %llu, "
                "\"large_bytes\": %llu, \"free_bytes\": %llu, \"largest_free\": %llu, "
-               "\"largest_alloc\": %llu, \"file_bytes\": %llu, \"fragmentation\": ",
+               "\"largest_alloc\": %llu, \"file_bytes\": %llu, \"morphing\": %s, "
+               "\"morphed_slabs\": %llu, \"old_blocks\": %llu, \"fragmentation\": ",
                (unsigned long long)st.slabs, (unsigned long long)st.slab_bytes,
                (unsigned long long)st.large_extents, (unsigned long long)st.large_bytes,
                (unsigned long long)st.free_bytes, (unsigned long long)st.largest_free,
-               (unsigned long long)st.largest_alloc, (unsigned long long)st.file_bytes);
+               (unsigned long long)st.largest_alloc, (unsigned long long)st.file_bytes,
+               st.morphing ? "true" : "false", (unsigned long long)st.morphed_slabs,
+               (unsigned long long)st.old_blocks);
         if (st.slab_bytes + st.large_bytes < FRAG_MIN_HELD)
             printf("null"); /* not measured, as in the text */
         else
@@ -168,6 +171,16 @@ int cmd_stats(int argc, char **argv)
     print_classes(h, 0);
     printf("slabs:          %llu, %s (%.1f%% of the data region)\n", (unsigned long long)st.slabs,
            cli_bytes(b1, st.slab_bytes), percent(st.slab_bytes, st.data_size));
+    if (st.morphed_slabs)
+        printf("morphed slabs:  %llu hold %llu blocks of the class they had before they changed "
+               "size class\n", (unsigned long long)st.morphed_slabs,
+               (unsigned long long)st.old_blocks);
+    printf("morphing:       %s\n", st.morphing ? "on (slabs at most a quarter full change size class "
+                                                  "when another class needs one)"
+                                               : st.consistency == PHEAP_CONSISTENCY_GC
+                                                     ? "off (GC mode)"
+                                                     : "off (a heap of format 1.6 or before, or "
+                                                       "PHEAP_MORPH=0)");
     printf("large extents:  %llu, %s (%.1f%%)\n", (unsigned long long)st.large_extents,
            cli_bytes(b1, st.large_bytes), percent(st.large_bytes, st.data_size));
     printf("free:           %s (%.1f%%), largest free extent %s\n", cli_bytes(b1, st.free_bytes),
