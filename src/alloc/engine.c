@@ -554,7 +554,7 @@ unsigned ph_engine_small_at(const ph_slab *s, uint64_t off, uint64_t *start, uin
                 *size = bs;
             }
         }
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        ph_seq_read();
         if (ph_likely(ph_load_relaxed(&s->xgen) == gen))
             return bits;
     }

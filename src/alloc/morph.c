@@ -136,7 +136,7 @@ void ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
         ph_spin_lock(&s->wlock[w]);
     ph_store(&s->xgen, s->xgen + 1); /* odd: readers without a lock wait */
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    ph_seq_write();
     unsigned base = ph_slab_base_cls(s), from = s->xcls;
     if (s->morph && PH_MORPH_STATE(s->morph) != PH_MORPH_SETTLED) { /* M1 */
         store_word(sp, c, s, PH_MORPH_WORD(PH_MORPH_SETTLED, base, 0, from));

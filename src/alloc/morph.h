@@ -75,7 +75,7 @@ static inline void ph_slab_resolve(const ph_slab *s, uint64_t off, ph_blockref *
         if (ph_likely(!(gen & 1))) {
             r->gen = gen;
             ph_slab_resolve_once(s, off, r);
-            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            ph_seq_read();
             if (ph_likely(ph_load_relaxed(&s->xgen) == gen))
                 return;
         }

@@ -110,7 +110,7 @@ static int lookup_unlocked(pheap *h, ph_names *n, uint64_t hash, const char *nam
         return -1;
     ph_name_ref ref;
     uint64_t o = ph_names_find(h, hash, name, len, &ref) ? ph_load(&ref.head->xref) & OFF_MASK : 0;
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    ph_seq_read();
     if (__atomic_load_n(&n->xseq, __ATOMIC_RELAXED) != s1)
         return -1;
     *off = o;

@@ -44,7 +44,7 @@ static inline void ph_names_wrlock(ph_names *n)
     pthread_rwlock_wrlock(&n->lock);
     n->wheld = 1;
     __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE); /* odd before any change */
+    ph_seq_write(); /* odd before any change */
 }
 
 /* Releases `lock`, held for reading or for writing. */

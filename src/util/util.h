@@ -29,6 +29,19 @@
 #define ph_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define ph_store_relaxed(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
+/* Sequence locks (a slab's xgen): the reader's loads before ph_seq_read
+ * happen before its loads after it; the writer's store before
+ * ph_seq_write (the odd count) happens before its stores after it.  Under
+ * ThreadSanitizer, which has no fences, compiler barriers: x86 keeps loads
+ * in order among themselves, and stores too. */
+#if defined(__SANITIZE_THREAD__)
+#define ph_seq_read() __atomic_signal_fence(__ATOMIC_ACQUIRE)
+#define ph_seq_write() __atomic_signal_fence(__ATOMIC_RELEASE)
+#else
+#define ph_seq_read() __atomic_thread_fence(__ATOMIC_ACQUIRE)
+#define ph_seq_write() __atomic_thread_fence(__ATOMIC_RELEASE)
+#endif
+
 /* Internal invariant checks, graded by PH_DEBUG (0 off, 1 cheap, 2 all).
  * Never used for conditions a user can cause. */
 #ifndef PH_DEBUG
