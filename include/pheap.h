@@ -591,7 +591,11 @@ pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn 
  * name).  Freeing 0 is a no-op returning 0.  A block of
  * more than PHEAP_SMALL_MAX bytes freed twice across a reopen of the heap
  * reports PHEAP_ENOTALLOC (its past is not kept on media); small blocks
- * always report PHEAP_EDOUBLEFREE.  Free space of 256 KiB or more goes back
+ * report PHEAP_EDOUBLEFREE, but for a block whose slab changed size class
+ * since it was allocated (slab morphing: pheap_stats.morphing), which
+ * reports PHEAP_ENOTALLOC when freed twice, and PHEAP_EINTERIOR for an
+ * offset inside it that is a block start of the slab's class now.  Free
+ * space of 256 KiB or more goes back
  * to the file system (hole punch) in batches: within about 100 ms of the
  * free, once freed bytes reach size / 16 (at least 32 MiB), or at
  * pheap_close -- not at the free itself, so that a block freed and soon

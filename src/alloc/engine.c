@@ -158,7 +158,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
 /* Slabs of other classes a refill looks at for one to morph, and the
  * least share of the new class's blocks a morph must make available
  * (1 / PH_MORPH_MIN_YIELD). */
-#define PH_MORPH_SCAN 64u
+#define PH_MORPH_SCAN 4096u
 #define PH_MORPH_MIN_YIELD 4u
 
 /* A slab of arena a (lock held) to morph to class cls: of another class
@@ -201,7 +201,10 @@ static int try_morph(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_sla
     if (!s || ph_morph_yield(s, cls) < PH_MAX(ph_class_blocks(cls) / PH_MORPH_MIN_YIELD, 1u))
         return 0; /* too little of it free for this class: kept for one it suits */
     partial_remove(a, s);
-    ph_morph(e->sp, c, s, cls);
+    if (!ph_morph(e->sp, c, s, cls)) { /* a free of one of its blocks is not finished */
+        partial_push(a, s);
+        return 0;
+    }
     __atomic_fetch_add(&e->xmorphs, 1, __ATOMIC_RELAXED);
     if (s->navail)
         partial_push(a, s);
@@ -227,14 +230,15 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
 void ph_engine_old_freed(ph_engine *e, ph_pctx *c, ph_slab *s, uint32_t j)
 {
     uint32_t idx[PH_MORPH_MAX_BLOCKS];
-    uint32_t n = ph_morph_unpin(e->sp, c, s, j, idx);
-    if (!n)
+    int none_left;
+    uint32_t n = ph_morph_unpin(e->sp, c, s, j, idx, &none_left);
+    if (!n && !none_left)
         return;
-    ph_arena *a = &e->arenas[s->arena];
+    ph_arena *a = &e->arenas[s->arena]; /* blocks to hand out, or the slab may be empty now */
     pthread_mutex_lock(&a->lock);
     for (uint32_t k = 0; k < n; k++)
         ph_slab_give(s, s->off + (uint64_t)idx[k] * s->block_size);
-    if (!s->in_partial)
+    if (!s->in_partial && s->navail)
         partial_push(a, s);
     maybe_release(e, c, a, s);
     pthread_mutex_unlock(&a->lock);
@@ -1087,7 +1091,7 @@ static void roll_forward(void *arg, const ph_lane_op *le)
     } else {
         uint64_t bytes;
         if (s && ph_engine_clear_block(sp, o->c, s, &r) == 0 && r.old) /* else clear already: done before */
-            ph_morph_unpin(sp, o->c, s, r.index, NULL);
+            ph_morph_unpin(sp, o->c, s, r.index, NULL, NULL);
         else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
     }

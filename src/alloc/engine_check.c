@@ -37,8 +37,11 @@ static void stats_visit(void *arg, const ph_extnode *n)
         st->live_bytes += bytes;
     } else if (n->kind == PH_EXT_SLAB) {
         ph_slab *s = ph_load(&w->e->chunks[(n->page * PH_PAGE_SIZE) / PH_CHUNK_SIZE]);
-        unsigned cls = s ? ph_load_relaxed(&s->xcls) : n->cls;
-        uint64_t live = s ? ph_slab_live(s) : 0, old = s ? ph_load_relaxed(&s->xold_live) : 0;
+        ph_slab_view v = {.cls = n->cls}; /* no slab yet: committed, not yet handed out */
+        if (s)
+            ph_slab_view_of(s, &v);
+        unsigned cls = v.cls;
+        uint64_t live = v.live, old = v.old_live;
         st->slabs++;
         st->slab_bytes += bytes;
         st->class_slabs[cls]++;
@@ -46,7 +49,7 @@ static void stats_visit(void *arg, const ph_extnode *n)
         st->live_blocks += live + old;
         st->live_bytes += live * ph_class_size[cls];
         if (old) { /* a morphed slab's old blocks (alloc/morph.h) */
-            unsigned oc = ph_load_relaxed(&s->old_cls);
+            unsigned oc = v.old_cls;
             st->morphed_slabs++;
             st->old_blocks += old;
             st->class_live[oc] += old;

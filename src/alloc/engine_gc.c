@@ -29,6 +29,9 @@
 #include "util/error.h"
 
 #define PH_GC_WORDS (PH_SLAB_MAX_BLOCKS / 64u) /* mark words per chunk */
+/* A morphed slab's blocks number at most PH_MORPH_MAX_BLOCKS in each of its
+ * two classes: its old blocks take the chunk's second half of marks. */
+#define PH_GC_OLD_MARK PH_MORPH_MAX_BLOCKS
 
 struct ph_gc_marks {
     ph_engine *e;
@@ -128,12 +131,13 @@ int ph_gc_mark(ph_gc_marks *m, uint64_t v, int filtered, uint64_t *bytes)
         return -1;
     uint64_t rel = v - m->lo, ch = rel / PH_CHUNK_SIZE;
     ph_slab *s = ph_load_relaxed(&m->e->chunks[ch]);
-    if (s) {
-        int exact;
-        uint32_t i = ph_slab_index(s, v, &exact);
-        if (!exact || (!(m->flags & PH_GC_ALL_BLOCKS) && !(ph_slab_bits(s, i) & 1)))
+    if (s) { /* a block of the slab's class, or an old block of a morphed slab */
+        ph_blockref r;
+        ph_slab_resolve(s, v, &r);
+        if (!r.exact || (!(m->flags & PH_GC_ALL_BLOCKS) && !r.old && ph_slab_bits(s, r.index) != 3))
             return -1;
-        *bytes = s->block_size;
+        uint32_t i = r.old ? PH_GC_OLD_MARK + r.index : r.index;
+        *bytes = r.size;
         return mark_at(m->slab, m->slab_words, ch * PH_GC_WORDS + i / 64, 1ull << (i % 64),
                        filtered);
     }
@@ -224,6 +228,23 @@ static void clear_orphan_desc(ph_engine *e, ph_pctx *c, uint64_t ch)
     ph_persist_flush(&e->sp->persist, c, d->xbits, sizeof(d->xbits));
 }
 
+/* An allocated small block: kept if marked (mark `i` of chunk ch), else
+ * freed (counted only when `dry`). */
+static void sweep_block(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_gc_marks *m,
+                        ph_gc_sweep *out, int dry, uint64_t ch, uint32_t i, uint64_t off,
+                        uint32_t size)
+{
+    if (marked_small(m, ch, i)) {
+        out->marked_blocks++;
+        out->marked_bytes += size;
+        return;
+    }
+    out->freed_blocks++;
+    out->freed_bytes += size;
+    if (!dry)
+        (void)ph_engine_free(e, t, c, off);
+}
+
 int ph_engine_gc_sweep(ph_engine *e, ph_tcache *t, ph_pctx *c, ph_gc_marks *m, int dry,
                        ph_gc_sweep *out, ph_gc_progress progress, void *arg)
 {
@@ -250,17 +271,17 @@ int ph_engine_gc_sweep(ph_engine *e, ph_tcache *t, ph_pctx *c, ph_gc_marks *m, i
             continue;
         }
         for (uint32_t i = 0; i < s->nblocks; i++) {
-            if (!(ph_slab_bits(s, i) & 1))
+            if (ph_slab_bits(s, i) != 3) /* free, or pinned by an old block */
                 continue;
-            if (marked_small(m, ch, i)) {
-                out->marked_blocks++;
-                out->marked_bytes += s->block_size;
-                continue;
-            }
-            out->freed_blocks++;
-            out->freed_bytes += s->block_size;
-            if (!dry)
-                (void)ph_engine_free(e, t, c, s->off + (uint64_t)i * s->block_size);
+            sweep_block(e, t, c, m, out, dry, ch, i, s->off + (uint64_t)i * s->block_size,
+                        s->block_size);
+        }
+        for (uint32_t j = 0; ph_load_relaxed(&s->xold_live) && j < s->old_nblocks; j++) {
+            uint32_t w, sh;
+            ph_morph_bitpos(j, &w, &sh);
+            if ((ph_load(&s->bits[w]) >> sh) & 1)
+                sweep_block(e, t, c, m, out, dry, ch, PH_GC_OLD_MARK + j,
+                            s->off + (uint64_t)j * s->old_size, s->old_size);
         }
     }
     for (size_t k = 0; !dry && k < l.n; k++)

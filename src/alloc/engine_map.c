@@ -51,12 +51,16 @@ static int emit_slab(map_walk *w, uint64_t off, unsigned cls)
                          .blocks_total = ph_class_blocks(cls)};
     /* No slab in the chunk map: committed a moment ago, not yet handed
      * to its arena, so nothing is allocated in it. */
-    r.blocks_used = s ? ph_slab_live(s) : 0;
-    if (s && ph_load_relaxed(&s->morph)) { /* reported by the class it has now */
-        r.cls = ph_load_relaxed(&s->xcls);
-        r.blocks_total = ph_load_relaxed(&s->nblocks);
-        if ((r.old_used = ph_load_relaxed(&s->xold_live)) != 0)
-            r.old_cls = ph_load_relaxed(&s->old_cls);
+    if (s) { /* as of one moment between morphs; by the class it has now */
+        ph_slab_view v;
+        ph_slab_view_of(s, &v);
+        r.blocks_used = v.live;
+        if (v.morph) {
+            r.cls = v.cls;
+            r.blocks_total = v.nblocks;
+            if ((r.old_used = v.old_live) != 0)
+                r.old_cls = v.old_cls;
+        }
     }
     return w->req->fn(w->req->arg, &r);
 }

@@ -309,7 +309,7 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
         if (!b.old) /* a live old block: allocated already */
             ph_slab_set_locked(e->sp, o->c, s, b.word, b.shift);
     } else if (ph_engine_clear_block(e->sp, o->c, s, &b) == 0 && b.old) {
-        ph_morph_unpin(e->sp, o->c, s, b.index, NULL); /* else clear already: done before */
+        ph_morph_unpin(e->sp, o->c, s, b.index, NULL, NULL); /* else clear already: done before */
     }
 }
 

@@ -131,10 +131,19 @@ uint32_t ph_morph_yield(const ph_slab *s, unsigned cls)
     return got;
 }
 
-void ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
+int ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
 {
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
         ph_spin_lock(&s->wlock[w]);
+    /* Counted again with every word locked: a free that cleared its
+     * block's A bit after the caller counted and has not cached the block
+     * yet leaves it neither allocated nor available, and a morph would
+     * hand it out a second time.  No morph then. */
+    if (ph_slab_live(s) != s->nblocks - s->navail) {
+        for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
+            ph_slab_unlock(s, w);
+        return 0;
+    }
     ph_store(&s->xgen, s->xgen + 1); /* odd: readers without a lock wait */
     ph_seq_write();
     unsigned base = ph_slab_base_cls(s), from = s->xcls;
@@ -165,6 +174,7 @@ void ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
     ph_store(&s->xgen, s->xgen + 1);
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
         ph_slab_unlock(s, w);
+    return 1;
 }
 
 int ph_morph_old_ref(const ph_slab *s, uint64_t off, ph_blockref *r)
@@ -223,14 +233,22 @@ static int unpin_one(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i, int fence
     return pinned;
 }
 
-uint32_t ph_morph_unpin(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t j, uint32_t *out)
+uint32_t ph_morph_unpin(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t j, uint32_t *out,
+                        int *none_left)
 {
     uint32_t n = 0, first = j * s->old_size / s->block_size;
     uint32_t last = ((j + 1) * s->old_size - 1) / s->block_size;
+    /* First, and sequentially consistent: of two threads freeing old blocks
+     * over one pin, the later of the two decrements sees the other's bit
+     * cleared (two plain reads after two stores could each miss the other
+     * store, and both leave the pin).  A free of the pin's start meanwhile
+     * is refused whatever the count says (ph_slab_clear_locked). */
+    uint32_t before = __atomic_fetch_sub(&s->xold_live, 1, __ATOMIC_SEQ_CST);
     for (uint32_t i = first; i <= last && i < s->nblocks; i++)
         if (unpin_one(sp, c, s, i, out != NULL) && out)
             out[n++] = i;
-    __atomic_fetch_sub(&s->xold_live, 1, __ATOMIC_RELEASE);
+    if (none_left)
+        *none_left = before == 1;
     return n;
 }
 
@@ -268,6 +286,33 @@ int ph_morph_strays_ok(const ph_slab_desc *d)
         }
     }
     return 1;
+}
+
+/* In bitmap words v of slab s, of new_n blocks of new_size bytes with old
+ * blocks of old_size bytes: 1 with a message when a live old block has a
+ * block of the new class over it that is not pinned (A and E clear, or
+ * both set), else 0.  A pin is set before the old block's bit can matter
+ * (M4 before M5) and cleared only after the old bit is durably clear, so
+ * no crash leaves one missing. */
+static int unpinned_old(const ph_slab *s, const uint64_t *v, uint32_t new_size, uint32_t new_n,
+                        uint32_t old_size, uint32_t old_n, char *err, size_t errlen)
+{
+    for (uint32_t j = 0; j < old_n; j++) {
+        uint32_t w, sh;
+        ph_morph_bitpos(j, &w, &sh);
+        if (!((ph_load(&v[w]) >> sh) & 1))
+            continue;
+        uint32_t a = j * old_size, b = a + old_size;
+        for (uint32_t i = a / new_size; i <= (b - 1) / new_size && i < new_n; i++) {
+            ph_slab_bitpos(i, &w, &sh);
+            if (((ph_load(&v[w]) >> sh) & 3) != 1) {
+                snprintf(err, errlen, "slab at %llu: old block %u is live, but a block of the "
+                         "slab's class over it is not pinned", (unsigned long long)s->off, j);
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 static int bad_word(const ph_slab *s, uint64_t m, unsigned log_cls, char *err, size_t errlen)
@@ -376,13 +421,18 @@ int ph_morph_check_desc(const ph_slab *s, unsigned log_cls, char *err, size_t er
             }
         }
     }
-    return 0;
+    return st == PH_MORPH_MORPHED &&
+           unpinned_old(s, d->xbits, (uint32_t)d->block_size, (uint32_t)d->nblocks,
+                        ph_class_size[from], ph_class_blocks(from), err, errlen);
 }
 
 int ph_morph_check(const ph_slab *s, char *err, size_t errlen)
 {
     unsigned st = PH_MORPH_STATE(s->morph);
     int morphed = s->morph && st == PH_MORPH_MORPHED;
+    if (morphed && unpinned_old(s, s->bits, s->block_size, s->nblocks, s->old_size,
+                                s->old_nblocks, err, errlen))
+        return 1;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         if (ph_slab_bits(s, i) != 1)
             continue;

@@ -83,6 +83,34 @@ static inline void ph_slab_resolve(const ph_slab *s, uint64_t off, ph_blockref *
     }
 }
 
+/* A slab's classes and counts as of one moment between morphs (what the
+ * statistics and the heap map read without a lock). */
+typedef struct ph_slab_view {
+    unsigned cls, old_cls;   /* class now; the class it had (old_live > 0) */
+    uint32_t nblocks;        /* blocks of its class */
+    uint32_t live, old_live; /* allocated blocks of its class; old blocks */
+    uint64_t morph;          /* its morph word */
+} ph_slab_view;
+
+static inline void ph_slab_view_of(const ph_slab *s, ph_slab_view *v)
+{
+    for (;;) {
+        uint32_t gen = ph_load(&s->xgen);
+        if (ph_likely(!(gen & 1))) {
+            v->cls = ph_load_relaxed(&s->xcls);
+            v->old_cls = ph_load_relaxed(&s->old_cls);
+            v->nblocks = ph_load_relaxed(&s->nblocks);
+            v->live = ph_slab_live(s);
+            v->old_live = ph_load_relaxed(&s->xold_live);
+            v->morph = ph_load_relaxed(&s->morph);
+            ph_seq_read();
+            if (ph_likely(ph_load_relaxed(&s->xgen) == gen))
+                return;
+        }
+        ph_morph_wait(s);
+    }
+}
+
 /* With the word of r locked: 1 when no morph came between the resolution
  * and the lock. */
 static inline int ph_slab_gen_ok(const ph_slab *s, const ph_blockref *r)
@@ -116,10 +144,11 @@ static inline int ph_morph_classes_ok(unsigned from, unsigned to)
 uint32_t ph_morph_yield(const ph_slab *s, unsigned cls);
 
 /* Morphs slab s to class cls (the caller holds the arena's lock, s is on
- * no partial list, has no old block, and every free block of it is
- * available): durable on return.  Its blocks that were allocated become
- * old blocks; the new class's blocks they do not overlap become available. */
-void ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls);
+ * no partial list and has no old block): durable on return, 1.  Its blocks
+ * that were allocated become old blocks; the new class's blocks they do
+ * not overlap become available.  0, with nothing done, when a free block
+ * of s is not available (in a thread cache, or in a free not finished). */
+int ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls);
 
 /* Frees old block r (resolved, r->old): its A bit cleared and fenced under
  * its word's lock.  Returns 0; PHEAP_EDOUBLEFREE when another thread
@@ -127,12 +156,13 @@ void ph_morph(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls);
  * (resolve again).  Then call ph_morph_unpin. */
 int ph_morph_free_old(ph_space *sp, ph_pctx *c, ph_slab *s, const ph_blockref *r);
 
-/* After old block j was freed: the new class's blocks that no live old
- * block overlaps any more are unpinned (A cleared, fenced), their indexes
- * written to out[] (room for PH_MORPH_MAX_UNPIN), and the count of live
- * old blocks goes down.  Returns how many were unpinned. */
-#define PH_MORPH_MAX_UNPIN 64u
-uint32_t ph_morph_unpin(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t j, uint32_t *out);
+/* After old block j was freed: the count of live old blocks goes down
+ * (*none_left, if not NULL, says whether it reached 0), and the new
+ * class's blocks that no live old block overlaps any more are unpinned (A
+ * cleared, each fenced when `out`), their indexes written to out[] (room
+ * for PH_MORPH_MAX_BLOCKS; NULL at recovery).  Returns how many. */
+uint32_t ph_morph_unpin(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t j, uint32_t *out,
+                        int *none_left);
 
 /* At open, after ph_slab_load: reads the morph word of s, whose extent-log
  * class is log_cls, and sets the slab's class and old class from it.  With

@@ -5,6 +5,7 @@
  * its contents through morphs, reopens and frees of every kind, and bad
  * frees of old blocks and of the space they pin are refused.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -202,6 +203,77 @@ TEST(older_heaps_and_the_switch_never_morph)
     CHECK(run_phases(h, 4) < without);
     REQUIRE_OK(pheap_stats(h, &st));
     CHECK(st.slab_morphs > 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    unlink(path);
+}
+
+/* Two slabs of 1024-byte blocks, the first thinned to 8 blocks (kept in
+ * old[]), the second to 32, in a thread whose exit returns its cache. */
+typedef struct thinning {
+    pheap *h;
+    pheap_off *old;
+    int rc;
+} thinning;
+
+static void *thin(void *arg)
+{
+    thinning *t = arg;
+    static pheap_off v[128];
+    (void)ph_test_pin_cpu(0);
+    for (unsigned i = 0; i < 128 && !t->rc; i++)
+        t->rc = (v[i] = pheap_alloc(t->h, 1024)) ? 0 : -1;
+    for (unsigned i = 0, k = 0; i < 128 && !t->rc; i++) {
+        if (i < 64 && i % 8 == 0)
+            t->old[k++] = v[i];
+        else if (i < 64 || i % 2)
+            t->rc = pheap_free(t->h, v[i]);
+    }
+    return NULL;
+}
+
+/* The first slab then morphs to 512-byte blocks in this thread (on the
+ * same CPU: the same arena); its 8 old blocks in old[]. */
+static void morph_one(pheap *h, pheap_off old[8])
+{
+    thinning t = {h, old, 0};
+    pthread_t th;
+    (void)ph_test_pin_cpu(0);
+    REQUIRE(pthread_create(&th, NULL, thin, &t) == 0);
+    pthread_join(th, NULL);
+    REQUIRE_OK(t.rc);
+    for (unsigned i = 0; i < 16; i++)
+        REQUIRE(pheap_alloc(h, 512) != 0);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    REQUIRE(st.slab_morphs == 1 && st.old_blocks == 8);
+}
+
+/* pheap_gc on a LOG heap traces through old blocks, all of their bytes
+ * (a link past the new class's block size), and collects old blocks that
+ * no root reaches. */
+TEST(gc_traces_and_collects_old_blocks)
+{
+    const char *path = ph_test_path("morph-gc.heap");
+    unlink(path);
+    pheap_options o = {.size = 4u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_off old[8];
+    morph_one(h, old);
+    pheap_off a = old[2], b = pheap_alloc(h, 100);
+    REQUIRE(b);
+    *(pheap_off *)((char *)pheap_direct(h, a) + 1000) = b; /* root -> a (old) -> b */
+    REQUIRE_OK(pheap_root_set(h, "r", a));
+    pheap_gc_report rep;
+    REQUIRE_OK(pheap_gc_ex(h, NULL, &rep));
+    CHECK_EQ(pheap_usable_size(h, a), 1024);
+    CHECK_EQ(pheap_usable_size(h, b), 112);
+    CHECK_EQ(pheap_usable_size(h, old[3]), 0); /* garbage: collected */
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.old_blocks, 1);
+    CHECK_EQ(st.live_blocks, 2);
     REQUIRE_OK(pheap_check(h, NULL));
     REQUIRE_OK(pheap_close(h));
     unlink(path);

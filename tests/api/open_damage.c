@@ -276,6 +276,12 @@ static void *fill_and_thin(void *arg)
     return h;
 }
 
+/* The data offset of the heap at `path`. */
+static uint64_t base_data_off(const char *path)
+{
+    return ph_test_region_offset(path, PH_REGION_DATA);
+}
+
 /* A closed heap whose one slab morphed from 2048 to 512-byte blocks. */
 static int make_morph_base(void)
 {
@@ -321,6 +327,26 @@ TEST(morph_words_no_crash_leaves)
     uint64_t old_word = morph_desc + offsetof(ph_slab_desc, xbits) + 14 * 8;
     expect_refused_in(morph_path, "an old bit past the old class's blocks", old_word, 1ull << 5,
                       "old-block word");
+    /* An old bit where no old block lives (its space not pinned), and A
+     * and E on a block inside a live old block (handed out over it). */
+    uint64_t slab = morph_old[0] - (morph_old[0] - base_data_off(morph_path)) % PH_CHUNK_SIZE;
+    uint32_t ghost = 0;
+    for (int clash = 1; clash; ghost++) {
+        clash = 0;
+        for (unsigned k = 0; k < 4; k++)
+            clash |= morph_old[k] == slab + ghost * 2048u;
+    }
+    ghost--;
+    uint64_t gw = morph_desc + offsetof(ph_slab_desc, xbits) +
+                  ((ghost % 16) * 8 + PH_MORPH_OLD_WORD + ghost / 16 / 64) * 8;
+    expect_refused_in(morph_path, "an old bit over space no pin holds", gw,
+                      word_at(morph_path, gw) | 1ull << (ghost / 16 % 64), "is not pinned");
+    uint32_t in = (uint32_t)((morph_old[0] - slab) / 512) + 1;
+    uint64_t pw = morph_desc + offsetof(ph_slab_desc, xbits) + ((in % 16) * 8 + in / 16 / 32) * 8;
+    uint64_t pv = word_at(morph_path, pw);
+    CHECK_EQ((pv >> (2 * (in / 16 % 32))) & 3, 1); /* pinned */
+    expect_refused_in(morph_path, "a block allocated inside a live old block", pw,
+                      pv | 2ull << (2 * (in / 16 % 32)), "is not pinned");
     expect_refused_in(morph_path, "a settled slab with pins and old bits", mw,
                       PH_MORPH_WORD(PH_MORPH_SETTLED, 24, 0, 16), "is invalid");
 }

@@ -1,76 +1,49 @@
 /*
- * morph.c -- slab morphing through crashes: a slab of 2048-byte blocks
- * left with four live ones morphs into a slab of 512-byte blocks when a
+ * morph.c -- slab morphing through crashes: a slab of 4096-byte blocks
+ * left with four live ones morphs into a slab of 1024-byte blocks when a
  * thread asks for that class, blocks of the new class fill the space
  * around the old ones, and old and new blocks are freed (the old ones'
  * frees unpin the blocks they overlapped, which are then handed out).  At
  * every crash point, in every mode, the recovered heap passes pheap_check,
  * every block that was allocated and not freed is live with its contents,
- * and the heap keeps working.  Each operation runs in a thread of its own,
- * whose exit returns its cached blocks, so that the slab may morph; all on
- * CPU 0, so that they share an arena (a simulated heap's threads do).
+ * and the heap keeps working.  Operations as morph_common.h runs them.
  */
-#include <pthread.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "morph_common.h"
 
-#define NOLD 64u     /* 2048-byte blocks: two slabs */
-#define NKEEP 4u     /* of which stay live in the first (the second keeps six) */
-#define NNEW 40u     /* 512-byte blocks asked for after */
+#define OLD 4096u    /* the old class's block size ... */
+#define NEW 1024u    /* ... and the new one's */
+#define NOLD 32u     /* old blocks: two slabs */
+#define NKEEP 4u     /* of which stay live in the first (the second keeps five) */
+#define NNEW 24u     /* new blocks asked for after (48 are free once it morphs) */
 #define NOPS 4
 
-static const unsigned keep_at[NKEEP] = {3, 10, 20, 31};
+static const unsigned keep_at[NKEEP] = {1, 6, 10, 15};
 static pheap_off old_blk[NOLD], new_blk[2 * NNEW];
-
-typedef struct step {
-    pheap *h;
-    unsigned op;
-    int rc;
-} step;
-
-static uint8_t pattern(pheap_off off, uint32_t k)
-{
-    return (uint8_t)(off / 16 + k * 7);
-}
-
-static int alloc_filled(pheap *h, size_t size, pheap_off *out)
-{
-    if (!(*out = pheap_alloc(h, size)))
-        return -1;
-    uint8_t *p = pheap_direct(h, *out);
-    for (uint32_t k = 0; k < size; k++)
-        p[k] = pattern(*out, k);
-    pheap_persist(h, p, size);
-    return 0;
-}
 
 static int kept(unsigned i)
 {
     for (unsigned k = 0; k < NKEEP; k++)
         if (keep_at[k] == i)
             return 1;
-    return i >= 32 && i % 5 == 0; /* the second slab: fuller, it does not morph */
+    return i >= 16 && i % 3 == 0; /* the second slab: fuller, it does not morph */
 }
 
-static void *run_step(void *arg)
+static int morph_step(pheap *h, unsigned op)
 {
-    step *s = arg;
-    pheap *h = s->h;
     int rc = 0;
-    (void)ph_test_pin_cpu(0);
-    switch (s->op) {
-    case 0: /* two slabs of 2048-byte blocks, all but four and seven freed */
+    switch (op) {
+    case 0: /* two slabs of old blocks, all but four and five freed */
         for (unsigned i = 0; i < NOLD && !rc; i++)
-            rc = alloc_filled(h, 2048, &old_blk[i]);
+            rc = morph_alloc_filled(h, OLD, &old_blk[i]);
         for (unsigned i = 0; i < NOLD && !rc; i++)
             if (!kept(i))
                 rc = pheap_free(h, old_blk[i]);
         break;
-    case 1: /* the slab morphs: 512-byte blocks around the four */
+    case 1: /* the slab morphs: new blocks around the four */
         for (unsigned i = 0; i < NNEW && !rc; i++)
-            rc = alloc_filled(h, 512, &new_blk[i]);
+            rc = morph_alloc_filled(h, NEW, &new_blk[i]);
         break;
     case 2: /* two old blocks and every other new one freed */
         rc = pheap_free(h, old_blk[keep_at[0]]);
@@ -84,47 +57,15 @@ static void *run_step(void *arg)
         if (!rc)
             rc = pheap_free(h, old_blk[keep_at[3]]);
         for (unsigned i = NNEW; i < 2 * NNEW && !rc; i++)
-            rc = alloc_filled(h, 512, &new_blk[i]);
+            rc = morph_alloc_filled(h, NEW, &new_blk[i]);
         break;
     }
-    s->rc = rc;
-    return NULL;
-}
-
-/* Operation `op` in a thread of its own: its result. */
-static int run_op(pheap *h, unsigned op)
-{
-    step s = {h, op, 0};
-    pthread_t t;
-    if (pthread_create(&t, NULL, run_step, &s) != 0)
-        return -1;
-    pthread_join(t, NULL);
-    return s.rc;
+    return rc;
 }
 
 static void workload(ph_crash_ctx *c)
 {
-    for (unsigned op = 0; op < NOPS; op++) {
-        if (run_op(c->heap, op))
-            ph_test_fail(__FILE__, __LINE__, "op %u: %s", op, pheap_errmsg());
-        ph_crash_mark(c);
-    }
-}
-
-static void expect_block(pheap *h, pheap_off off, size_t size)
-{
-    if (pheap_usable_size(h, off) != size) {
-        ph_test_fail(__FILE__, __LINE__, "block %llu: not live (%s)", (unsigned long long)off,
-                     pheap_errmsg());
-        return;
-    }
-    const uint8_t *p = pheap_direct(h, off);
-    for (uint32_t k = 0; k < size; k++)
-        if (p[k] != pattern(off, k)) {
-            ph_test_fail(__FILE__, __LINE__, "block %llu: byte %u changed",
-                         (unsigned long long)off, k);
-            return;
-        }
+    morph_workload(c, NOPS);
 }
 
 /* What returned before the crash is there; the operation in flight may
@@ -132,19 +73,19 @@ static void expect_block(pheap *h, pheap_off off, size_t size)
 static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     (void)c;
-    for (unsigned i = 32; done >= 1 && i < NOLD; i++)
+    for (unsigned i = 16; done >= 1 && i < NOLD; i++)
         if (kept(i))
-            expect_block(h, old_blk[i], 2048);
+            morph_expect_block(h, old_blk[i], OLD, "second-slab block");
     for (unsigned k = 0; done >= 1 && k < NKEEP; k++) { /* op 2 frees two, op 3 two */
         int maybe_freed = (done >= 2 && (k == 0 || k == 2)) || (done >= 3 && (k == 1 || k == 3));
         if (!maybe_freed)
-            expect_block(h, old_blk[keep_at[k]], 2048);
+            morph_expect_block(h, old_blk[keep_at[k]], OLD, "old block");
     }
     for (unsigned i = 0; done >= 2 && i < NNEW; i++) /* op 2 frees the even ones */
         if (!(done >= 2 && i % 2 == 0))
-            expect_block(h, new_blk[i], 512);
+            morph_expect_block(h, new_blk[i], NEW, "new block");
     for (unsigned i = NNEW; done >= 4 && i < 2 * NNEW; i++)
-        expect_block(h, new_blk[i], 512);
+        morph_expect_block(h, new_blk[i], NEW, "new block");
     ph_test_map_check(h);
 }
 
@@ -191,35 +132,37 @@ TEST(bad_frees_of_both_kinds)
     REQUIRE(h);
     (void)ph_test_pin_cpu(0); /* this thread's allocations below too */
     for (unsigned op = 0; op < 2; op++)
-        REQUIRE_OK(run_op(h, op));
+        REQUIRE_OK(morph_run_op(h, op));
     struct pheap_stats st;
     REQUIRE_OK(pheap_stats(h, &st));
     REQUIRE(st.slab_morphs == 1);
-    pheap_off old = old_blk[keep_at[1]]; /* 2048 bytes: four 512-byte blocks pinned */
-    CHECK_EQ(pheap_free(h, old + 512), PHEAP_EINTERIOR);  /* a pinned block's start */
+    pheap_off old = old_blk[keep_at[1]]; /* four new blocks pinned over it */
+    CHECK_EQ(pheap_free(h, old + NEW), PHEAP_EINTERIOR);  /* a pinned block's start */
     CHECK_EQ(pheap_free(h, old + 8), PHEAP_EINTERIOR);    /* inside the old block */
-    CHECK_EQ(pheap_usable_size(h, old + 512), 0);
-    CHECK_EQ(pheap_usable_size(h, old), 2048);
+    CHECK_EQ(pheap_usable_size(h, old + NEW), 0);
+    CHECK_EQ(pheap_usable_size(h, old), OLD);
     REQUIRE_OK(pheap_check(h, NULL));
     REQUIRE_OK(pheap_free(h, old));
     /* Freed twice: no E bit says an old block was ever allocated, so the
      * error is the new class's for its space (never allocated there). */
     CHECK_EQ(pheap_free(h, old), PHEAP_ENOTALLOC);
     REQUIRE_OK(pheap_check(h, NULL));
-    /* The four blocks it pinned are free again: of the slab's 128 blocks,
-     * 40 taken and 12 pinned by the three old blocks left, 76 are handed
-     * out before any other slab is made -- the first 72 of them certainly
-     * (refills take 8 at a time), 4 of those where the old block was. */
+    /* The four blocks it pinned are free again: of the slab's 64 blocks,
+     * NNEW taken and 12 pinned by the three old blocks left, the other 28
+     * are handed out before another slab is made.  64 allocations (refills
+     * take 4 at a time: the cache is empty after them) hand out all 28, 4
+     * of them where the old block was. */
     pheap_off chunk = old - (old - st.data_offset) % (64u << 10);
-    unsigned inside_old = 0;
-    for (unsigned i = 0; i < 72; i++) {
-        pheap_off b = pheap_alloc(h, 512);
-        CHECK(b >= chunk && b < chunk + (64u << 10));
-        inside_old += b >= old && b < old + 2048;
+    unsigned inside_old = 0, in_chunk = 0;
+    for (unsigned i = 0; i < 64; i++) {
+        pheap_off b = pheap_alloc(h, NEW);
+        in_chunk += b >= chunk && b < chunk + (64u << 10);
+        inside_old += b >= old && b < old + OLD;
     }
+    CHECK_EQ(in_chunk, 64 - NNEW - 12);
     CHECK_EQ(inside_old, 4);
     REQUIRE_OK(pheap_stats(h, &st));
-    CHECK_EQ(st.slabs, 2);
+    CHECK_EQ(st.slabs, 3); /* and one more for the 36 beyond */
     REQUIRE_OK(pheap_check(h, NULL));
     REQUIRE_OK(pheap_close(h));
     unlink(path);
