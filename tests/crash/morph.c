@@ -106,11 +106,8 @@ TEST(morph_at_every_fence)
 TEST(the_slab_morphs)
 {
     const char *path = ph_test_path("morph-plain.heap");
-    unlink(path);
-    pheap_options o = {.size = 1u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
-    pheap *h = ph_test_open(path, &o);
+    pheap *h = morph_plain_heap("morph-plain.heap");
     REQUIRE(h);
-    (void)ph_test_pin_cpu(0);
     ph_crash_ctx c = {.heap = h};
     workload(&c);
     struct pheap_stats st;
@@ -126,11 +123,8 @@ TEST(the_slab_morphs)
 TEST(bad_frees_of_both_kinds)
 {
     const char *path = ph_test_path("morph-bad.heap");
-    unlink(path);
-    pheap_options o = {.size = 1u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
-    pheap *h = ph_test_open(path, &o);
+    pheap *h = morph_plain_heap("morph-bad.heap");
     REQUIRE(h);
-    (void)ph_test_pin_cpu(0); /* this thread's allocations below too */
     for (unsigned op = 0; op < 2; op++)
         REQUIRE_OK(morph_run_op(h, op));
     struct pheap_stats st;

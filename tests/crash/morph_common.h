@@ -10,6 +10,7 @@
 #define PH_TEST_MORPH_COMMON_H
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -34,6 +35,18 @@ static void morph_expect_block(pheap *h, pheap_off off, size_t size, const char 
     else if (!ph_test_intact(pheap_direct(h, off), size, off))
         ph_test_fail(__FILE__, __LINE__, "%s %llu: its contents changed", what,
                      (unsigned long long)off);
+}
+
+/* A fresh heap at the test path `name`, outside the simulator (1 MiB, no
+ * flushing), with this thread on CPU 0 like the operations. */
+static pheap *morph_plain_heap(const char *name)
+{
+    const char *path = ph_test_path(name);
+    unlink(path);
+    pheap_options o = {.size = 1u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
+    pheap *h = ph_test_open(path, &o);
+    (void)ph_test_pin_cpu(0);
+    return h;
 }
 
 /* The test's operations: morph_step(h, op) returns 0 or an error. */

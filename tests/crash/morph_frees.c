@@ -145,11 +145,8 @@ TEST(old_blocks_freed_every_way_at_every_fence)
 TEST(the_workload_morphs_twice)
 {
     const char *path = ph_test_path("morph-frees-plain.heap");
-    unlink(path);
-    pheap_options o = {.size = 1u << 20, .flags = PHEAP_CREATE, .flush = PHEAP_FLUSH_NONE};
-    pheap *h = ph_test_open(path, &o);
+    pheap *h = morph_plain_heap("morph-frees-plain.heap");
     REQUIRE(h);
-    (void)ph_test_pin_cpu(0);
     ph_crash_ctx c = {.heap = h};
     workload(&c);
     struct pheap_stats st;
