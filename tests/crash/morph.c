@@ -99,12 +99,8 @@ TEST(morph_at_every_fence)
         fprintf(stderr, "  every fence of this workload: make torture (crash_morph_full)\n");
         return;
     }
-    const char *base = ph_test_path("morph-crash.heap");
-    unlink(base);
-    pheap_options o = {.size = 1u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
-    pheap *h = ph_test_open(base, &o);
-    REQUIRE(h);
-    REQUIRE_OK(pheap_close(h));
+    const char *base = morph_base("morph-crash.heap");
+    REQUIRE(base);
     ph_crash_stats st = ph_crash_enumerate("morph", base, workload, verify, NULL);
     CHECK(st.fences > NOPS);
     CHECK(st.images > st.fences);

@@ -49,6 +49,17 @@ static pheap *morph_plain_heap(const char *name)
     return h;
 }
 
+/* A fresh closed heap at the test path `name` for an enumeration to start
+ * from (1 MiB of data that may grow to 8 MiB): its path, or NULL. */
+static const char *morph_base(const char *name)
+{
+    const char *base = ph_test_path(name);
+    unlink(base);
+    pheap_options o = {.size = 1u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = ph_test_open(base, &o);
+    return h && pheap_close(h) == 0 ? base : NULL;
+}
+
 /* The test's operations: morph_step(h, op) returns 0 or an error. */
 static int morph_step(pheap *h, unsigned op);
 
