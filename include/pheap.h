@@ -137,6 +137,8 @@ enum pheap_flush_kind {
     PHEAP_FLUSH_MSYNC,      /* msync(MS_SYNC) of the pages (non-DAX) */
     PHEAP_FLUSH_NONE,       /* nothing: survives a process crash only */
     PHEAP_FLUSH_SIM,        /* crash simulator (set by PHEAP_SIMULATE) */
+    PHEAP_FLUSH_CHECKPOINT, /* a working copy in memory, copied into the file by
+                               checkpoints (set by PHEAP_DURABILITY_CHECKPOINT) */
 };
 
 /* Name of a flush kind ("clwb", "msync", ...). */
@@ -150,6 +152,36 @@ enum pheap_flush_source {
     PHEAP_FLUSH_FROM_OPTION,   /* pheap_options.flush */
     PHEAP_FLUSH_FROM_ENV,      /* the PHEAP_FLUSH environment variable */
     PHEAP_FLUSH_FROM_SIMULATE, /* PHEAP_SIMULATE */
+    PHEAP_FLUSH_FROM_DURABILITY, /* the checkpoint durability level */
+};
+
+/* pheap_options.durability (environment: PHEAP_DURABILITY=sync|checkpoint):
+ * what a power loss or a kernel crash may take, for a heap file not on DAX.
+ * A process crash (kill -9, a segfault) takes nothing at any level: every
+ * call that returned is in the heap.
+ *
+ *   SYNC (AUTO)  every call is durable when it returns: the file is synced
+ *                at every fence (flush kind msync, with group commit: threads
+ *                that fence at once share one fdatasync), or cache lines are
+ *                flushed (DAX).
+ *   CHECKPOINT   the heap runs in a working copy in memory (a file in
+ *                PHEAP_WORKDIR, default /dev/shm/pheap-UID), which outlives
+ *                the process but not the machine; pheap_checkpoint copies what
+ *                changed into the heap file, durable on return.  A power loss
+ *                rolls the heap back to its last completed checkpoint, never
+ *                to a mix of two.  Checkpoints are taken by pheap_checkpoint,
+ *                every options.checkpoint_ms milliseconds when that is set
+ *                (environment PHEAP_CHECKPOINT_MS), and by pheap_close.  The
+ *                next open after a process crash resumes from the working copy
+ *                (pheap_stats.from_working_copy), after a reboot from the file.
+ *                Not for heaps on DAX, GC heaps, PHEAP_SIMULATE or an explicit
+ *                options.flush (PHEAP_EINVAL); a read-only open or a snapshot
+ *                reads the file, that is the last checkpoint.
+ *                docs/PERSISTENCE.md, "Checkpoints". */
+enum pheap_durability {
+    PHEAP_DURABILITY_AUTO = 0, /* SYNC */
+    PHEAP_DURABILITY_SYNC,
+    PHEAP_DURABILITY_CHECKPOINT,
 };
 
 /* Reason a flush kind was chosen, as a phrase ("automatic: file not on
@@ -259,6 +291,10 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
     const char *sim_crash_site; /* sim_crash_fence counts only fences of this flush
                                    site of pheap's source: a function name
                                    ("compact") or file:line ("lane.c:80") */
+    unsigned durability;        /* enum pheap_durability (0 = AUTO: sync) */
+    unsigned checkpoint_ms;     /* CHECKPOINT level: a checkpoint every this many
+                                   milliseconds, from a thread of pheap's (0 = only
+                                   pheap_checkpoint and pheap_close) */
 } pheap_options;
 
 /* pheap_options.sim_mode */
@@ -381,6 +417,22 @@ int pheap_path(const char *path, char *buf, size_t len);
  * close-on-exec), a reopen of the heap by the parent after its own close
  * fails with PHEAP_EBUSY. */
 int pheap_close(pheap *h);
+
+/* Makes the heap's state at this moment durable.  At the CHECKPOINT level
+ * (pheap_durability): holds every pheap call of the process at its entry
+ * for as long as it takes to copy the pages that changed since the last
+ * checkpoint into memory (the calls already running end first), then
+ * writes them to the heap file through its journal; durable on return.
+ * Crash guarantee: a power loss before the return leaves the file at the
+ * previous checkpoint or at this one, never a mix; a process crash leaves
+ * the working copy, from which the next open resumes.  At the other levels
+ * there is nothing to do: 0 (sync: every call was durable on return; flush
+ * none: nothing ever is).  Errors: PHEAP_EINVAL (NULL), PHEAP_EFORKED,
+ * PHEAP_EBUSY (called from an initialiser or a filter, inside a call of
+ * pheap's), PHEAP_ENOSPC or PHEAP_EIO (the file system refused a write or
+ * a sync: the file stays at the last checkpoint and the heap goes on; the
+ * next checkpoint copies what this one did not), PHEAP_ENOMEM. */
+int pheap_checkpoint(pheap *h);
 
 /* A process that holds a heap read-write (pheap_procs). */
 #define PHEAP_PROC_EXCLUSIVE 0x1u /* an exclusive read-write open */
@@ -1172,6 +1224,17 @@ struct pheap_stats {
                                  before a morph (counted in live_blocks, and in
                                  that class's live_blocks) ... */
     uint64_t old_blocks;      /*   and those blocks */
+    unsigned durability;      /* enum pheap_durability in use: SYNC, or CHECKPOINT */
+    unsigned from_working_copy; /* CHECKPOINT: 1 if this open resumed from the working
+                                 copy a process crash left (what the heap held at the
+                                 crash), 0 if it started from the heap file (its last
+                                 checkpoint) */
+    uint64_t checkpoints;     /* CHECKPOINT: checkpoints taken by this handle */
+    uint64_t checkpoint_bytes;/*   bytes they copied into the heap file */
+    uint64_t checkpoint_last_pages; /* pages the last one copied */
+    uint64_t checkpoint_last_pause_ns; /* how long it held the calls at their entry */
+    uint64_t checkpoint_last_ns; /* how long it took in all */
+    uint64_t checkpoint_errors; /* automatic checkpoints that failed */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

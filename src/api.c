@@ -171,7 +171,7 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->slab_morphs = ph_load_relaxed(&h->engine->xmorphs);
     out->morphed_slabs = st.morphed_slabs;
     out->old_blocks = st.old_blocks;
-    (void)ph_os_file_bytes(h->sp.fd, &out->file_bytes);
+    (void)ph_os_file_bytes(ph_tier_file(h), &out->file_bytes);
     uint64_t tx[3];
     ph_thread_sum_tx(h, tx);
     out->tx_commits = tx[0];
@@ -186,5 +186,6 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     uint64_t held = st.slab_bytes + st.large_bytes;
     out->fragmentation = held ? 1.0 - (double)st.live_bytes / (double)held : 0.0;
     out->file_syncs = ph_persist_syncs(&h->sp.persist);
+    ph_tier_stats(h, out);
     return 0;
 }

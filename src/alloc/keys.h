@@ -25,6 +25,7 @@
 
 #include <string.h>
 
+#include "util/gate.h"
 #include "util/util.h"
 
 enum { PH_KEYS_NONE = 0, PH_KEYS_HW, PH_KEYS_EMULATED };
@@ -61,9 +62,11 @@ static inline void ph_window_end(int *token)
         ph_window_restore(*token);
 }
 
-/* The first statement of a public call that reaches the heap: the window
- * stays open until the call returns, by whatever path. */
-#define PH_WINDOW() \
+/* The first statement of a public call that reaches the heap: the call
+ * passes the gate (util/gate.h) and the window stays open until it
+ * returns, by whatever path. */
+#define PH_WINDOW()                                                                    \
+    int ph_gate_token_ __attribute__((cleanup(ph_gate_end), unused)) = ph_gate_begin(); \
     int ph_window_token_ __attribute__((cleanup(ph_window_end), unused)) = ph_window_open()
 
 /* Copies n bytes into the program's memory with this thread's window

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "os/os.h"
+#include "persist/ckpt.h"
 #include "pheap.h"
 #include "util/error.h"
 
@@ -69,7 +70,11 @@ static int sync_length(ph_space *s)
         ph_sim_file_sync(s->sim);
         return 0;
     }
-    return s->persist.kind == PHEAP_FLUSH_NONE ? 0 : ph_os_sync_file(s->fd, s->path);
+    /* (nor at the checkpoint level, where the file is the working copy in
+     * memory: a checkpoint sets the heap file's length) */
+    return s->persist.kind == PHEAP_FLUSH_NONE || s->persist.kind == PHEAP_FLUSH_CHECKPOINT
+               ? 0
+               : ph_os_sync_file(s->fd, s->path);
 }
 
 /* Crash protocol: the file is extended and its new length made durable
@@ -121,6 +126,9 @@ void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
                         : ph_os_map_anon(s->base + first, end - first) != 0)
             memset(s->base + first, 0, end - first);
         ph_sim_punch(s->sim, first, end - first);
-    } else
+    } else {
         (void)ph_os_punch_hole(s->fd, first, end - first);
+        if (s->persist.ckpt) /* zeros now: the next checkpoint punches the heap file too */
+            ph_ckpt_mark_off(s->persist.ckpt, first, end - first);
+    }
 }

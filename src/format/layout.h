@@ -633,4 +633,39 @@ typedef struct ph_lease {
 _Static_assert(sizeof(ph_lease) == PH_LINE_SIZE, "ph_lease size");
 _Static_assert(PH_PROCS_SLOTS * sizeof(ph_lease) == PH_PAGE_SIZE, "leases fill page 1");
 
+/* ---- The checkpoint journal (persist/ckpt.c) ----
+ * A heap opened at the checkpoint durability level lives in a working
+ * copy in memory (tmpfs); a checkpoint copies the pages that changed since
+ * the last one into the heap file through this journal, a file of its own
+ * next to the heap file: "<heap file>.ckpt".  Page 0 holds the header;
+ * from page 1 on, the body: `npages` index entries (PH_CKPT_ENTRY), padded
+ * to a whole page, then the contents of the entries that are not zero
+ * pages, in index order.  The header is written, with its CRC, only after
+ * the body is durable; it is the commit.  A journal whose header or body
+ * fails its CRC commits nothing: its checkpoint never reached the heap
+ * file. */
+#define PH_CKPT_MAGIC 0x313054504b434850ull /* "PHCKPT01" */
+#define PH_CKPT_COMMITTED 1u /* the body is to be copied into the heap file */
+#define PH_CKPT_APPLIED 2u   /* it was, and the file synced: nothing to do */
+
+typedef struct ph_ckpt_header {
+    uint64_t magic;       /* PH_CKPT_MAGIC */
+    uint32_t version;     /* 1 */
+    uint32_t state;       /* PH_CKPT_COMMITTED or PH_CKPT_APPLIED */
+    uint8_t uuid[16];     /* the heap's (ph_header.uuid): a journal of another heap is ignored */
+    uint64_t gen;         /* checkpoints committed through this journal */
+    uint64_t file_size;   /* the heap file's length after this checkpoint */
+    uint64_t npages;      /* index entries */
+    uint64_t body_bytes;  /* bytes of the body (index and contents) */
+    uint32_t body_crc;    /* CRC-32C of the body, seeded with the low word of gen */
+    uint32_t crc;         /* CRC-32C of every field above */
+} ph_ckpt_header;
+_Static_assert(sizeof(ph_ckpt_header) == 72, "ph_ckpt_header size");
+
+/* An index entry: the page's number in the file (offset / PH_PAGE_SIZE)
+ * shifted left by one, bit 0 set for a page of zeros (punched in the heap
+ * file, no contents in the body). */
+#define PH_CKPT_ENTRY(page, zero) (((uint64_t)(page) << 1) | (uint64_t)((zero) != 0))
+#define PH_CKPT_ZERO 1u
+
 #endif /* PH_FORMAT_LAYOUT_H */

@@ -68,6 +68,7 @@ struct pheap {
                                      predates it */
     int lease;                    /* slot of this open's lease in the process table
                                      (procs.c), -1: none */
+    struct ph_tier *tier;         /* the checkpoint durability level (tier.c), or NULL */
 };
 
 /* ---- thread records (thread.c) ---- */
@@ -183,6 +184,26 @@ int ph_mode_refuse(const char *call);
 /* Reads the mode word at open into h->xromode (the header validation
  * checked it already). */
 void ph_mode_load(pheap *h);
+
+/* ---- the checkpoint durability level (tier.c) ----
+ * ph_tier_open, after the heap file is open and locked as sp.fd: replays a
+ * committed checkpoint journal (every open); at the checkpoint level,
+ * finds or makes the working copy and makes it sp.fd (the heap file's
+ * descriptor, which holds the lock, moves into h->tier); at another level,
+ * copies a working copy a crash left into the file and removes it.
+ * ph_tier_attach, once the working copy is mapped: the dirty map, given to
+ * the back end.  ph_tier_start: the thread of automatic checkpoints.
+ * ph_tier_close: the last checkpoint, then the working copy goes.
+ * ph_tier_release frees (a failed open removes a working copy it made). */
+struct ph_config;
+int ph_tier_open(pheap *h, const struct ph_config *cfg);
+int ph_tier_attach(pheap *h);
+int ph_tier_start(pheap *h);
+int ph_tier_close(pheap *h);
+void ph_tier_release(pheap *h, int inherited, int failed_open);
+void ph_tier_stats(pheap *h, struct pheap_stats *out);
+/* The heap file's descriptor (not the working copy's). */
+int ph_tier_file(const pheap *h);
 
 /* ---- roots (root.c) ---- */
 /* 0, or PHEAP_ENAME with the message of a bad root name. */

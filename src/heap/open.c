@@ -224,7 +224,7 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     if (rc)
         return rc;
     h->sp.dax = (unsigned)dax;
-    h->sp.in_memory = (unsigned)ph_os_file_in_memory(h->sp.fd);
+    h->sp.in_memory = (unsigned)ph_os_file_in_memory(ph_tier_file(h));
     if (sim) {
         rc = ph_sim_create(&h->sp.sim, h->sp.base, h->sp.view, ph_space_size(&h->sp),
                            h->sp.reserve, h->sp.fd);
@@ -247,12 +247,17 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
     h->dax_file = h->snapshot ? (unsigned)ph_os_file_on_dax(h->sp.fd) : h->sp.dax;
     h->flush = cfg->flush;
     h->flush_source = cfg->flush_source;
-    if (h->flush == PHEAP_FLUSH_AUTO) {
+    if (h->tier) {
+        h->flush = PHEAP_FLUSH_CHECKPOINT;
+        h->flush_source = PHEAP_FLUSH_FROM_DURABILITY;
+    } else if (h->flush == PHEAP_FLUSH_AUTO) {
         h->flush = ph_persist_auto_kind((int)h->dax_file);
         h->flush_source = h->dax_file ? PHEAP_FLUSH_FROM_DAX : PHEAP_FLUSH_FROM_NOT_DAX;
     }
     rc = ph_persist_init(&h->sp.persist, h->snapshot ? PHEAP_FLUSH_NONE : h->flush, h->sp.sim,
                          h->sp.fd);
+    if (!rc && h->tier)
+        rc = ph_tier_attach(h);
     if (rc)
         return rc;
     h->sp.state = (ph_state *)(h->sp.base + PH_STATE_OFFSET);
@@ -270,12 +275,13 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
 
 /* Releases everything of a handle without touching the heap's state:
  * thread caches are dropped with the rest of the volatile state. */
-static void release(pheap *h)
+static void release(pheap *h, int failed_open)
 {
     if (h->id)
         ph_thread_unregister_heap(h, 0);
     if (!h->sp.inherited)
         ph_procs_detach(h);
+    ph_tier_release(h, h->sp.inherited || ph_heap_inherited(h), failed_open);
     ph_engine_close(h->engine);
     ph_persist_fini(&h->sp.persist, h->sp.inherited || ph_heap_inherited(h));
     ph_sim_destroy(h->sp.sim);
@@ -401,6 +407,8 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         h->held_elsewhere = 1;
         rc = 0;
     }
+    if (!rc && !h->held_elsewhere)
+        rc = ph_tier_open(h, &cfg); /* may make a working copy the heap's file from here on */
     if (!rc)
         rc = read_header(h);
     if (!rc && cfg.consistency == PHEAP_CONSISTENCY_GC && h->hdr.consistency != PH_CONSISTENCY_GC)
@@ -418,8 +426,10 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
      * that cannot be had never refuses the open (procs.h). */
     if (!rc)
         ph_procs_attach(h);
+    if (!rc)
+        rc = ph_tier_start(h);
     if (rc) {
-        release(h);
+        release(h, 1);
         return rc;
     }
     *out = h;
@@ -437,7 +447,7 @@ ph_export int pheap_close(pheap *h)
          * mark, no flush, no hole punch (sp.inherited), and the file lock
          * stays with the parent's descriptor of the same open file. */
         h->sp.inherited = 1;
-        release(h);
+        release(h, 0);
         return 0;
     }
     int rc = 0;
@@ -458,6 +468,7 @@ ph_export int pheap_close(pheap *h)
         if (!h->needs_recovery)
             ph_persist_store64(&h->sp.persist, &c, &h->sp.state->xclean, PH_STATE_CLEAN);
         ph_persist_ctx_release(&c);
+        rc = ph_tier_close(h);
         if (h->sp.sim) {
             rc = ph_sim_write_durable(h->sp.sim, h->sp.fd);
             if (!rc)
@@ -469,7 +480,7 @@ ph_export int pheap_close(pheap *h)
     if (!rc && !h->readonly && ph_persist_sync_error(&h->sp.persist))
         rc = ph_err(PHEAP_EIO, "%s: a file sync failed while the heap was open: what was "
                     "written since may not be durable", h->path);
-    release(h);
+    release(h, 0);
     return rc;
 }
 
@@ -484,7 +495,7 @@ ph_export int pheap_sim_crash(pheap *h, const char *image_path, uint64_t seed, d
     spec.evict = evict_probability;
     spec.seed = seed;
     int rc = image_path ? ph_sim_write_image(h->sp.sim, image_path, &spec) : 0;
-    release(h);
+    release(h, 0);
     return rc;
 }
 

@@ -53,6 +53,32 @@ static int env_morph(const char *value, ph_config *cfg)
     return 0;
 }
 
+static int env_durability(const char *value, ph_config *cfg)
+{
+    unsigned level;
+    if (strcmp(value, "sync") == 0 || strcmp(value, "auto") == 0)
+        level = PHEAP_DURABILITY_SYNC;
+    else if (strcmp(value, "checkpoint") == 0)
+        level = PHEAP_DURABILITY_CHECKPOINT;
+    else
+        return ph_err(PHEAP_EINVAL, "PHEAP_DURABILITY=%s: unknown value (sync, checkpoint)", value);
+    if (cfg->durability == PHEAP_DURABILITY_AUTO)
+        cfg->durability = level;
+    return 0;
+}
+
+static int env_checkpoint_ms(const char *value, ph_config *cfg)
+{
+    char *end;
+    unsigned long ms = strtoul(value, &end, 10);
+    if (*end || end == value || ms > 86400000ul)
+        return ph_err(PHEAP_EINVAL, "PHEAP_CHECKPOINT_MS=%s: not a number of milliseconds "
+                      "(0 to 86400000)", value);
+    if (!cfg->checkpoint_ms)
+        cfg->checkpoint_ms = (unsigned)ms;
+    return 0;
+}
+
 static const option_def option_table[] = {
     {"PHEAP_FLUSH", "auto",
      "How stores are made durable: clwb, clflushopt, clflush (cache-line flushes), msync "
@@ -71,6 +97,23 @@ static const option_def option_table[] = {
      "staying where they are, so that space stranded in it is used before the heap grows; 0 "
      "turns it off for this open (to measure what it saves).",
      env_morph},
+    {"PHEAP_DURABILITY", "sync",
+     "What a power loss may take from a heap file not on DAX: sync (nothing that returned: "
+     "the file is synced at every fence, fences of many threads sharing one sync) or checkpoint "
+     "(the heap runs in a working copy in memory that outlives the process; pheap_checkpoint, "
+     "PHEAP_CHECKPOINT_MS and pheap_close copy what changed into the file, and a power loss "
+     "rolls the heap back to the last checkpoint). pheap_options.durability wins over it.",
+     env_durability},
+    {"PHEAP_CHECKPOINT_MS", "0",
+     "At the checkpoint level: a checkpoint every this many milliseconds, taken by a thread of "
+     "pheap's (0: only pheap_checkpoint and pheap_close). pheap_options.checkpoint_ms wins "
+     "over it.",
+     env_checkpoint_ms},
+    {"PHEAP_WORKDIR", "/dev/shm/pheap-UID",
+     "At the checkpoint level: the directory of the working copies (a file system in memory, "
+     "mode 0700, owned by the user; created when missing). Read at open, not merged into the "
+     "options.",
+     NULL},
     {"PHEAP_DIR", "$XDG_DATA_HOME/pheap, else ~/.local/share/pheap",
      "The heap directory: where pheap_open looks up a heap name (no '/': \"mydata\" is "
      "mydata.heap there) and what pheap ls lists; see pheap_dir. Read by pheap_dir, not merged "
@@ -99,6 +142,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         return ph_err(PHEAP_EINVAL, "options.mode: %#o is not a permission mask", opts->mode);
     if (opts->consistency > PHEAP_CONSISTENCY_GC)
         return ph_err(PHEAP_EINVAL, "options.consistency: unknown mode %u", opts->consistency);
+    if (opts->durability > PHEAP_DURABILITY_CHECKPOINT)
+        return ph_err(PHEAP_EINVAL, "options.durability: unknown level %u", opts->durability);
     if (opts->protect > PHEAP_PROTECT_OFF)
         return ph_err(PHEAP_EINVAL, "options.protect: unknown kind %u", opts->protect);
     if ((opts->sim_crash_fence || opts->sim_crash_store || opts->sim_crash_image ||
@@ -129,6 +174,8 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     cfg->flush = opts->flush;
     cfg->consistency = opts->consistency;
     cfg->protect = opts->protect;
+    cfg->durability = opts->durability;
+    cfg->checkpoint_ms = opts->checkpoint_ms;
     if (cfg->flush != PHEAP_FLUSH_AUTO)
         cfg->flush_source = PHEAP_FLUSH_FROM_OPTION;
     for (size_t i = 0; i < PH_ARRAY_LEN(option_table); i++) {
@@ -138,6 +185,17 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
             if (rc)
                 return rc;
         }
+    }
+    if (cfg->durability == PHEAP_DURABILITY_AUTO)
+        cfg->durability = PHEAP_DURABILITY_SYNC;
+    if (cfg->durability == PHEAP_DURABILITY_CHECKPOINT) {
+        if (opts->flags & PHEAP_SIMULATE)
+            return ph_err(PHEAP_EINVAL, "the checkpoint durability level does not run under "
+                          "PHEAP_SIMULATE (its working copy is a file of its own)");
+        if (cfg->flush != PHEAP_FLUSH_AUTO)
+            return ph_err(PHEAP_EINVAL, "the checkpoint durability level chooses how stores are "
+                          "made durable: options.flush or PHEAP_FLUSH (%s) cannot be set with it",
+                          pheap_flush_name(cfg->flush));
     }
     if (opts->flags & PHEAP_SIMULATE) {
         cfg->flush = PHEAP_FLUSH_SIM;

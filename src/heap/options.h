@@ -21,6 +21,8 @@ typedef struct ph_config {
     unsigned consistency;   /* PHEAP_CONSISTENCY_*: of a new heap; GC asked of an old one */
     unsigned protect;       /* enum pheap_protect_kind; AUTO until mapped */
     unsigned no_morph;      /* PHEAP_MORPH=0: slabs never morph (alloc/morph.h) */
+    unsigned durability;    /* enum pheap_durability, AUTO resolved to SYNC */
+    unsigned checkpoint_ms; /* CHECKPOINT: automatic checkpoints (0: none) */
 } ph_config;
 
 /* Validates `opts` (NULL = defaults) and merges the PHEAP_* environment

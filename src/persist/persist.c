@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "os/os.h"
+#include "persist/ckpt.h"
 #include "persist/sim.h"
 #include "pheap.h"
 #include "util/error.h"
@@ -138,7 +139,7 @@ static const struct {
     {"auto", PHEAP_FLUSH_AUTO},   {"clwb", PHEAP_FLUSH_CLWB},
     {"clflushopt", PHEAP_FLUSH_CLFLUSHOPT}, {"clflush", PHEAP_FLUSH_CLFLUSH},
     {"msync", PHEAP_FLUSH_MSYNC}, {"none", PHEAP_FLUSH_NONE},
-    {"sim", PHEAP_FLUSH_SIM},
+    {"sim", PHEAP_FLUSH_SIM},     {"checkpoint", PHEAP_FLUSH_CHECKPOINT},
 };
 
 ph_export const char *pheap_flush_name(unsigned kind)
@@ -162,6 +163,8 @@ ph_export const char *pheap_flush_source_name(unsigned source)
         return "set by PHEAP_FLUSH";
     case PHEAP_FLUSH_FROM_SIMULATE:
         return "crash simulator (PHEAP_SIMULATE)";
+    case PHEAP_FLUSH_FROM_DURABILITY:
+        return "the checkpoint durability level (a working copy in memory)";
     }
     return "unknown";
 }
@@ -169,7 +172,8 @@ ph_export const char *pheap_flush_source_name(unsigned source)
 int ph_persist_parse_kind(const char *s, unsigned *kind)
 {
     for (size_t i = 0; i < PH_ARRAY_LEN(kind_names); i++) {
-        if (strcmp(kind_names[i].name, s) == 0 && kind_names[i].kind != PHEAP_FLUSH_SIM) {
+        if (strcmp(kind_names[i].name, s) == 0 && kind_names[i].kind != PHEAP_FLUSH_SIM &&
+            kind_names[i].kind != PHEAP_FLUSH_CHECKPOINT) {
             *kind = kind_names[i].kind;
             return 0;
         }
@@ -224,6 +228,10 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd)
         return 0;
     case PHEAP_FLUSH_NONE:
         p->ops = &none_ops;
+        return 0;
+    case PHEAP_FLUSH_CHECKPOINT:
+        p->ops = &ph_ckpt_ops;
+        p->plain_stores = 1; /* nothing is written back before a checkpoint, which holds every call */
         return 0;
     case PHEAP_FLUSH_SIM:
         if (!sim)

@@ -27,6 +27,7 @@
 
 struct ph_sim;
 struct ph_sim_pending;
+struct ph_ckpt;
 
 /* A flush site: one place in the source that flushes, fences or stores
  * non-temporally.  Every call below records its caller's site (a static
@@ -111,6 +112,8 @@ struct ph_persist {
                                     stored what: a lock guarding a word need not be held
                                     across it (slab.h) */
     ph_group_sync *group;        /* msync back end: the group commit */
+    struct ph_ckpt *ckpt;        /* PHEAP_FLUSH_CHECKPOINT: the dirty map (persist/ckpt.h),
+                                    set by the caller after ph_persist_init */
 };
 
 /* Selects back end `kind` (never AUTO) for the heap file open as `fd`.

@@ -1,0 +1,679 @@
+/*
+ * ckpt.c -- the checkpoint durability level (ckpt.h): the back end that
+ * marks changed pages, the checkpoint's journal and its replay at open.
+ */
+#include "persist/ckpt.h"
+
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "format/layout.h"
+#include "os/os.h"
+#include "persist/sim.h"
+#include "pheap.h"
+#include "util/crc32c.h"
+#include "util/error.h"
+#include "util/gate.h"
+
+#define PAGE PH_PAGE_SIZE
+
+/* ---- the dirty map ---- */
+
+static void mark_pages(ph_ckpt *k, uint64_t first, uint64_t last)
+{
+    for (uint64_t pg = first; pg <= last; pg++) {
+        uint64_t *w = &k->xdirty[pg / 64], bit = 1ull << (pg % 64);
+        if (!(ph_load_relaxed(w) & bit))
+            __atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
+    }
+}
+
+void ph_ckpt_mark_off(ph_ckpt *k, uint64_t off, uint64_t len)
+{
+    if (len == 0 || off >= k->reserve)
+        return;
+    uint64_t end = PH_MIN(off + len, k->reserve);
+    mark_pages(k, off / PAGE, (end - 1) / PAGE);
+}
+
+void ph_ckpt_mark(ph_ckpt *k, const void *addr, uint64_t len)
+{
+    uintptr_t a = (uintptr_t)addr;
+    if (a - (uintptr_t)k->base < k->reserve)
+        ph_ckpt_mark_off(k, a - (uintptr_t)k->base, len);
+    else if (a - (uintptr_t)k->view < k->reserve)
+        ph_ckpt_mark_off(k, a - (uintptr_t)k->view, len);
+}
+
+/* The back end: stores are plain stores of the shared working copy, which
+ * a process crash leaves as it is; nothing is written back before a
+ * checkpoint.  The stores a fence orders are ordered for other threads by
+ * the CPU already (x86 is TSO); the compiler barrier keeps the compiler
+ * from moving them across it. */
+static void ckpt_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
+{
+    (void)c;
+    ph_ckpt_mark(p->ckpt, (const void *)line, n * PH_CACHE_LINE);
+}
+
+static void ckpt_fence(ph_persist *p, ph_pctx *c)
+{
+    (void)p;
+    (void)c;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static void ckpt_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
+{
+    (void)c;
+    for (unsigned i = 0; i < n; i++)
+        ph_store(&dst[i], src[i]);
+    ph_ckpt_mark(p->ckpt, dst, n * sizeof(*dst));
+}
+
+const ph_persist_ops ph_ckpt_ops = {"checkpoint", ckpt_flush, ckpt_fence, ckpt_store};
+
+/* ---- the file operations, and the page-cache crash model of tests ----
+ * Every write, sync, length change, reservation and punch of a checkpoint
+ * or a replay goes through here.  Two files take part: the heap file
+ * (F_HEAP) and the journal (F_JOURNAL). */
+enum { F_HEAP, F_JOURNAL, F_COUNT };
+
+typedef struct model_file {
+    char *synced;             /* contents as of the last sync */
+    uint64_t synced_size;
+    uint64_t *written;        /* bit per page: written, resized or punched since */
+    uint64_t written_pages;   /* capacity of written[] in pages */
+} model_file;
+
+static struct {
+    pthread_mutex_t lock;
+    uint64_t op;              /* crash just before this operation; 0: off */
+    uint64_t count;           /* operations so far */
+    uint64_t seed;
+    double evict;
+    char *image;
+    int armed;                /* the model follows the files of the run in progress */
+    int fd[F_COUNT];
+    model_file f[F_COUNT];
+} model = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = {-1, -1}};
+
+static void model_forget(void)
+{
+    for (unsigned i = 0; i < F_COUNT; i++) {
+        free(model.f[i].synced);
+        free(model.f[i].written);
+        model.f[i] = (model_file){0};
+        model.fd[i] = -1;
+    }
+    model.armed = 0;
+}
+
+void ph_ckpt_test_crash(uint64_t op, uint64_t seed, double evict, const char *image)
+{
+    pthread_mutex_lock(&model.lock);
+    model_forget();
+    free(model.image);
+    model.image = image ? strdup(image) : NULL;
+    model.op = image ? op : 0;
+    model.count = 0;
+    model.seed = seed;
+    model.evict = evict;
+    pthread_mutex_unlock(&model.lock);
+}
+
+uint64_t ph_ckpt_test_ops(void)
+{
+    pthread_mutex_lock(&model.lock);
+    uint64_t n = model.count;
+    pthread_mutex_unlock(&model.lock);
+    return n;
+}
+
+static int read_all(int fd, char **buf, uint64_t *size)
+{
+    *buf = NULL;
+    *size = 0;
+    if (fd < 0)
+        return 0;
+    uint64_t n;
+    if (ph_os_file_size(fd, "checkpoint model", &n) != 0)
+        return -1;
+    if (!(*buf = calloc(1, n ? n : 1)))
+        return -1;
+    if (n && ph_os_pread(fd, *buf, n, 0) != (ssize_t)n)
+        return -1;
+    *size = n;
+    return 0;
+}
+
+static void model_note(unsigned f, uint64_t off, uint64_t len)
+{
+    model_file *m = &model.f[f];
+    if (!len)
+        return;
+    uint64_t last = (off + len - 1) / PAGE;
+    if (last >= m->written_pages) {
+        uint64_t cap = PH_MAX(last + 1, m->written_pages * 2);
+        uint64_t *w = realloc(m->written, (cap + 63) / 64 * 8);
+        if (!w)
+            return;
+        memset(w + (m->written_pages + 63) / 64, 0,
+               ((cap + 63) / 64 - (m->written_pages + 63) / 64) * 8);
+        m->written = w;
+        m->written_pages = cap;
+    }
+    for (uint64_t pg = off / PAGE; pg <= last; pg++)
+        m->written[pg / 64] |= 1ull << (pg % 64);
+}
+
+/* One file of the image: its synced contents, plus each page written
+ * since with probability evict, at the old or the new length. */
+static int model_image_file(unsigned f, const char *path, uint64_t salt)
+{
+    model_file *m = &model.f[f];
+    uint64_t cur = 0;
+    if (model.fd[f] >= 0 && ph_os_file_size(model.fd[f], path, &cur) != 0)
+        return -1;
+    uint64_t size = cur;
+    if (cur != m->synced_size && !ph_sim_evicts(model.seed ^ salt, ~0ull, model.evict))
+        size = m->synced_size;
+    char *img = calloc(1, size ? size : 1);
+    if (!img)
+        return -1;
+    memcpy(img, m->synced, PH_MIN(size, m->synced_size));
+    for (uint64_t pg = 0; pg < m->written_pages && pg * PAGE < size; pg++) {
+        if (!(m->written[pg / 64] >> (pg % 64) & 1))
+            continue;
+        if (!ph_sim_evicts(model.seed ^ salt, pg, model.evict))
+            continue;
+        uint64_t len = PH_MIN((uint64_t)PAGE, size - pg * PAGE);
+        memset(img + pg * PAGE, 0, len);
+        if (pg * PAGE < cur)
+            (void)ph_os_pread(model.fd[f], img + pg * PAGE, PH_MIN(len, cur - pg * PAGE), pg * PAGE);
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int rc = fd < 0 || ph_os_pwrite(fd, img, size, 0) != 0 ? -1 : 0;
+    if (fd >= 0)
+        close(fd);
+    free(img);
+    return rc;
+}
+
+static void model_crash(void)
+{
+    size_t n = strlen(model.image);
+    char *jimage = malloc(n + 6);
+    if (!jimage)
+        return;
+    memcpy(jimage, model.image, n);
+    memcpy(jimage + n, ".ckpt", 6);
+    (void)model_image_file(F_HEAP, model.image, 0x48454150u);
+    (void)model_image_file(F_JOURNAL, jimage, 0x4a524e4cu);
+    free(jimage);
+}
+
+/* The start of a checkpoint or replay: what the files hold now is taken
+ * as durable (the last run synced it). */
+static void io_begin(int dfd, int jfd)
+{
+    pthread_mutex_lock(&model.lock);
+    if (model.op && model.count < model.op) {
+        model_forget();
+        model.fd[F_HEAP] = dfd;
+        model.fd[F_JOURNAL] = jfd;
+        model.armed = read_all(dfd, &model.f[F_HEAP].synced, &model.f[F_HEAP].synced_size) == 0 &&
+                      read_all(jfd, &model.f[F_JOURNAL].synced,
+                               &model.f[F_JOURNAL].synced_size) == 0;
+    }
+    pthread_mutex_unlock(&model.lock);
+}
+
+/* Counts an operation on file f (at [off, off+len)); crashes before it
+ * when it is the one. */
+static void io_op(unsigned f, int fd, uint64_t off, uint64_t len, int sync)
+{
+    if (!ph_load_relaxed(&model.op))
+        return;
+    pthread_mutex_lock(&model.lock);
+    model.count++;
+    if (model.armed && model.fd[f] < 0)
+        model.fd[f] = fd; /* the journal, created by this run */
+    if (model.armed && model.count == model.op) {
+        model_crash();
+        model_forget();
+    }
+    if (model.armed) {
+        if (sync) {
+            free(model.f[f].synced);
+            if (read_all(fd, &model.f[f].synced, &model.f[f].synced_size) != 0)
+                model.armed = 0;
+            memset(model.f[f].written, 0, (model.f[f].written_pages + 63) / 64 * 8);
+        } else {
+            model_note(f, off, len);
+        }
+    }
+    pthread_mutex_unlock(&model.lock);
+}
+
+static int io_write(unsigned f, int fd, const void *buf, uint64_t len, uint64_t off)
+{
+    io_op(f, fd, off, len, 0);
+    return ph_os_pwrite(fd, buf, len, off);
+}
+
+static int io_sync(unsigned f, int fd)
+{
+    io_op(f, fd, 0, 0, 1);
+    return ph_os_datasync(fd);
+}
+
+/* The heap file's length up to `size` (never shorter) and its pages of
+ * [off, off+len) reserved. */
+static int io_resize(int fd, const char *path, uint64_t size)
+{
+    uint64_t cur;
+    int rc = ph_os_file_size(fd, path, &cur);
+    if (rc || cur >= size)
+        return rc;
+    io_op(F_HEAP, fd, cur, size - cur, 0);
+    return ph_os_resize(fd, path, size);
+}
+
+static int io_allocate(int fd, const char *path, uint64_t off, uint64_t len)
+{
+    io_op(F_HEAP, fd, off, 0, 0); /* reserves, changes no contents */
+    return ph_os_allocate(fd, path, off, len);
+}
+
+static int io_punch(int fd, uint64_t off, uint64_t len)
+{
+    io_op(F_HEAP, fd, off, len, 0);
+    return ph_os_punch_hole(fd, off, len);
+}
+
+/* ---- creation ---- */
+
+char *ph_ckpt_journal_path(const char *dpath)
+{
+    size_t n = strlen(dpath);
+    char *p = malloc(n + 6);
+    if (p) {
+        memcpy(p, dpath, n);
+        memcpy(p + n, ".ckpt", 6);
+    }
+    return p;
+}
+
+int ph_ckpt_create(ph_ckpt **out, int dfd, const char *dpath, const uint8_t uuid[16], char *base,
+                   char *view, uint64_t reserve, uint64_t data_off, const uint64_t *xsize)
+{
+    ph_ckpt *k = calloc(1, sizeof(*k));
+    if (!k)
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    k->nwords = (reserve / PAGE + 63) / 64;
+    k->xdirty = calloc(k->nwords, sizeof(uint64_t));
+    k->dpath = strdup(dpath);
+    k->jpath = ph_ckpt_journal_path(dpath);
+    if (!k->xdirty || !k->dpath || !k->jpath) {
+        ph_ckpt_destroy(k);
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    }
+    k->base = base;
+    k->view = view;
+    k->reserve = reserve;
+    k->data_off = data_off;
+    k->xsize = xsize;
+    k->dfd = dfd;
+    k->jfd = -1;
+    memcpy(k->uuid, uuid, 16);
+    pthread_mutex_init(&k->lock, NULL);
+    *out = k;
+    return 0;
+}
+
+void ph_ckpt_destroy(ph_ckpt *k)
+{
+    if (!k)
+        return;
+    if (k->jfd >= 0)
+        close(k->jfd);
+    free(k->xdirty);
+    free(k->dpath);
+    free(k->jpath);
+    free(k);
+}
+
+/* ---- the journal ---- */
+
+static uint32_t header_crc(const ph_ckpt_header *h)
+{
+    return ph_crc32c(0, h, offsetof(ph_ckpt_header, crc));
+}
+
+/* The header of the journal open as jfd, if it is one of heap `uuid`
+ * (magic, version, CRC); else 0. */
+static int read_header(int jfd, const uint8_t uuid[16], ph_ckpt_header *h)
+{
+    if (ph_os_pread(jfd, h, sizeof(*h), 0) != (ssize_t)sizeof(*h))
+        return 0;
+    return h->magic == PH_CKPT_MAGIC && h->version == 1 && h->crc == header_crc(h) &&
+           memcmp(h->uuid, uuid, 16) == 0;
+}
+
+static int write_header(ph_ckpt *k, uint32_t state, const ph_ckpt_header *base)
+{
+    ph_ckpt_header h = *base;
+    h.state = state;
+    h.crc = header_crc(&h);
+    return io_write(F_JOURNAL, k->jfd, &h, sizeof(h), 0);
+}
+
+/* What a checkpoint copies: `n` pages, their index entries and, for those
+ * that are not zero pages, their contents in index order. */
+typedef struct ckpt_set {
+    uint64_t n, cap;
+    uint64_t *index;        /* PH_CKPT_ENTRY, room to pad it with zeros to a page */
+    char *pages;            /* contents of the non-zero pages */
+    uint64_t nfull;         /* how many those are */
+    uint64_t file_size;
+} ckpt_set;
+
+static void set_free(ckpt_set *s)
+{
+    free(s->index);
+    free(s->pages);
+    *s = (ckpt_set){0};
+}
+
+static int page_zero(const char *p)
+{
+    static const char zeros[PAGE];
+    return memcmp(p, zeros, PAGE) == 0;
+}
+
+static int set_add(ckpt_set *s, ph_ckpt *k, uint64_t pg, const char *src)
+{
+    if (s->n == s->cap) {
+        uint64_t cap = s->cap ? s->cap * 2 : 256;
+        uint64_t *ix = realloc(s->index, PH_ALIGN_UP(cap * 8, PAGE)); /* padded to a page */
+        char *pages = ix ? realloc(s->pages, cap * PAGE) : NULL;
+        if (ix)
+            s->index = ix;
+        if (!pages)
+            return PHEAP_ENOMEM;
+        s->pages = pages;
+        s->cap = cap;
+    }
+    int zero = pg * PAGE >= k->data_off && page_zero(src);
+    s->index[s->n++] = PH_CKPT_ENTRY(pg, zero);
+    if (!zero)
+        memcpy(s->pages + s->nfull++ * PAGE, src, PAGE);
+    return 0;
+}
+
+/* Step 1, every call held at the gate: the dirty map, taken (each word
+ * swapped for zero, so that a mark made meanwhile by pheap_flush, which
+ * does not pass the gate, is in this set or the next), and the pages'
+ * contents.  After a crash left the working copy, every page that differs
+ * from the heap file instead. */
+static int collect(ph_ckpt *k, ckpt_set *s)
+{
+    uint64_t size = ph_load(k->xsize), pages = size / PAGE;
+    s->file_size = size;
+    if (k->compare_all) {
+        char *buf = malloc(PAGE);
+        if (!buf)
+            return PHEAP_ENOMEM;
+        for (uint64_t pg = 0; pg < pages; pg++) {
+            ssize_t got = ph_os_pread(k->dfd, buf, PAGE, pg * PAGE);
+            if (got < (ssize_t)PAGE)
+                memset(buf + (got > 0 ? got : 0), 0, PAGE - (size_t)(got > 0 ? got : 0));
+            if (memcmp(buf, k->base + pg * PAGE, PAGE) != 0 && set_add(s, k, pg, k->base + pg * PAGE)) {
+                free(buf);
+                return PHEAP_ENOMEM;
+            }
+        }
+        free(buf);
+        for (uint64_t w = 0; w < k->nwords; w++)
+            (void)__atomic_exchange_n(&k->xdirty[w], 0, __ATOMIC_ACQ_REL);
+        return 0;
+    }
+    for (uint64_t w = 0; w < k->nwords && w * 64 < pages; w++) {
+        uint64_t bits = ph_load_relaxed(&k->xdirty[w]) ? __atomic_exchange_n(&k->xdirty[w], 0,
+                                                                             __ATOMIC_ACQ_REL)
+                                                       : 0;
+        for (; bits; bits &= bits - 1) {
+            uint64_t pg = w * 64 + (uint64_t)__builtin_ctzll(bits);
+            if (pg >= pages)
+                continue; /* beyond the end: nothing there to copy */
+            if (set_add(s, k, pg, k->base + pg * PAGE)) {
+                ph_ckpt_mark_off(k, pg * PAGE, PAGE); /* the rest of this word: next time */
+                for (bits &= bits - 1; bits; bits &= bits - 1)
+                    ph_ckpt_mark_off(k, (w * 64 + (uint64_t)__builtin_ctzll(bits)) * PAGE, PAGE);
+                return PHEAP_ENOMEM;
+            }
+        }
+    }
+    return 0;
+}
+
+/* A checkpoint that failed before its commit: its pages are copied by the
+ * next one. */
+static void set_remark(ph_ckpt *k, const ckpt_set *s)
+{
+    for (uint64_t i = 0; i < s->n; i++)
+        ph_ckpt_mark_off(k, (s->index[i] >> 1) * PAGE, PAGE);
+}
+
+/* Runs of consecutive non-zero pages: fn(k, first entry, count). */
+static int for_runs(ph_ckpt *k, const ckpt_set *s, int (*fn)(ph_ckpt *, const ckpt_set *, uint64_t,
+                                                             uint64_t, uint64_t))
+{
+    uint64_t full = 0;
+    for (uint64_t i = 0; i < s->n;) {
+        uint64_t j = i + 1;
+        int zero = s->index[i] & PH_CKPT_ZERO;
+        while (j < s->n && (s->index[j] & PH_CKPT_ZERO) == (uint64_t)zero &&
+               s->index[j] >> 1 == (s->index[j - 1] >> 1) + 1)
+            j++;
+        int rc = fn(k, s, i, j - i, zero ? ~0ull : full);
+        if (rc)
+            return rc;
+        if (!zero)
+            full += j - i;
+        i = j;
+    }
+    return 0;
+}
+
+static int reserve_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, uint64_t full)
+{
+    if (full == ~0ull)
+        return 0;
+    return io_allocate(k->dfd, k->dpath, (s->index[i] >> 1) * PAGE, n * PAGE);
+}
+
+static int apply_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, uint64_t full)
+{
+    uint64_t off = (s->index[i] >> 1) * PAGE;
+    if (full == ~0ull)
+        return io_punch(k->dfd, off, n * PAGE) ? ph_err(PHEAP_EIO, "%s: punching a hole: %s",
+                                                         k->dpath, pheap_errmsg())
+                                               : 0;
+    return io_write(F_HEAP, k->dfd, s->pages + full * PAGE, n * PAGE, off);
+}
+
+static uint64_t index_bytes(uint64_t n)
+{
+    return PH_ALIGN_UP(n * 8, PAGE);
+}
+
+static int open_journal(ph_ckpt *k)
+{
+    if (k->jfd >= 0)
+        return 0;
+    k->jfd = open(k->jpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (k->jfd < 0)
+        return ph_err(PHEAP_EIO, "%s: cannot open the checkpoint journal", k->jpath);
+    ph_ckpt_header h;
+    if (read_header(k->jfd, k->uuid, &h))
+        k->gen = h.gen;
+    return 0;
+}
+
+/* Steps 2 to 4 (ckpt.h) for a collected set. */
+static int write_set(ph_ckpt *k, ckpt_set *s)
+{
+    /* 2: the file's length and the space of every page it is to hold. */
+    int rc = io_resize(k->dfd, k->dpath, s->file_size);
+    if (!rc)
+        rc = for_runs(k, s, reserve_run);
+    if (rc)
+        return rc;
+    /* 3: the body, then the commit. */
+    uint64_t ib = index_bytes(s->n);
+    memset((char *)s->index + s->n * 8, 0, ib - s->n * 8);
+    ph_ckpt_header h = {.magic = PH_CKPT_MAGIC, .version = 1, .gen = k->gen + 1,
+                        .file_size = s->file_size, .npages = s->n,
+                        .body_bytes = ib + s->nfull * PAGE};
+    memcpy(h.uuid, k->uuid, 16);
+    h.body_crc = ph_crc32c(ph_crc32c((uint32_t)h.gen, s->index, ib), s->pages, s->nfull * PAGE);
+    rc = io_write(F_JOURNAL, k->jfd, s->index, ib, PAGE);
+    if (!rc && s->nfull)
+        rc = io_write(F_JOURNAL, k->jfd, s->pages, s->nfull * PAGE, PAGE + ib);
+    if (!rc)
+        rc = io_sync(F_JOURNAL, k->jfd);
+    if (!rc)
+        rc = write_header(k, PH_CKPT_COMMITTED, &h);
+    if (!rc)
+        rc = io_sync(F_JOURNAL, k->jfd);
+    if (rc)
+        return rc;
+    k->gen = h.gen;
+    /* 4: committed; from here an error leaves the journal to replay. */
+    rc = for_runs(k, s, apply_run);
+    if (!rc)
+        rc = io_sync(F_HEAP, k->dfd);
+    if (!rc)
+        (void)write_header(k, PH_CKPT_APPLIED, &h); /* lost: the next open replays it again */
+    if (rc)
+        k->unapplied = 1;
+    ph_store_relaxed(&k->xbytes, k->xbytes + s->nfull * PAGE);
+    return rc;
+}
+
+int ph_ckpt_take(ph_ckpt *k)
+{
+    uint64_t t0 = ph_os_time_ns();
+    /* Whoever holds the lock may be stopping every call: this one waits
+     * as if outside. */
+    int suspended = ph_gate_suspend();
+    pthread_mutex_lock(&k->lock);
+    ph_gate_resume(suspended);
+    int rc = open_journal(k);
+    if (!rc && k->unapplied) {
+        if ((rc = ph_ckpt_replay(k->dfd, k->dpath, 1)) == 0)
+            k->unapplied = 0;
+    }
+    if (rc) {
+        pthread_mutex_unlock(&k->lock);
+        return rc;
+    }
+    ckpt_set s = {0};
+    ph_gate_stop();
+    uint64_t t1 = ph_os_time_ns();
+    rc = collect(k, &s);
+    ph_gate_start();
+    uint64_t t2 = ph_os_time_ns();
+    if (rc) {
+        set_free(&s);
+        pthread_mutex_unlock(&k->lock);
+        return ph_err(PHEAP_ENOMEM, "checkpoint of %s: out of memory for %llu pages", k->dpath,
+                      (unsigned long long)s.n);
+    }
+    io_begin(k->dfd, k->jfd);
+    rc = write_set(k, &s);
+    if (rc && !k->unapplied)
+        set_remark(k, &s);
+    else
+        k->compare_all = 0;
+    ph_store_relaxed(&k->xlast_pages, s.n);
+    set_free(&s);
+    ph_store_relaxed(&k->xlast_pause_ns, t2 - t1);
+    ph_store_relaxed(&k->xlast_ns, ph_os_time_ns() - t0);
+    if (!rc)
+        ph_store_relaxed(&k->xcheckpoints, k->xcheckpoints + 1);
+    pthread_mutex_unlock(&k->lock);
+    if (rc)
+        return ph_err(rc, "checkpoint of %s failed (%s): the file stays at the last checkpoint, "
+                      "and the next one copies what this one did not", k->dpath, pheap_errmsg());
+    return 0;
+}
+
+/* ---- replay at open ---- */
+
+static int replay_body(int dfd, const char *dpath, int jfd, const ph_ckpt_header *h)
+{
+    uint64_t ib = index_bytes(h->npages);
+    if (h->npages > h->body_bytes / 8 || ib > h->body_bytes)
+        return 0;
+    char *body = malloc(h->body_bytes ? h->body_bytes : 1);
+    if (!body)
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    int rc = 0;
+    if (ph_os_pread(jfd, body, h->body_bytes, PAGE) != (ssize_t)h->body_bytes ||
+        ph_crc32c((uint32_t)h->gen, body, h->body_bytes) != h->body_crc)
+        goto out; /* the body of a later checkpoint that never committed: this one is in */
+    ckpt_set s = {.n = h->npages, .index = (uint64_t *)body, .pages = body + ib,
+                  .file_size = h->file_size};
+    uint64_t full = 0;
+    for (uint64_t i = 0; i < s.n; i++)
+        full += !(s.index[i] & PH_CKPT_ZERO);
+    if (ib + full * PAGE != h->body_bytes)
+        goto out;
+    s.nfull = full;
+    ph_ckpt k = {.dfd = dfd, .dpath = (char *)dpath};
+    rc = io_resize(dfd, dpath, h->file_size);
+    if (!rc)
+        rc = for_runs(&k, &s, apply_run);
+    if (!rc)
+        rc = io_sync(F_HEAP, dfd);
+out:
+    free(body);
+    return rc;
+}
+
+int ph_ckpt_replay(int dfd, const char *dpath, int writable)
+{
+    char *jpath = ph_ckpt_journal_path(dpath);
+    if (!jpath)
+        return ph_err(PHEAP_ENOMEM, "out of memory");
+    int jfd = open(jpath, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    int rc = 0;
+    ph_ckpt_header h;
+    uint8_t uuid[16];
+    if (jfd < 0 || ph_os_pread(dfd, uuid, 16, offsetof(ph_header, uuid)) != 16 ||
+        !read_header(jfd, uuid, &h) || h.state != PH_CKPT_COMMITTED)
+        goto out;
+    if (!writable) {
+        rc = ph_err(PHEAP_EBUSY, "%s: a checkpoint was cut short before it reached the file "
+                    "(its journal %s is committed): a read-write open completes it", dpath, jpath);
+        goto out;
+    }
+    io_begin(dfd, jfd);
+    rc = replay_body(dfd, dpath, jfd, &h);
+    if (!rc) {
+        h.state = PH_CKPT_APPLIED;
+        h.crc = header_crc(&h);
+        (void)io_write(F_JOURNAL, jfd, &h, sizeof(h), 0);
+    }
+out:
+    if (jfd >= 0)
+        close(jfd);
+    free(jpath);
+    return rc;
+}

@@ -1,0 +1,388 @@
+/*
+ * checkpoint.c -- the checkpoint durability level (pheap_durability,
+ * docs/PERSISTENCE.md "Checkpoints"): a process crash takes nothing, a
+ * power loss takes the heap back to its last checkpoint; which copy an
+ * open starts from; automatic checkpoints and threads; what is refused.
+ *
+ * A power loss is played by copying the heap file: between checkpoints
+ * pheap does not write it, so its contents are the last checkpoint, and
+ * the copy (another inode) has no working copy, as after a reboot.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckpt_model.h"
+#include "format/layout.h"
+#include "harness.h"
+#include "util/crc32c.h"
+
+static const char *workdir(void)
+{
+    static char dir[4096];
+    if (!dir[0]) {
+        snprintf(dir, sizeof(dir), "%s/work", ph_test_dir());
+        mkdir(dir, 0700);
+        setenv("PHEAP_WORKDIR", dir, 1);
+    }
+    return dir;
+}
+
+/* 1 if the heap file at `path` has a working copy. */
+static int has_working_copy(const char *path)
+{
+    struct stat st;
+    char w[4200];
+    if (stat(path, &st) != 0)
+        return 0;
+    snprintf(w, sizeof(w), "%s/%llx-%llx.work", workdir(), (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    return access(w, F_OK) == 0;
+}
+
+static pheap *open_level(const char *path, unsigned level, unsigned flags)
+{
+    workdir();
+    pheap_options o = {.flags = flags, .size = 8u << 20, .max_size = 64u << 20,
+                       .durability = level};
+    pheap *h = NULL;
+    return pheap_open(path, &o, &h) == 0 ? h : NULL;
+}
+
+static void run_ops(pheap *h, uint64_t *rng, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        int rc = ckm_op(h, rng);
+        if (rc && rc != PHEAP_ENOMEM) {
+            ph_test_fail(__FILE__, __LINE__, "op %u: %d (%s)", i, rc, pheap_errmsg());
+            return;
+        }
+    }
+}
+
+/* Opens a copy of `path` and its journal (the file after a power loss),
+ * checks it and returns the open heap (NULL: failed). */
+static pheap *open_after_power_loss(const char *path, const char *copy, pheap_check_report *rep)
+{
+    if (ph_test_copy_file(path, copy) != 0)
+        return NULL;
+    char jsrc[4200], jdst[4200];
+    snprintf(jsrc, sizeof(jsrc), "%s.ckpt", path);
+    snprintf(jdst, sizeof(jdst), "%s.ckpt", copy);
+    unlink(jdst);
+    if (access(jsrc, F_OK) == 0 && ph_test_copy_file(jsrc, jdst) != 0)
+        return NULL;
+    pheap *h = open_level(copy, PHEAP_DURABILITY_SYNC, 0);
+    if (!h)
+        return NULL;
+    CHECK_EQ(pheap_check(h, rep), 0);
+    CHECK_EQ(rep->errors, 0);
+    return h;
+}
+
+/* The digest of the model's state in the heap file after a power loss,
+ * whose blocks must be all the heap holds. */
+static uint64_t digest_after_power_loss(const char *path, const char *copy)
+{
+    pheap_check_report rep;
+    pheap *h = open_after_power_loss(path, copy, &rep);
+    if (!h)
+        return 0;
+    uint64_t blocks = 0, d = ckm_digest(h, &blocks);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(rep.live_blocks, blocks + st.name_segments); /* nothing leaked */
+    pheap_close(h);
+    return d;
+}
+
+TEST(kill_keeps_every_call_and_a_power_loss_keeps_the_last_checkpoint)
+{
+    const char *path = ph_test_path("ckpt-kill.heap");
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+        uint64_t rng = 7, d[2] = {0, 0};
+        if (!h || ckm_setup(h))
+            _exit(1);
+        run_ops(h, &rng, 400);
+        if (pheap_checkpoint(h) != 0)
+            _exit(2);
+        d[0] = ckm_digest(h, NULL);
+        run_ops(h, &rng, 400);
+        d[1] = ckm_digest(h, NULL);
+        if (write(fds[1], d, sizeof(d)) != (ssize_t)sizeof(d))
+            _exit(3);
+        raise(SIGKILL);
+    }
+    close(fds[1]);
+    uint64_t d[2] = {0, 0};
+    CHECK_EQ(read(fds[0], d, sizeof(d)), sizeof(d));
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    REQUIRE(WIFSIGNALED(st));
+    REQUIRE(d[0] != d[1]);
+    CHECK_EQ(has_working_copy(path), 1);
+
+    /* Power loss: the file is the checkpoint. */
+    CHECK(digest_after_power_loss(path, ph_test_path("ckpt-kill-copy.heap")) == d[0]);
+
+    /* Process crash: the working copy has every call. */
+    pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    struct pheap_stats s;
+    pheap_stats(h, &s);
+    CHECK_EQ(s.durability, PHEAP_DURABILITY_CHECKPOINT);
+    CHECK_EQ(s.from_working_copy, 1);
+    CHECK_EQ(s.was_unclean, 1);
+    CHECK_EQ(s.flush, PHEAP_FLUSH_CHECKPOINT);
+    CHECK(ckm_digest(h, NULL) == d[1]);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    /* The first checkpoint after resuming compares every page: the file
+     * then holds everything. */
+    REQUIRE_OK(pheap_checkpoint(h));
+    CHECK(digest_after_power_loss(path, ph_test_path("ckpt-kill-copy2.heap")) == d[1]);
+    uint64_t rng = 99;
+    run_ops(h, &rng, 200);
+    uint64_t end = ckm_digest(h, NULL);
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(has_working_copy(path), 0); /* a clean close leaves only the file */
+    CHECK(digest_after_power_loss(path, ph_test_path("ckpt-kill-copy3.heap")) == end);
+
+    h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    pheap_stats(h, &s);
+    CHECK_EQ(s.from_working_copy, 0);
+    CHECK_EQ(s.was_unclean, 0);
+    CHECK(ckm_digest(h, NULL) == end);
+    REQUIRE_OK(pheap_close(h));
+}
+
+TEST(an_open_at_another_level_takes_in_a_working_copy_a_crash_left)
+{
+    const char *path = ph_test_path("ckpt-absorb.heap");
+    pid_t pid = fork();
+    if (pid == 0) {
+        pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+        uint64_t rng = 3;
+        if (!h || ckm_setup(h))
+            _exit(1);
+        run_ops(h, &rng, 300);
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    REQUIRE(WIFSIGNALED(st));
+    REQUIRE_EQ(has_working_copy(path), 1);
+    /* What the child did, replayed in this process on a heap of its own. */
+    pheap *ref = open_level(ph_test_path("ckpt-absorb-ref.heap"), PHEAP_DURABILITY_SYNC,
+                            PHEAP_CREATE);
+    REQUIRE(ref);
+    uint64_t rng = 3;
+    REQUIRE_OK(ckm_setup(ref));
+    run_ops(ref, &rng, 300);
+    uint64_t want = ckm_digest(ref, NULL);
+    pheap_close(ref);
+
+    /* A read-only open reads the file: the heap as created (no checkpoint
+     * was taken), not what the working copy holds. */
+    pheap *h = open_level(path, 0, PHEAP_RDONLY);
+    REQUIRE(h);
+    CHECK(ckm_slots(h) == NULL);
+    pheap_close(h);
+    CHECK_EQ(has_working_copy(path), 1);
+
+    h = open_level(path, PHEAP_DURABILITY_SYNC, 0);
+    REQUIRE(h);
+    CHECK_EQ(has_working_copy(path), 0);
+    struct pheap_stats s;
+    pheap_stats(h, &s);
+    CHECK_EQ(s.durability, PHEAP_DURABILITY_SYNC);
+    CHECK_EQ(s.was_unclean, 1);
+    CHECK(ckm_digest(h, NULL) == want);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    REQUIRE_OK(pheap_close(h));
+}
+
+static pheap *shared;
+static uint64_t stop_threads;
+
+static void *worker(void *arg)
+{
+    uint64_t rng = (uint64_t)(uintptr_t)arg * 7919 + 1;
+    pheap_off mine[32] = {0};
+    while (!__atomic_load_n(&stop_threads, __ATOMIC_ACQUIRE)) {
+        unsigned j = (unsigned)(ph_test_rand(&rng) % 32);
+        if (mine[j]) {
+            if (!ph_test_intact(pheap_direct(shared, mine[j]), 16, mine[j]))
+                ph_test_fail(__FILE__, __LINE__, "a block's contents changed");
+            pheap_free(shared, mine[j]);
+            mine[j] = 0;
+        } else if ((mine[j] = pheap_alloc(shared, 16 + ph_test_rand(&rng) % 3000)) != 0) {
+            ph_test_fill(pheap_direct(shared, mine[j]), 16, mine[j]);
+        }
+    }
+    for (unsigned j = 0; j < 32; j++)
+        if (mine[j])
+            pheap_free(shared, mine[j]);
+    return NULL;
+}
+
+TEST(automatic_checkpoints_while_threads_allocate_and_free)
+{
+    const char *path = ph_test_path("ckpt-auto.heap");
+    workdir();
+    pheap_options o = {.flags = PHEAP_CREATE, .size = 8u << 20, .max_size = 64u << 20,
+                       .durability = PHEAP_DURABILITY_CHECKPOINT, .checkpoint_ms = 5};
+    REQUIRE_OK(pheap_open(path, &o, &shared));
+    enum { N = 6 };
+    pthread_t t[N];
+    for (unsigned i = 0; i < N; i++)
+        pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(i + 1));
+    struct pheap_stats s;
+    for (int i = 0; i < 2000; i++) {
+        pheap_stats(shared, &s);
+        if (s.checkpoints >= 10)
+            break;
+        usleep(1000);
+    }
+    /* Checkpoints from here as well, racing the automatic ones. */
+    for (unsigned i = 0; i < 5; i++) {
+        REQUIRE_OK(pheap_checkpoint(shared));
+        /* every checkpoint is a heap that opens and checks clean */
+        pheap_check_report rep;
+        pheap *c = open_after_power_loss(path, ph_test_path("ckpt-auto-copy.heap"), &rep);
+        CHECK(c != NULL);
+        pheap_close(c);
+    }
+    __atomic_store_n(&stop_threads, 1, __ATOMIC_RELEASE);
+    for (unsigned i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    pheap_stats(shared, &s);
+    CHECK(s.checkpoints >= 10);
+    CHECK_EQ(s.checkpoint_errors, 0);
+    CHECK(s.checkpoint_bytes > 0);
+    CHECK_EQ(s.live_blocks, 0);
+    REQUIRE_OK(pheap_close(shared));
+    pheap *h = open_level(path, PHEAP_DURABILITY_SYNC, 0);
+    REQUIRE(h);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    CHECK_EQ(rep.live_blocks, 0);
+    pheap_close(h);
+}
+
+static int init_checkpoints(pheap *h, void *block, size_t usable, void *arg)
+{
+    (void)block;
+    (void)usable;
+    *(int *)arg = pheap_checkpoint(h);
+    return 0;
+}
+
+TEST(bad_calls_are_refused_and_change_nothing)
+{
+    const char *path = ph_test_path("ckpt-bad.heap");
+    CHECK_EQ(pheap_checkpoint(NULL), PHEAP_EINVAL);
+    pheap *h = open_level(path, PHEAP_DURABILITY_SYNC, PHEAP_CREATE);
+    REQUIRE(h);
+    CHECK_EQ(pheap_checkpoint(h), 0); /* sync: nothing to do */
+    pheap_close(h);
+
+    pheap_options o = {.durability = PHEAP_DURABILITY_CHECKPOINT, .flush = PHEAP_FLUSH_MSYNC};
+    h = NULL;
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    o = (pheap_options){.durability = PHEAP_DURABILITY_CHECKPOINT, .flags = PHEAP_SIMULATE};
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    o = (pheap_options){.durability = 7};
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    setenv("PHEAP_DURABILITY", "often", 1);
+    CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EINVAL);
+    setenv("PHEAP_DURABILITY", "checkpoint", 1);
+    setenv("PHEAP_CHECKPOINT_MS", "soon", 1);
+    CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EINVAL);
+    unsetenv("PHEAP_CHECKPOINT_MS");
+    workdir();
+    REQUIRE_OK(pheap_open(path, NULL, &h)); /* the environment chooses the level */
+    struct pheap_stats s;
+    pheap_stats(h, &s);
+    CHECK_EQ(s.durability, PHEAP_DURABILITY_CHECKPOINT);
+    unsetenv("PHEAP_DURABILITY");
+    /* From an initialiser: refused (the checkpoint would wait for the call
+     * it runs in). */
+    int inner = 0;
+    CHECK(pheap_alloc_init(h, 64, 0, init_checkpoints, &inner) != 0);
+    CHECK_EQ(inner, PHEAP_EBUSY);
+    REQUIRE_OK(pheap_close(h));
+
+    /* A GC heap. */
+    const char *gpath = ph_test_path("ckpt-gc.heap");
+    pheap *g = ph_test_create_mode(gpath, 4u << 20, PHEAP_CONSISTENCY_GC, 0);
+    REQUIRE(g);
+    pheap_close(g);
+    CHECK(open_level(gpath, PHEAP_DURABILITY_CHECKPOINT, 0) == NULL);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    CHECK_EQ(has_working_copy(gpath), 0); /* the refused open removed the copy it made */
+
+    /* A working-copy directory others can read. */
+    char open_dir[4200];
+    snprintf(open_dir, sizeof(open_dir), "%s/open", ph_test_dir());
+    mkdir(open_dir, 0755);
+    chmod(open_dir, 0755);
+    setenv("PHEAP_WORKDIR", open_dir, 1);
+    pheap_options c = {.durability = PHEAP_DURABILITY_CHECKPOINT};
+    h = NULL;
+    CHECK_EQ(pheap_open(path, &c, &h), PHEAP_EPERM);
+    setenv("PHEAP_WORKDIR", workdir(), 1);
+
+    /* A read-only open of a file a committed journal has still to reach:
+     * refused; a read-write open completes it. */
+    h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    uint64_t rng = 5;
+    REQUIRE_OK(ckm_setup(h));
+    run_ops(h, &rng, 100);
+    uint64_t want = ckm_digest(h, NULL);
+    REQUIRE_OK(pheap_checkpoint(h));
+    const char *copy = ph_test_path("ckpt-bad-copy.heap");
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE(ph_test_copy_file(path, copy) == 0);
+    char jsrc[4200], jdst[4200];
+    snprintf(jsrc, sizeof(jsrc), "%s.ckpt", path);
+    snprintf(jdst, sizeof(jdst), "%s.ckpt", copy);
+    REQUIRE(ph_test_copy_file(jsrc, jdst) == 0);
+    /* mark the copy's journal committed again, as a crash before its
+     * APPLIED mark would leave it */
+    FILE *f = fopen(jdst, "r+b");
+    REQUIRE(f);
+    ph_ckpt_header hdr;
+    REQUIRE(fread(&hdr, 1, sizeof(hdr), f) == sizeof(hdr));
+    CHECK_EQ(hdr.state, PH_CKPT_APPLIED);
+    hdr.state = PH_CKPT_COMMITTED;
+    hdr.crc = ph_crc32c(0, &hdr, offsetof(ph_ckpt_header, crc));
+    fseek(f, 0, SEEK_SET);
+    CHECK(fwrite(&hdr, 1, sizeof(hdr), f) == sizeof(hdr));
+    fclose(f);
+    h = open_level(copy, 0, PHEAP_RDONLY);
+    CHECK(h == NULL);
+    CHECK_EQ(pheap_errno(), PHEAP_EBUSY);
+    h = open_level(copy, PHEAP_DURABILITY_SYNC, 0);
+    REQUIRE(h);
+    CHECK(ckm_digest(h, NULL) == want);
+    pheap_close(h);
+    h = open_level(copy, 0, PHEAP_RDONLY);
+    CHECK(h != NULL);
+    pheap_close(h);
+}
+
