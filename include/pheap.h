@@ -769,8 +769,11 @@ pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size);
  * by `init` before it is named: the name never appears with a block that
  * `init` did not finish (a C++ constructor runs here).  `init` returning
  * nonzero cancels: PHEAP_ECANCELED, nothing named, nothing allocated (a
- * transaction goes on).  `init` runs without pheap's locks: it may call
- * pheap, but not end the thread's transaction (then PHEAP_EABORTED). */
+ * transaction goes on).  `init` may call pheap, but not end the thread's
+ * transaction (then PHEAP_EABORTED).  Inside a transaction it runs without
+ * pheap's locks; outside one it runs while the name directory is being
+ * changed: it may look names up and list them, but pheap_alloc_named* and
+ * pheap_free_named fail there with PHEAP_EBUSY, changing nothing. */
 pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t size, unsigned flags,
                                  pheap_init_fn init, void *arg);
 

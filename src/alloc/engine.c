@@ -832,6 +832,11 @@ int ph_engine_alloc_to(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uint
     if (e->gc) { /* nothing logged: a block no one links is garbage to recovery */
         if (!(off = ph_engine_alloc(e, t, c, size, init)))
             return pheap_errno();
+        uint64_t dest_off = (uint64_t)((char *)dest - e->sp->base);
+        if (init && init->program_dest && ph_space_guarded_overlap(e->sp, dest_off, 8)) {
+            (void)ph_engine_free(e, t, c, off); /* the block goes back, *dest untouched */
+            return dest_still_ok(e, dest_off);
+        }
         ph_store(dest, off);
         return 0;
     }

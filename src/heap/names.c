@@ -49,6 +49,12 @@ static ph_thread *name_writer(pheap *h, const char *name, const char *call, size
         no_names(call);
         return NULL;
     }
+    if (ph_names_mine(h->names)) { /* the lock is this thread's already: see names.h */
+        ph_err(PHEAP_EBUSY, "%s: called from the initialiser of a pheap_alloc_named_init, which "
+               "runs while the name directory is being changed: it may look names up, not "
+               "create or remove them", call);
+        return NULL;
+    }
     return t;
 }
 
@@ -140,12 +146,12 @@ ph_export pheap_off pheap_lookup(pheap *h, const char *name)
             ph_name_ref ref;
             uint64_t held_off;
             int mine = 0;
-            pthread_rwlock_rdlock(&n->lock);
+            int held = ph_names_rdlock(n);
             if (ph_names_tx_held(h, hash, name, len, &mine, &held_off) && mine)
                 off = held_off; /* the calling thread's transaction creates or removes it */
             else if (ph_names_find(h, hash, name, len, &ref))
                 off = ph_load(&ref.head->xref) & OFF_MASK;
-            ph_names_unlock(n);
+            ph_names_rdunlock(n, held);
         }
     }
     if (off && !ph_names_off_ok(h, off)) {
@@ -245,7 +251,7 @@ ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
         return ph_err(PHEAP_ENOENT, "pheap_name_next: no more names");
     uint64_t ch = after ? ph_names_hash(n->seed, after, clen) : 0, so;
     int found = 0;
-    pthread_rwlock_rdlock(&n->lock);
+    int held = ph_names_rdlock(n);
     unsigned d = ph_names_depth(n);
     ph_names_seg *s = ph_names_seg_of(h, ch, &so);
     if (s) {
@@ -258,7 +264,7 @@ ph_export int pheap_name_next(pheap *h, const char *after, pheap_name_info *out)
             found = least_above(s, 0, NULL, 0, 0, 1, out);
         }
     }
-    ph_names_unlock(n);
+    ph_names_rdunlock(n, held);
     return found ? 0 : ph_err(PHEAP_ENOENT, "pheap_name_next: no more names");
 }
 
@@ -404,7 +410,7 @@ unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen)
     ph_names *n = h->names;
     if (!n)
         return 0;
-    pthread_rwlock_rdlock(&n->lock);
+    int held = ph_names_rdlock(n);
     /* A read-only view of a crashed heap may hold an unfinished rebuild. */
     int settled = !h->held_elsewhere && (!h->readonly || !h->was_unclean || h->snapshot) &&
                   !h->needs_recovery;
@@ -413,7 +419,7 @@ unsigned ph_names_check(pheap *h, uint64_t *nnames, char *err, size_t errlen)
         problem(&k, "a segment rebuild is unfinished%s (old segment %llu)", "",
                 ph_load(&n->hdr->xold));
     ph_names_each_segment(h, check_seg, &k);
-    ph_names_unlock(n);
+    ph_names_rdunlock(n, held);
     if (k.noffs > 1) /* k.offs is NULL when no name was found: qsort must not see it */
         qsort(k.offs, k.noffs, sizeof(*k.offs), cmp_u64);
     for (uint64_t i = 1; i < k.noffs; i++)
@@ -467,14 +473,14 @@ void ph_names_roots(pheap *h, ph_names_root_fn fn, void *arg)
     if (!n)
         return;
     roots_ctx r = {fn, arg};
-    pthread_rwlock_rdlock(&n->lock);
+    int held = ph_names_rdlock(n);
     for (unsigned i = 0; i < 2; i++)
         if (ph_load(&n->hdr->xnew[i]))
             fn(arg, ph_load(&n->hdr->xnew[i]), NULL);
     if (ph_load(&n->hdr->xold) > 1)
         fn(arg, ph_load(&n->hdr->xold), NULL);
     ph_names_each_segment(h, seg_roots, &r);
-    ph_names_unlock(n);
+    ph_names_rdunlock(n, held);
 }
 
 typedef struct stats_ctx {
@@ -495,9 +501,9 @@ void ph_names_stats(pheap *h, uint64_t *names, uint64_t *segments)
 {
     stats_ctx st = {0, 0};
     if (h->names) {
-        pthread_rwlock_rdlock(&h->names->lock);
+        int held = ph_names_rdlock(h->names);
         ph_names_each_segment(h, seg_stats, &st);
-        ph_names_unlock(h->names);
+        ph_names_rdunlock(h->names, held);
     }
     *names = st.names;
     *segments = st.segments;

@@ -7,7 +7,10 @@
  *
  * Locking: one read-write lock per open heap.  Lookups and iteration read;
  * creating, removing and rebuilding write.  Every durable step runs under
- * the write lock.
+ * the write lock.  The initialiser of a pheap_alloc_named_init outside a
+ * transaction runs under it too: the thread that holds it reads without
+ * taking it again (ph_names_rdlock), and may not create or remove names
+ * (name_writer, names.c).
  */
 #ifndef PH_HEAP_NAMES_H
 #define PH_HEAP_NAMES_H
@@ -28,6 +31,7 @@ typedef struct ph_names {
     pthread_rwlock_t lock;
     uint64_t xseq;              /* odd while a writer holds `lock` (atomic) */
     int wheld;                  /* a writer holds `lock`: written by that writer only */
+    uint64_t xwriter;           /* that writer's pthread_self(), 0 when none (atomic) */
     ph_names_header *hdr;       /* in the mapping */
     uint64_t *dirs[2];          /* the two directory arrays, in the mapping */
     uint64_t seed;              /* hash seed, from the heap's uuid */
@@ -39,10 +43,19 @@ typedef struct ph_names {
     size_t nheld, cap;          /*   chained hash table by hash; under `lock` */
 } ph_names;
 
+/* 1 when the calling thread holds the write lock: it runs the initialiser
+ * of a pheap_alloc_named_init.  (Another thread's id is never read as this
+ * one's, and this one's store of 0 comes before its unlock.) */
+static inline int ph_names_mine(ph_names *n)
+{
+    return __atomic_load_n(&n->xwriter, __ATOMIC_RELAXED) == (uint64_t)pthread_self();
+}
+
 static inline void ph_names_wrlock(ph_names *n)
 {
     pthread_rwlock_wrlock(&n->lock);
     n->wheld = 1;
+    __atomic_store_n(&n->xwriter, (uint64_t)pthread_self(), __ATOMIC_RELAXED);
     __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELAXED);
     ph_seq_write(); /* odd before any change */
 }
@@ -52,9 +65,27 @@ static inline void ph_names_unlock(ph_names *n)
 {
     if (n->wheld) {
         n->wheld = 0;
+        __atomic_store_n(&n->xwriter, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELEASE); /* even after every change */
     }
     pthread_rwlock_unlock(&n->lock);
+}
+
+/* Takes `lock` for reading: 0, to give to ph_names_rdunlock -- or 1, when
+ * the calling thread holds it for writing already (an initialiser of
+ * pheap_alloc_named_init reading names), and nothing is taken. */
+static inline int ph_names_rdlock(ph_names *n)
+{
+    if (ph_names_mine(n))
+        return 1;
+    pthread_rwlock_rdlock(&n->lock);
+    return 0;
+}
+
+static inline void ph_names_rdunlock(ph_names *n, int mine)
+{
+    if (!mine)
+        pthread_rwlock_unlock(&n->lock);
 }
 
 /* A found entry: its segment and head line. */

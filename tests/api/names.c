@@ -3,6 +3,7 @@
  * directory rebuilds and a reopen, iteration while names come and go, GC
  * tracing through names, pheap_check of dangling and damaged names.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -668,4 +669,93 @@ TEST(damaged_rebuild_segment_is_refused)
     if (in_child(open_and_lookup, img, how, sizeof(how)) != 0)
         ph_test_fail(__FILE__, __LINE__, "a committed rebuild whose new segment is damaged: %s",
                      how);
+}
+
+/* ---- pheap_alloc_named_init's initialiser and the directory ----------------
+ * Outside a transaction the initialiser runs while the call holds the
+ * directory's write lock: it may look names up (and list them, and take
+ * figures) without letting the lock go, and may not create or remove
+ * names (PHEAP_EBUSY), which would change the directory under the entry
+ * being made -- a rebuild would free the segment the call then writes. */
+
+typedef struct init_probe {
+    pheap *h;
+    pheap_off existing;
+    int lookup_ok, listed, created, removed, refused;
+    volatile int other_done;   /* the other thread's create returned */
+    int other_early;           /* ... while the initialiser ran */
+} init_probe;
+
+static void *create_other(void *arg)
+{
+    init_probe *p = arg;
+    pheap_off o = pheap_alloc_named(p->h, "other", 16);
+    __atomic_store_n(&p->other_done, o ? 1 : -1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int names_in_init(pheap *h, void *block, size_t usable, void *arg)
+{
+    (void)block, (void)usable;
+    init_probe *p = arg;
+    p->lookup_ok = pheap_lookup(h, "existing") == p->existing;
+    pheap_name_info info;
+    p->listed = pheap_name_next(h, NULL, &info) == 0;
+    struct pheap_stats st;
+    p->listed &= pheap_stats(h, &st) == 0 && st.names >= 1;
+    char name[32];
+    for (unsigned i = 0; i < 3000; i++) { /* enough for rebuilds, were they let in */
+        snprintf(name, sizeof(name), "inner-%u", i);
+        if (pheap_alloc_named(h, name, 8))
+            p->created++;
+        else if (pheap_errno() == PHEAP_EBUSY)
+            p->refused++;
+    }
+    if (pheap_free_named(h, "existing") == 0)
+        p->removed = 1;
+    else if (pheap_errno() == PHEAP_EBUSY)
+        p->refused++;
+    /* Another thread's create waits for the call to end. */
+    pthread_t t;
+    if (pthread_create(&t, NULL, create_other, p) != 0)
+        return 1;
+    pthread_detach(t);
+    usleep(200 * 1000);
+    p->other_early = __atomic_load_n(&p->other_done, __ATOMIC_ACQUIRE) != 0;
+    return 0;
+}
+
+TEST(initialiser_reads_names_and_changes_none)
+{
+    const char *path = ph_test_path("names-init.heap");
+    pheap *h = ph_test_create(path, 16u << 20);
+    REQUIRE(h);
+    init_probe p = {.h = h};
+    p.existing = pheap_alloc_named(h, "existing", 32);
+    REQUIRE(p.existing);
+    pheap_off outer = pheap_alloc_named_init(h, "outer", 64, 0, names_in_init, &p);
+    CHECK(outer != 0);
+    CHECK(p.lookup_ok);
+    CHECK(p.listed);
+    CHECK_EQ(p.created, 0);
+    CHECK_EQ(p.removed, 0);
+    CHECK_EQ(p.refused, 3001);
+    CHECK_EQ(p.other_early, 0);
+    for (int i = 0; i < 500 && !__atomic_load_n(&p.other_done, __ATOMIC_ACQUIRE); i++)
+        usleep(10 * 1000);
+    CHECK_EQ(__atomic_load_n(&p.other_done, __ATOMIC_ACQUIRE), 1);
+    CHECK_EQ(pheap_lookup(h, "outer"), outer);
+    CHECK_EQ(pheap_lookup(h, "existing"), p.existing);
+    CHECK(pheap_lookup(h, "other") != 0);
+    CHECK_EQ(pheap_lookup(h, "inner-0"), 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    h = ph_test_open(path, NULL);
+    REQUIRE(h);
+    CHECK_EQ(pheap_lookup(h, "outer"), outer);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.names, 3);
+    REQUIRE_OK(pheap_check(h, NULL));
+    pheap_close(h);
 }

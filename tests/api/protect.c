@@ -528,3 +528,23 @@ TEST(initialiser_cannot_make_the_destination_a_segment)
     CHECK(strstr(pheap_errmsg(), "destination") != NULL);
     directory_intact(h, path);
 }
+
+/* The same in GC mode, where the allocation stores into the destination
+ * word without a log entry: the block goes back, nothing is stored. */
+TEST(initialiser_cannot_make_the_destination_a_segment_gc)
+{
+    const char *path = ph_test_path("uaf-dest-gc.heap");
+    pheap *h = ph_test_create_mode(path, 8 * MiB, PHEAP_CONSISTENCY_GC, 0);
+    REQUIRE(h);
+    holder = pheap_alloc(h, SEG_BYTES);
+    REQUIRE(holder);
+    pheap_off *dest = pheap_direct(h, holder);
+    int rc = pheap_alloc_to_init(h, 64, dest, 0, free_the_holder, NULL);
+    REQUIRE(ph_space_guarded_overlap(&h->sp, holder, 1)); /* the case happened */
+    CHECK_EQ(rc, PHEAP_EINVAL);
+    CHECK(strstr(pheap_errmsg(), "destination") != NULL);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.live_blocks, 2); /* the segment and the name's block: the new one went back */
+    directory_intact(h, path);
+}
