@@ -178,15 +178,36 @@ static void write_back(ph_sim *s, uint64_t off, uint64_t len)
     changed(s, off, len);
 }
 
+static int bit(const uint64_t *v, uint64_t i)
+{
+    return (v[i / 64] >> (i % 64)) & 1;
+}
+
+enum { SYNC_CHUNK = 4096 }; /* pages whose mapping is asked about at once */
+
 /* Page-cache model: an fdatasync (lock held).  Every page of the file that
  * differs from the durable image is written back, and the length is
- * durable: a sync leaves the durable image equal to the working copy. */
+ * durable: a sync leaves the durable image equal to the working copy.
+ * Comparing every page at every fence would cost most of a crash
+ * enumeration; but a page of the private working copy that still maps the
+ * file as it is reads as the file does, and so does the durable image's
+ * unless the simulator wrote it (s->changed): those are skipped.  (The
+ * shared working copy of a protected heap is not the file's: every page
+ * is compared.) */
 static void sync_pages_locked(ph_sim *s)
 {
-    for (uint64_t off = 0; off < s->size; off += PH_SIM_PAGE) {
-        uint64_t len = PH_MIN((uint64_t)PH_SIM_PAGE, s->size - off);
-        if (memcmp(s->durable + off, s->working + off, len) != 0)
-            write_back(s, off, len);
+    uint64_t pages = (s->size + PH_SIM_PAGE - 1) / PH_SIM_PAGE;
+    for (uint64_t p0 = 0; p0 < pages; p0 += SYNC_CHUNK) {
+        uint64_t n = PH_MIN((uint64_t)SYNC_CHUNK, pages - p0), file[SYNC_CHUNK / 64];
+        if (s->view || ph_os_file_pages(s->working + p0 * PH_SIM_PAGE, n, file) != 0)
+            memset(file, 0, sizeof(file));
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t off = (p0 + i) * PH_SIM_PAGE, len = PH_MIN((uint64_t)PH_SIM_PAGE, s->size - off);
+            if (bit(file, i) && !bit(s->changed, p0 + i))
+                continue;
+            if (memcmp(s->durable + off, s->working + off, len) != 0)
+                write_back(s, off, len);
+        }
     }
     s->durable_size = s->size;
 }
