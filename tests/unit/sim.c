@@ -603,11 +603,15 @@ static void page_image(pheap *h, const char *img, uint64_t seed, double evict)
 
 /* A flush only marks; the flushing thread's fence syncs the file: every
  * page that differs, flushed or not.  A fence with nothing flushed syncs
- * nothing (as the msync back end's). */
-TEST(pages_fence_syncs_every_differing_page)
+ * nothing (as the msync back end's).  The private working copy (whose
+ * pages still mapping the file are not compared) and the shared one of a
+ * protected heap (every page compared) alike. */
+static void fence_syncs_every_differing_page(unsigned protect)
 {
-    pheap *h = open_pages(NULL);
+    pheap_options o = {.protect = protect};
+    pheap *h = open_pages(&o);
     REQUIRE(h);
+    CHECK_EQ(h->sp.sim->view != NULL, protect == PHEAP_PROTECT_ALIAS);
     CHECK_EQ(h->sp.persist.plain_stores, 1); /* the slab code treats it as msync */
     uint64_t d = data_off(h);
     uint64_t *w = pheap_direct(h, d);
@@ -637,6 +641,12 @@ TEST(pages_fence_syncs_every_differing_page)
     CHECK_EQ(v[1], 3);
     CHECK_EQ(v[2], 2);
     pheap_sim_crash(h, NULL, 0, 0);
+}
+
+TEST(pages_fence_syncs_every_differing_page)
+{
+    fence_syncs_every_differing_page(PHEAP_PROTECT_OFF);
+    fence_syncs_every_differing_page(PHEAP_PROTECT_ALIAS);
 }
 
 /* A crash takes each differing page whole, or not, drawn from the seed:
