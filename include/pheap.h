@@ -280,7 +280,8 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
                                    fixed at creation (see "Consistency modes") */
     /* More of the crash simulator (with PHEAP_SIMULATE; see its section): */
     uint64_t sim_crash_store;   /* or just after this durable store (1-based), same image */
-    unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG */
+    unsigned sim_mode;          /* PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG
+                                   | PHEAP_SIM_PAGES */
     unsigned protect;           /* enum pheap_protect_kind: how metadata is kept out of
                                    the program's reach (0 = AUTO; see pheap_protect_kind) */
     double sim_store_evict_probability; /* at each durable store, its line is written
@@ -305,6 +306,14 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
 #define PHEAP_SIM_NT_LAG 0x4u    /* with PHEAP_SIM_WORDS: non-temporal stores not yet
                                     fenced stay out of the image while other words
                                     join (write-combining buffers drain last) */
+#define PHEAP_SIM_PAGES 0x8u     /* the page cache of an ordinary file (the msync back
+                                    end): a flush only marks, a fence after a flush
+                                    syncs the file (every page that differs becomes
+                                    durable, flushed or not, and the file's length);
+                                    crash images and eviction at stores take whole
+                                    4 KiB pages, and a length not yet synced with
+                                    the same probability.  Not with PHEAP_SIM_WORDS
+                                    or PHEAP_SIM_NT_LAG (PHEAP_EINVAL) */
 
 /* Opens the heap file at `path`, creating it first when PHEAP_CREATE is set
  * and the file does not exist (or is empty), and stores the handle in *out.
@@ -1356,16 +1365,21 @@ int pheap_check(pheap *h, pheap_check_report *out);
  * With PHEAP_SIMULATE the heap's working memory is private and a separate
  * durable image receives a cache line only when that line was flushed and
  * a fence of the flushing thread followed -- the x86 persistency rules.
- * The file on disk is not touched until pheap_close.
+ * With PHEAP_SIM_PAGES it models the page cache of an ordinary file
+ * instead, as the msync back end meets it: a fence of a thread that
+ * flushed syncs every page, and the kernel may write any page back whole
+ * at any time.  The file on disk is not touched until pheap_close.
  */
 
 /* Writes the durable image to `image_path` as if the power failed now:
  * every line that differs from it (flushed but not fenced, or dirty and
  * never flushed) joins the image with its current contents with
  * probability `evict_probability`, drawn per line from `seed` -- per
- * aligned 8-byte word when the heap was opened with PHEAP_SIM_WORDS.  The
- * image is as long as the file's durable length (a growth is durable once
- * pheap synced the file).  With `image_path` NULL no image is written:
+ * aligned 8-byte word when the heap was opened with PHEAP_SIM_WORDS, per
+ * 4 KiB page with PHEAP_SIM_PAGES.  The image is as long as the file's
+ * durable length (a growth is durable once pheap synced the file; with
+ * PHEAP_SIM_PAGES a length not yet synced is drawn as a page is).  With
+ * `image_path` NULL no image is written:
  * the handle is only released, as by a crash.  Then
  * releases the handle without a clean shutdown (the heap file itself is
  * unchanged).  The handle is freed even when writing the image fails.

@@ -229,12 +229,14 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
         rc = ph_sim_create(&h->sp.sim, h->sp.base, h->sp.view, ph_space_size(&h->sp),
                            h->sp.reserve, h->sp.fd);
         if (!rc && opts) {
-            ph_sim_crash_spec spec = {opts->sim_crash_fence, opts->sim_crash_store,
-                                      opts->sim_evict_probability, opts->sim_seed,
-                                      (opts->sim_mode & PHEAP_SIM_WORDS) != 0,
-                                      (opts->sim_mode & PHEAP_SIM_NT_LAG) != 0,
-                                      (opts->sim_mode & PHEAP_SIM_CONTENDED) != 0,
-                                      opts->sim_crash_site};
+            ph_sim_crash_spec spec = {
+                .fence = opts->sim_crash_fence, .store = opts->sim_crash_store,
+                .evict = opts->sim_evict_probability, .seed = opts->sim_seed,
+                .words = (opts->sim_mode & PHEAP_SIM_WORDS) != 0,
+                .nt_lag = (opts->sim_mode & PHEAP_SIM_NT_LAG) != 0,
+                .contended = (opts->sim_mode & PHEAP_SIM_CONTENDED) != 0,
+                .pages = (opts->sim_mode & PHEAP_SIM_PAGES) != 0,
+                .site = opts->sim_crash_site};
             rc = ph_sim_configure(h->sp.sim, &spec, opts->sim_crash_image,
                                   opts->sim_store_evict_probability, opts->sim_store_seed,
                                   opts->sim_schedule_seed);

@@ -151,9 +151,13 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
          opts->sim_crash_site) &&
         !(opts->flags & PHEAP_SIMULATE))
         return ph_err(PHEAP_EINVAL, "options.sim_*: only with PHEAP_SIMULATE");
-    const unsigned sim_modes = PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG;
+    const unsigned sim_modes = PHEAP_SIM_WORDS | PHEAP_SIM_CONTENDED | PHEAP_SIM_NT_LAG |
+                               PHEAP_SIM_PAGES;
     if (opts->sim_mode & ~sim_modes)
         return ph_err(PHEAP_EINVAL, "options.sim_mode: unknown bits %#x", opts->sim_mode & ~sim_modes);
+    if ((opts->sim_mode & PHEAP_SIM_PAGES) && (opts->sim_mode & (PHEAP_SIM_WORDS | PHEAP_SIM_NT_LAG)))
+        return ph_err(PHEAP_EINVAL, "options.sim_mode: PHEAP_SIM_PAGES (whole pages written back, "
+                      "as the kernel does) excludes PHEAP_SIM_WORDS and PHEAP_SIM_NT_LAG");
     if (!(opts->sim_store_evict_probability >= 0.0 && opts->sim_store_evict_probability <= 1.0))
         return ph_err(PHEAP_EINVAL, "options.sim_store_evict_probability %g is outside [0, 1]",
                       opts->sim_store_evict_probability);

@@ -182,6 +182,14 @@ void ph_os_pkey_set(int key, unsigned rights);
  * allocated), so that later stores take no page fault.  Best effort. */
 void ph_os_populate(void *addr, size_t len);
 
+/* For the n 4 KiB pages from page-aligned `addr`: sets bit i of file[]
+ * (n bits, cleared first) when page i maps a page of a file's page cache
+ * as it is (present, not a private copy made on write), so that it reads
+ * as the file does; a private copy, anonymous memory or a page not present
+ * gets 0.  PHEAP_ENOTSUP when the kernel does not tell (Linux:
+ * /proc/self/pagemap) or OS pages are not 4 KiB. */
+int ph_os_file_pages(const void *addr, uint64_t n, uint64_t *file);
+
 /* Anonymous private memory, zero-filled; NULL on failure. */
 void *ph_os_alloc_pages(size_t len);
 void ph_os_free_pages(void *addr, size_t len);

@@ -677,6 +677,36 @@ void ph_os_populate(void *addr, size_t len)
 #endif
 }
 
+/* /proc/self/pagemap: one 64-bit entry per page; bit 63 present, bit 61
+ * a file page or shared memory (a private copy on write is anonymous). */
+#define PAGEMAP_PRESENT (1ull << 63)
+#define PAGEMAP_FILE (1ull << 61)
+
+int ph_os_file_pages(const void *addr, uint64_t n, uint64_t *file)
+{
+    memset(file, 0, (n + 63) / 64 * sizeof(*file));
+    if (sysconf(_SC_PAGESIZE) != 4096)
+        return ph_err(PHEAP_ENOTSUP, "page map: OS pages are not 4 KiB");
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ph_err(PHEAP_ENOTSUP, "page map: /proc/self/pagemap cannot be read");
+    uint64_t e[512], first = (uintptr_t)addr / 4096;
+    int rc = 0;
+    for (uint64_t i = 0; rc == 0 && i < n; i += PH_ARRAY_LEN(e)) {
+        uint64_t k = PH_MIN((uint64_t)PH_ARRAY_LEN(e), n - i);
+        if (pread(fd, e, k * sizeof(*e), (off_t)((first + i) * sizeof(*e))) !=
+            (ssize_t)(k * sizeof(*e))) {
+            rc = ph_err(PHEAP_ENOTSUP, "page map: /proc/self/pagemap cannot be read");
+            break;
+        }
+        for (uint64_t j = 0; j < k; j++)
+            if ((e[j] & (PAGEMAP_PRESENT | PAGEMAP_FILE)) == (PAGEMAP_PRESENT | PAGEMAP_FILE))
+                file[(i + j) / 64] |= 1ull << ((i + j) % 64);
+    }
+    close(fd);
+    return rc;
+}
+
 void *ph_os_alloc_pages(size_t len)
 {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -238,6 +238,7 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd)
             return ph_err(PHEAP_EINVAL, "flush kind sim needs PHEAP_SIMULATE");
         p->ops = &ph_sim_ops;
         p->sim = sim;
+        p->plain_stores = sim->pages; /* its fence syncs the file, as msync's */
         return 0;
     default:
         return ph_err(PHEAP_EINVAL, "unknown flush kind %u", kind);

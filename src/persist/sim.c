@@ -23,6 +23,18 @@
  * the durable image can hold a state between two stores to one line that
  * no later store overwrote there.  Every store, flush and fence also feeds
  * an order-sensitive hash: equal calls give equal hashes.
+ *
+ * The page-cache model (s->pages) is what the msync back end gets from the
+ * kernel: the program stores into shared page-cache pages, which the
+ * kernel writes back whole, at any time and in any order; fdatasync is the
+ * only point after which pages are known to be on media.  So a flush takes
+ * no snapshot, it only notes that the thread has something to sync (as
+ * msync_flush does), and that thread's fence is a sync of the file: every
+ * page that differs from the durable image is copied into it, whoever
+ * stored it and whether or not it was flushed, and the length becomes
+ * durable.  Between syncs, any page may have been written back with what
+ * it held at any moment: at a store (eviction at a store, the whole page)
+ * and at a crash (each differing page whole, or not).
  */
 #include "persist/sim.h"
 
@@ -49,7 +61,9 @@ typedef struct ph_sim_line {
 struct ph_sim_pending {
     ph_sim *owner;
     size_t n, cap;
-    ph_sim_line *lines;
+    ph_sim_line *lines;             /* snapshots to apply at the fence */
+    unsigned dirty;                 /* page-cache model: flushed since the last
+                                       fence, so the fence syncs (no snapshots) */
 };
 
 enum { EV_STORE = 1, EV_FLUSH, EV_FENCE };
@@ -119,7 +133,11 @@ int ph_sim_configure(ph_sim *s, const ph_sim_crash_spec *crash, const char *path
         return bad_probability("sim_evict_probability", crash->evict);
     if (!(store_evict >= 0.0 && store_evict <= 1.0))
         return bad_probability("sim_store_evict_probability", store_evict);
+    if (crash->pages && (crash->words || crash->nt_lag))
+        return ph_err(PHEAP_EINVAL, "simulator: the page-cache model writes whole pages back; "
+                      "it takes neither words nor non-temporal lag");
     s->crash = *crash;
+    s->pages = crash->pages;
     s->crash_image = path ? strdup(path) : NULL;
     s->crash_site = crash->site ? strdup(crash->site) : NULL;
     s->crash.site = s->crash_site;
@@ -148,6 +166,52 @@ static void changed(ph_sim *s, uint64_t off, uint64_t len)
         s->changed[p / 64] |= 1ull << (p % 64);
 }
 
+/* Copies [off, off+len) of the working copy into the durable image as it
+ * is now (lock held): a write-back with a fresh stamp, newer than every
+ * snapshot taken so far. */
+static void write_back(ph_sim *s, uint64_t off, uint64_t len)
+{
+    uint64_t stamp = ++s->stamp;
+    memcpy(s->durable + off, s->working + off, len);
+    for (uint64_t w = off / 8; w < (off + len) / 8; w++)
+        s->stamps[w] = stamp;
+    changed(s, off, len);
+}
+
+static int bit(const uint64_t *v, uint64_t i)
+{
+    return (v[i / 64] >> (i % 64)) & 1;
+}
+
+enum { SYNC_CHUNK = 4096 }; /* pages whose mapping is asked about at once */
+
+/* Page-cache model: an fdatasync (lock held).  Every page of the file that
+ * differs from the durable image is written back, and the length is
+ * durable: a sync leaves the durable image equal to the working copy.
+ * Comparing every page at every fence would cost most of a crash
+ * enumeration; but a page of the private working copy that still maps the
+ * file as it is reads as the file does, and so does the durable image's
+ * unless the simulator wrote it (s->changed): those are skipped.  (The
+ * shared working copy of a protected heap is not the file's: every page
+ * is compared.) */
+static void sync_pages_locked(ph_sim *s)
+{
+    uint64_t pages = (s->size + PH_SIM_PAGE - 1) / PH_SIM_PAGE;
+    for (uint64_t p0 = 0; p0 < pages; p0 += SYNC_CHUNK) {
+        uint64_t n = PH_MIN((uint64_t)SYNC_CHUNK, pages - p0), file[SYNC_CHUNK / 64];
+        if (s->view || ph_os_file_pages(s->working + p0 * PH_SIM_PAGE, n, file) != 0)
+            memset(file, 0, sizeof(file));
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t off = (p0 + i) * PH_SIM_PAGE, len = PH_MIN((uint64_t)PH_SIM_PAGE, s->size - off);
+            if (bit(file, i) && !bit(s->changed, p0 + i))
+                continue;
+            if (memcmp(s->durable + off, s->working + off, len) != 0)
+                write_back(s, off, len);
+        }
+    }
+    s->durable_size = s->size;
+}
+
 /* Writes [0, len) of buf to fd, leaving holes where whole pages are zero
  * (they read as zeros; most of a small heap is). */
 static int write_sparse(int fd, const char *buf, uint64_t len)
@@ -172,48 +236,71 @@ static void trace(ph_sim *s, uint64_t kind, uint64_t a, uint64_t b)
     __atomic_fetch_add(&s->xtrace, h, __ATOMIC_RELAXED);
 }
 
-/* The parts of line `l` (from `off` in the images, `len` bytes) that join
- * a crash image: whole lines or single words, each drawn on its own. */
+/* Whether `word` holds a non-temporal store not yet fenced. */
 static int nt_unfenced(const ph_sim *s, uint64_t word)
 {
     return (ph_load_relaxed(&s->xnt[word / 64]) >> (word % 64)) & 1;
 }
 
-static void join_line(const ph_sim *s, const ph_sim_crash_spec *spec, char *img, const char *w,
+/* Salts of the draws, so that a page, a line and a word of the same
+ * number, and the length, are drawn apart. */
+#define SALT_WORD 0x574f524453ull
+#define SALT_PAGE 0x5041474553ull
+#define SALT_LENGTH 0x4c454e475448ull
+
+/* The parts of one part of the image (`img`, at `off` in the file, `len`
+ * bytes: a line, or a page in the page-cache model) that take the working
+ * copy's contents `w`: the whole part, or each 8-byte word on its own,
+ * drawn from the seed. */
+static void join_part(const ph_sim *s, const ph_sim_crash_spec *spec, char *img, const char *w,
                       uint64_t off, uint64_t len)
 {
     if (memcmp(img, w, len) == 0)
         return;
-    if (!spec->words) {
-        if (ph_sim_evicts(spec->seed, off / PH_CACHE_LINE, spec->evict))
+    if (spec->pages || !spec->words) {
+        uint64_t index = spec->pages ? off / PH_SIM_PAGE : off / PH_CACHE_LINE;
+        if (ph_sim_evicts(spec->pages ? spec->seed ^ SALT_PAGE : spec->seed, index, spec->evict))
             memcpy(img, w, len);
         return;
     }
     for (uint64_t k = 0; k < len; k += 8)
         if (memcmp(img + k, w + k, 8) != 0 && !(spec->nt_lag && nt_unfenced(s, (off + k) / 8)) &&
-            ph_sim_evicts(spec->seed ^ 0x574f524453ull, (off + k) / 8, spec->evict))
+            ph_sim_evicts(spec->seed ^ SALT_WORD, (off + k) / 8, spec->evict))
             memcpy(img + k, w + k, 8);
 }
 
+/* The file length of a crash image: the durable one; in the page-cache
+ * model a length not yet synced may be on media too (the file system may
+ * have written the inode back), drawn like a page. */
+static uint64_t image_length(const ph_sim *s, const ph_sim_crash_spec *spec)
+{
+    if (spec->pages && s->size != s->durable_size &&
+        ph_sim_evicts(spec->seed ^ SALT_LENGTH, 0, spec->evict))
+        return s->size;
+    return s->durable_size;
+}
+
 /* Called with s->lock held (or with no other thread running).  The image
- * is as long as the durable file length: the durable image, written as it
- * is, then each line that gains parts of the working copy written again. */
+ * is as long as image_length says: the durable image, written as it is,
+ * then each part (line or page) that gains some of the working copy
+ * written again. */
 static int write_image_locked(ph_sim *s, const char *path, const ph_sim_crash_spec *spec)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return ph_err_sys("simulator: cannot create crash image", path);
-    int rc = write_sparse(fd, s->durable, s->durable_size);
-    uint64_t end = PH_MIN(s->durable_size, s->size);
-    for (uint64_t off = 0; rc == 0 && spec->evict > 0.0 && off < end; off += PH_CACHE_LINE) {
-        uint64_t len = PH_MIN((uint64_t)PH_CACHE_LINE, end - off);
-        char line[PH_CACHE_LINE];
+    uint64_t length = image_length(s, spec);
+    int rc = write_sparse(fd, s->durable, length);
+    uint64_t end = PH_MIN(length, s->size), step = spec->pages ? PH_SIM_PAGE : PH_CACHE_LINE;
+    for (uint64_t off = 0; rc == 0 && spec->evict > 0.0 && off < end; off += step) {
+        uint64_t len = PH_MIN(step, end - off);
+        char part[PH_SIM_PAGE];
         if (memcmp(s->durable + off, s->working + off, len) == 0)
             continue;
-        memcpy(line, s->durable + off, len);
-        join_line(s, spec, line, s->working + off, off, len);
-        if (memcmp(line, s->durable + off, len) != 0)
-            rc = ph_os_pwrite(fd, line, len, off);
+        memcpy(part, s->durable + off, len);
+        join_part(s, spec, part, s->working + off, off, len);
+        if (memcmp(part, s->durable + off, len) != 0)
+            rc = ph_os_pwrite(fd, part, len, off);
     }
     if (close(fd) != 0 && rc == 0)
         rc = ph_err_sys("simulator: cannot write crash image", path);
@@ -259,15 +346,22 @@ void ph_sim_file_resize(ph_sim *s, uint64_t size)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* An fsync: the length is durable; in the page-cache model every page is
+ * too (fsync writes back the file's dirty pages before its inode). */
 void ph_sim_file_sync(ph_sim *s)
 {
     pthread_mutex_lock(&s->lock);
+    if (s->pages)
+        sync_pages_locked(s);
     s->durable_size = s->size;
     pthread_mutex_unlock(&s->lock);
 }
 
 void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len)
 {
+    if (s->pages)
+        return; /* the working copy's zeros are pages like any other: durable at
+                   the next sync, each drawn at a crash before it */
     pthread_mutex_lock(&s->lock);
     if (off < s->size) {
         len = PH_MIN(len, s->size - off);
@@ -286,25 +380,47 @@ uint64_t ph_sim_clock_ns(const ph_sim *s)
     return ph_load_relaxed(&s->xfences) * 10000u;
 }
 
+/* The thread's pending list, made at its first use. */
+static struct ph_sim_pending *pending_of(ph_sim *s, ph_pctx *c)
+{
+    if (!c->pending) {
+        c->pending = calloc(1, sizeof(*c->pending));
+        if (!c->pending)
+            abort(); /* test-only back end: no way to report from a flush */
+        c->pending->owner = s;
+    }
+    return c->pending;
+}
+
+/* Whether the thread has flushed or stored something it has not fenced
+ * yet (such threads are counted in s->xpending). */
+static int pending_any(const struct ph_sim_pending *q)
+{
+    return q && (q->n > 0 || q->dirty);
+}
+
 static ph_sim_line *pending_add(ph_sim *s, ph_pctx *c)
 {
-    struct ph_sim_pending *q = c->pending;
-    if (!q) {
-        q = calloc(1, sizeof(*q));
-        if (!q)
-            abort(); /* test-only back end: no way to report from a flush */
-        q->owner = s;
-        c->pending = q;
-    }
+    struct ph_sim_pending *q = pending_of(s, c);
     if (q->n == q->cap) {
         q->cap = q->cap ? q->cap * 2 : 64;
         q->lines = realloc(q->lines, q->cap * sizeof(*q->lines));
         if (!q->lines)
             abort();
     }
-    if (q->n == 0)
+    if (!pending_any(q))
         __atomic_fetch_add(&s->xpending, 1, __ATOMIC_RELAXED);
     return &q->lines[q->n++];
+}
+
+/* Page-cache model: the thread has something to sync at its next fence
+ * (what msync_flush notes), and no snapshot to take. */
+static void mark_dirty(ph_sim *s, ph_pctx *c)
+{
+    struct ph_sim_pending *q = pending_of(s, c);
+    if (!pending_any(q))
+        __atomic_fetch_add(&s->xpending, 1, __ATOMIC_RELAXED);
+    q->dirty = 1;
 }
 
 /* Whether `*addr` is in the working copy, through either view; a view
@@ -332,13 +448,11 @@ static void stored(ph_sim *s, uint64_t at, uint64_t v, int nt)
     if (!evict && n != s->crash.store)
         return;
     pthread_mutex_lock(&s->lock);
-    if (evict) {
-        uint64_t from = nt ? at : at & ~(uint64_t)(PH_CACHE_LINE - 1);
-        uint64_t len = nt ? 8 : PH_CACHE_LINE, stamp = ++s->stamp;
-        memcpy(s->durable + from, s->working + from, len);
-        for (uint64_t w = from / 8; w < (from + len) / 8; w++)
-            s->stamps[w] = stamp;
-        changed(s, from, len);
+    if (evict && s->pages) { /* the kernel writes back whole pages */
+        uint64_t from = at & ~(uint64_t)(PH_SIM_PAGE - 1);
+        write_back(s, from, PH_MIN((uint64_t)PH_SIM_PAGE, s->size - from));
+    } else if (evict) {
+        write_back(s, nt ? at : at & ~(uint64_t)(PH_CACHE_LINE - 1), nt ? 8 : PH_CACHE_LINE);
     }
     if (n == s->crash.store)
         dump_locked(s);
@@ -359,9 +473,25 @@ void ph_sim_store(struct ph_sim *s, ph_pctx *c, uint64_t *dst, uint64_t v)
     stored(s, at, v, 0);
 }
 
+/* Page-cache model: the lines are in the page cache already; the flush
+ * only notes that the thread's next fence must sync the file. */
+static void page_flush(ph_sim *s, ph_pctx *c, uintptr_t line, uint64_t n)
+{
+    mark_dirty(s, c);
+    for (uint64_t i = 0; i < n; i++, line += PH_CACHE_LINE) {
+        uintptr_t a = line;
+        if (in_working(s, &a))
+            trace(s, EV_FLUSH, (a - (uintptr_t)s->working) / PH_CACHE_LINE, 0);
+    }
+}
+
 static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
 {
     ph_sim *s = p->sim;
+    if (s->pages) {
+        page_flush(s, c, line, n);
+        return;
+    }
     /* Stamps and contents taken together: a later snapshot of a line has
      * the higher stamp and contents at least as new. */
     pthread_mutex_lock(&s->lock);
@@ -383,16 +513,25 @@ static void sim_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
 
 /* Non-temporal stores reach memory by themselves: only their own words
  * become durable at the fence, not the rest of the line; until then each
- * word is on its own (a crash may keep any subset). */
+ * word is on its own (a crash may keep any subset).  In the page-cache
+ * model they are plain stores to the page, to sync at the fence (as
+ * msync_store). */
 static void sim_store_nt(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
     ph_sim *s = p->sim;
     for (unsigned i = 0; i < n; i++)
         ph_store(&dst[i], src[i]);
     uintptr_t a = (uintptr_t)dst;
+    if (s->pages)
+        mark_dirty(s, c);
     if (!in_working(s, &a))
         return;
     uint64_t at = (uint64_t)(a - (uintptr_t)s->working);
+    if (s->pages) {
+        for (unsigned i = 0; i < n; i++)
+            stored(s, at + 8 * i, src[i], 0);
+        return;
+    }
     ph_sim_line *sl = pending_add(s, c);
     sl->index = at / PH_CACHE_LINE;
     sl->from = (uint32_t)(at % PH_CACHE_LINE);
@@ -435,28 +574,10 @@ static int site_is(const ph_site *site, const char *want)
            strncmp(site->file + len - n, want, n) == 0 && (len == n || site->file[len - n - 1] == '/');
 }
 
-static void sim_fence(ph_persist *p, ph_pctx *c)
+/* Applies the thread's snapshots to the durable image (lock held). */
+static void apply_snapshots_locked(ph_sim *s, const struct ph_sim_pending *q)
 {
-    ph_sim *s = p->sim;
-    struct ph_sim_pending *q = c->pending;
-    if (s->schedule_seed)
-        schedule_pause(s, c);
-    if (s->before_fence)
-        s->before_fence(s->before_fence_arg);
-    pthread_mutex_lock(&s->lock);
-    uint64_t no = ++s->xfences;
-    int mine = q && q->n > 0;
-    if (s->crash.contended || s->crash.site) {
-        /* Another thread's stores are unfenced; this fence is at the site. */
-        int contended = ph_load_relaxed(&s->xpending) > (uint32_t)mine;
-        if ((!s->crash.contended || contended) && (!s->crash.site || site_is(c->site, s->crash.site)))
-            no = ++s->xcontended;
-        else
-            no = 0;
-    }
-    if (no && no == s->crash.fence)
-        dump_locked(s);
-    for (size_t i = 0; mine && i < q->n; i++) {
+    for (size_t i = 0; i < q->n; i++) {
         const ph_sim_line *sl = &q->lines[i];
         for (uint32_t k = sl->from; k < sl->from + sl->len; k += 8) {
             uint64_t w = sl->index * (PH_CACHE_LINE / 8) + k / 8;
@@ -470,8 +591,39 @@ static void sim_fence(ph_persist *p, ph_pctx *c)
              (sl->index * PH_CACHE_LINE + sl->from + sl->len) / 8; w++)
             __atomic_fetch_and(&s->xnt[w / 64], ~(1ull << (w % 64)), __ATOMIC_RELAXED);
     }
+}
+
+/* A fence: the crash it is the point of, then the thread's snapshots made
+ * durable -- or, in the page-cache model, the file synced when the thread
+ * flushed since its last fence (a fence with nothing flushed returns at
+ * once in the msync back end: it syncs nothing here either). */
+static void sim_fence(ph_persist *p, ph_pctx *c)
+{
+    ph_sim *s = p->sim;
+    struct ph_sim_pending *q = c->pending;
+    if (s->schedule_seed)
+        schedule_pause(s, c);
+    if (s->before_fence)
+        s->before_fence(s->before_fence_arg);
+    pthread_mutex_lock(&s->lock);
+    uint64_t no = ++s->xfences;
+    int mine = pending_any(q);
+    if (s->crash.contended || s->crash.site) {
+        /* Another thread's stores are unfenced; this fence is at the site. */
+        int contended = ph_load_relaxed(&s->xpending) > (uint32_t)mine;
+        if ((!s->crash.contended || contended) && (!s->crash.site || site_is(c->site, s->crash.site)))
+            no = ++s->xcontended;
+        else
+            no = 0;
+    }
+    if (no && no == s->crash.fence)
+        dump_locked(s);
     if (mine) {
+        apply_snapshots_locked(s, q);
+        if (q->dirty)
+            sync_pages_locked(s);
         q->n = 0;
+        q->dirty = 0;
         __atomic_fetch_sub(&s->xpending, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&s->lock);
@@ -482,7 +634,7 @@ void ph_sim_pending_free(struct ph_sim_pending *q)
 {
     if (!q)
         return;
-    if (q->n)
+    if (pending_any(q))
         __atomic_fetch_sub(&q->owner->xpending, 1, __ATOMIC_RELAXED);
     free(q->lines);
     free(q);

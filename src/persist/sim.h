@@ -7,6 +7,12 @@
  * drawn from a seed, parts of what differs from it: whole lines, or each
  * aligned 8-byte word on its own (x86 guarantees no more).  The file's
  * length and its punched holes are simulated state too.
+ *
+ * The page-cache model (PHEAP_SIM_PAGES) is the msync back end's instead:
+ * a flush only notes that the thread has something to sync, and its fence
+ * syncs the file -- every page that differs from the durable image becomes
+ * durable, flushed or not, and so does the file's length and its holes.
+ * A crash adds whole 4 KiB pages, and the length old or new.
  */
 #ifndef PH_PERSIST_SIM_H
 #define PH_PERSIST_SIM_H
@@ -22,7 +28,10 @@
  *   words      each differing aligned 8-byte word joins on its own;
  *   nt_lag     with words: words of non-temporal stores not yet fenced never
  *              join (write-combining buffers drain last), while the other
- *              words join with probability `evict`. */
+ *              words join with probability `evict`;
+ *   pages      each differing 4 KiB page joins whole, and a length not yet
+ *              synced, with probability `evict` (the page-cache model:
+ *              also what a fence does, see ph_sim.pages). */
 typedef struct ph_sim_crash_spec {
     uint64_t fence;              /* crash just before this fence (1-based; 0 = no) */
     uint64_t store;              /* ... or just after this durable store (0 = no) */
@@ -31,6 +40,7 @@ typedef struct ph_sim_crash_spec {
     unsigned words;              /* 8-byte granularity instead of lines */
     unsigned nt_lag;             /* unfenced non-temporal words stay out */
     unsigned contended;          /* `fence` counts contended fences only */
+    unsigned pages;              /* 4 KiB pages (the page-cache model) */
     const char *site;            /* ... and fences of this site only (function
                                     name or file:line; NULL: all) */
 } ph_sim_crash_spec;
@@ -51,7 +61,10 @@ typedef struct ph_sim {
                                     the file's) */
     uint64_t stamp;              /* the last stamp taken (under lock) */
     uint64_t size;               /* file length the program sees */
-    uint64_t durable_size;       /* file length a crash keeps */
+    uint64_t durable_size;       /* file length a crash keeps (pages: or `size`) */
+    unsigned pages;              /* the page-cache model: a fence of a thread
+                                    that flushed syncs the file (set once, by
+                                    ph_sim_configure) */
     uint64_t capacity;           /* bytes reserved for durable[] */
     uint64_t xfences;            /* fences so far, all threads */
     uint64_t xcontended;         /* fences that count for crash.fence when it
@@ -98,12 +111,14 @@ int ph_sim_write_image(ph_sim *s, const char *path, const ph_sim_crash_spec *spe
 int ph_sim_write_durable(ph_sim *s, int fd);
 
 /* The file: the program's view grows to `size` at once; the durable length
- * follows only at ph_sim_file_sync (fsync / fdatasync). */
+ * follows only at ph_sim_file_sync (fsync / fdatasync), which in the
+ * page-cache model also syncs every page, as fsync does. */
 void ph_sim_file_resize(ph_sim *s, uint64_t size);
 void ph_sim_file_sync(ph_sim *s);
 
 /* Hole punch: [off, off+len) reads as zeros in the durable image (the
- * caller clears the working copy). */
+ * caller clears the working copy); in the page-cache model, from the next
+ * sync on, and a crash before it draws each page. */
 void ph_sim_punch(ph_sim *s, uint64_t off, uint64_t len);
 
 /* A logical clock for the heap's timed work (purges): 10 us per fence, so

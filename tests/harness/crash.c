@@ -11,6 +11,10 @@
  * opened again from what that use made durable.  Recovery itself is
  * crashed at each of its fences (depth 2) and those images are judged the
  * same way.
+ *
+ * PHEAP_CRASH_MODEL=pages takes the crash points under the page-cache
+ * model instead (PHEAP_SIM_PAGES, the msync back end): its own variants at
+ * every fence, a sample of the stores, and recovery crashed in it too.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,7 @@ typedef struct variant {
     double store_evict;  /* write-back of the stored line at each durable store */
     uint64_t seed;       /* 0: the same draw everywhere; else drawn afresh per point */
     unsigned nt_lag;     /* unfenced non-temporal stores stay out, the rest joins */
+    unsigned pages;      /* the page-cache model: whole 4 KiB pages, a fence syncs */
 } variant;
 
 static const variant sampled_variants[] = {
@@ -55,6 +60,41 @@ static const variant quick_variants[] = {
     {0.0, 0, 0.0, 0}, {0.5, 1, 0.0, 2}, {0.3, 1, 0.3, 3}, {1.0, 1, 0.0, 0, 1},
 };
 
+/* The page-cache model: what the last sync left alone, whole pages joined
+ * in several draws, everything, and pages written back at stores. */
+#define PAGES(evict, store_evict, seed) {evict, 0, store_evict, seed, 0, 1}
+static const variant page_sampled_variants[] = {
+    PAGES(0.0, 0.0, 0), PAGES(0.5, 0.0, 1), PAGES(0.5, 0.0, 2), PAGES(0.5, 0.3, 3),
+    PAGES(1.0, 0.0, 0),
+};
+static const variant page_full_variants[] = {
+    PAGES(0.0, 0.0, 0), PAGES(0.5, 0.0, 1), PAGES(0.5, 0.0, 2), PAGES(0.5, 0.0, 3),
+    PAGES(0.5, 0.0, 4), PAGES(0.2, 0.0, 5), PAGES(0.8, 0.0, 6), PAGES(1.0, 0.0, 0),
+    PAGES(0.0, 0.5, 7), PAGES(0.5, 0.3, 8),
+};
+static const variant page_quick_variants[] = {
+    PAGES(0.0, 0.0, 0), PAGES(0.5, 0.0, 2), PAGES(1.0, 0.0, 0),
+};
+
+/* The variants of `level` in the model PHEAP_CRASH_MODEL names. */
+static const variant *variants_of(int level, unsigned *n)
+{
+    static const struct {
+        const variant *v;
+        unsigned n;
+    } t[2][3] = {
+        {{quick_variants, PH_ARRAY_N(quick_variants)},
+         {sampled_variants, PH_ARRAY_N(sampled_variants)},
+         {full_variants, PH_ARRAY_N(full_variants)}},
+        {{page_quick_variants, PH_ARRAY_N(page_quick_variants)},
+         {page_sampled_variants, PH_ARRAY_N(page_sampled_variants)},
+         {page_full_variants, PH_ARRAY_N(page_full_variants)}},
+    };
+    int pages = ph_crash_model() == PH_CRASH_PAGES;
+    *n = t[pages][level].n;
+    return t[pages][level].v;
+}
+
 int ph_crash_level(void)
 {
     const char *v = getenv("PHEAP_CRASH");
@@ -68,6 +108,12 @@ int ph_crash_level(void)
 int ph_crash_full(void)
 {
     return ph_crash_level() == PH_CRASH_FULL;
+}
+
+int ph_crash_model(void)
+{
+    const char *v = getenv("PHEAP_CRASH_MODEL");
+    return v && strcmp(v, "pages") == 0 ? PH_CRASH_PAGES : PH_CRASH_LINES;
 }
 
 typedef struct run_ctx {
@@ -87,7 +133,8 @@ static pheap_options sim_options(uint64_t fence, uint64_t store, const char *ima
                            .sim_crash_image = fence || store ? image : NULL,
                            .sim_evict_probability = v->evict, .sim_seed = seed,
                            .sim_mode = (v->words ? PHEAP_SIM_WORDS : 0) |
-                                       (v->nt_lag ? PHEAP_SIM_NT_LAG : 0),
+                                       (v->nt_lag ? PHEAP_SIM_NT_LAG : 0) |
+                                       (v->pages ? PHEAP_SIM_PAGES : 0),
                            .sim_store_evict_probability = v->store_evict,
                            .sim_store_seed = seed ^ 0x5354ull};
 }
@@ -256,11 +303,13 @@ void ph_crash_judge(const char *name, const char *image, const char *where, unsi
 }
 
 /* Depth 2: recovery of `image` crashed at each of its fences in two
- * variants (durable image alone; words), or, when sampling, at one fence
- * drawn from `seed` in the words variant. */
+ * variants (durable image alone; words, or half the pages in the page
+ * model), or, when sampling, at one fence drawn from `seed` in the first. */
 static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed, int every)
 {
-    static const variant vs[] = {{0.5, 1, 0.0, 1}, {0.0, 0, 0.0, 0}};
+    static const variant lines[] = {{0.5, 1, 0.0, 1}, {0.0, 0, 0.0, 0}};
+    static const variant pages[] = {PAGES(0.5, 0.0, 1), PAGES(0.0, 0.0, 0)};
+    const variant *vs = ph_crash_model() == PH_CRASH_PAGES ? pages : lines;
     pheap_options o = {.flags = PHEAP_SIMULATE};
     pheap *h;
     if (pheap_open(r->image, &o, &h) != 0)
@@ -285,7 +334,8 @@ static void crash_recovery(run_ctx *r, unsigned done, uint64_t seed, int every)
             if (access(r->image2, F_OK) != 0)
                 continue;
             snprintf(where, sizeof(where), "%s, recovery crashed at its fence %llu (%s)", outer,
-                     (unsigned long long)j, vs[v].words ? "words" : "durable only");
+                     (unsigned long long)j, vs[v].evict == 0.0 ? "durable only"
+                                            : vs[v].pages      ? "pages" : "words");
             r->where = where;
             judge(r, r->image2, done);
             r->st->nested++;
@@ -323,7 +373,8 @@ static int one_point(run_ctx *r, const char *base, ph_crash_workload_fn workload
     char where[128];
     snprintf(where, sizeof(where), "%s %llu, variant %u (evict %.1f%s%s, store evict %.1f, seed %llu)",
              fence ? "fence" : "store", (unsigned long long)point, vi, v->evict,
-             v->words ? " words" : " lines", v->nt_lag ? " nt-lag" : "", v->store_evict,
+             v->pages ? " pages" : v->words ? " words" : " lines", v->nt_lag ? " nt-lag" : "",
+             v->store_evict,
              (unsigned long long)seed);
     r->where = where;
     judge(r, r->image, done);
@@ -350,6 +401,50 @@ void ph_crash_report(const char *name, const ph_crash_stats *st)
     }
 }
 
+/* Between fences, line model: after every durable store, with everything
+ * stored so far on media (each prefix of the stores, in program order),
+ * and the same but for non-temporal stores not yet fenced; and after a
+ * sample of them (all when full) in the word-granular variants. */
+static int line_stores(run_ctx *r, const char *base, ph_crash_workload_fn workload,
+                       const variant *vs, unsigned nv, unsigned step)
+{
+    static const variant prefix[] = {{1.0, 1, 0.0, 0}, {1.0, 1, 0.0, 0, 1}};
+    for (uint64_t s = 1; s <= r->st->stores; s++) {
+        for (unsigned v = 0; v < PH_ARRAY_N(prefix); v++)
+            if (one_point(r, base, workload, 0, s, &prefix[v], nv + v) != 0)
+                return -1;
+        for (unsigned v = 0; v < nv && s % step == 0; v++)
+            if (vs[v].words && one_point(r, base, workload, 0, s, &vs[v], v) != 0)
+                return -1;
+    }
+    return 0;
+}
+
+/* Between fences, page model: after a sample of the stores (all when
+ * full), pages drawn at random -- a page may have been written back with
+ * what it held at any store.  (Everything stored so far is the line
+ * model's prefix image: not taken again.)  Sampled, each store of the
+ * sample takes the next of the random variants in turn. */
+static int page_stores(run_ctx *r, const char *base, ph_crash_workload_fn workload,
+                       const variant *vs, unsigned nv, unsigned step, int full)
+{
+    unsigned turn = 0;
+    for (uint64_t s = step; s <= r->st->stores; s += step) {
+        for (unsigned k = 0; k < nv; k++) {
+            unsigned v = (turn + k) % nv;
+            if (vs[v].evict <= 0.0 || vs[v].evict >= 1.0)
+                continue;
+            if (one_point(r, base, workload, 0, s, &vs[v], v) != 0)
+                return -1;
+            if (!full) {
+                turn = v + 1;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_workload_fn workload,
                                   ph_crash_verify_fn verify, void *arg)
 {
@@ -359,13 +454,15 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
     static char image[512], image2[512]; /* ph_test_path's buffers rotate */
     snprintf(image, sizeof(image), "%s", ph_test_path("crash.image"));
     snprintf(image2, sizeof(image2), "%s", ph_test_path("crash2.image"));
-    run_ctx r = {name, image, image2, verify, c, &st, ""};
+    int pages = ph_crash_model() == PH_CRASH_PAGES;
+    char row[160];
+    snprintf(row, sizeof(row), "%s%s", name, pages ? ":pages" : "");
+    run_ctx r = {row, image, image2, verify, c, &st, ""};
     int level = ph_crash_level(), full = level == PH_CRASH_FULL;
-    const variant *vs = full ? full_variants : level ? sampled_variants : quick_variants;
-    unsigned nv = full ? PH_ARRAY_N(full_variants)
-                       : level ? PH_ARRAY_N(sampled_variants) : PH_ARRAY_N(quick_variants);
-    unsigned store_step = full ? 1 : level ? 3 : 7;
-    pheap_options dry = {.flags = PHEAP_SIMULATE};
+    unsigned nv;
+    const variant *vs = variants_of(level, &nv);
+    unsigned store_step = full ? 1 : level ? (pages ? 4 : 3) : 7;
+    pheap_options dry = {.flags = PHEAP_SIMULATE, .sim_mode = pages ? PHEAP_SIM_PAGES : 0};
     if (run(base, &dry, workload, c) != 0)
         goto out;
     st.fences = c->fences;
@@ -374,23 +471,14 @@ ph_crash_stats ph_crash_enumerate(const char *name, const char *base, ph_crash_w
         for (unsigned v = 0; v < nv; v++)
             if (one_point(&r, base, workload, k, 0, &vs[v], v) != 0)
                 goto out;
-    /* Between fences: after every durable store, with everything stored so
-     * far on media (each prefix of the stores, in program order), and the
-     * same but for non-temporal stores not yet fenced; and after a sample
-     * of them (all when full) in the word-granular variants. */
-    static const variant prefix[] = {{1.0, 1, 0.0, 0}, {1.0, 1, 0.0, 0, 1}};
-    for (uint64_t s = 1; s <= st.stores; s++) {
-        for (unsigned v = 0; v < PH_ARRAY_N(prefix); v++)
-            if (one_point(&r, base, workload, 0, s, &prefix[v], nv + v) != 0)
-                goto out;
-        for (unsigned v = 0; v < nv && s % store_step == 0; v++)
-            if (vs[v].words && one_point(&r, base, workload, 0, s, &vs[v], v) != 0)
-                goto out;
-    }
+    if (pages)
+        page_stores(&r, base, workload, vs, nv, store_step, full);
+    else
+        line_stores(&r, base, workload, vs, nv, store_step);
 out:
     unlink(r.image);
     unlink(r.image2);
     free(c);
-    ph_crash_report(name, &st);
+    ph_crash_report(row, &st);
     return st;
 }

@@ -278,6 +278,14 @@ enum { PH_CRASH_QUICK, PH_CRASH_SAMPLED, PH_CRASH_FULL };
 int ph_crash_level(void);
 int ph_crash_full(void);
 
+/* Which failure model the enumeration takes its crash points in, from
+ * PHEAP_CRASH_MODEL: the x86 persistency rules of persistent memory (lines
+ * and words, the default) or, with "pages", the page cache of an ordinary
+ * file (PHEAP_SIM_PAGES: the msync back end).  Rows of the page model are
+ * named with ":pages". */
+enum { PH_CRASH_LINES, PH_CRASH_PAGES };
+int ph_crash_model(void);
+
 #define PH_ARRAY_N(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

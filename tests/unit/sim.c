@@ -583,3 +583,231 @@ TEST(fence_keeps_line_written_back_after_its_flush)
     CHECK_EQ(v[1], 0x22);
     CHECK_EQ(v[2], 0x33);
 }
+
+/* ---- the page-cache model (PHEAP_SIM_PAGES) ------------------------------ */
+
+static pheap *open_pages(const pheap_options *extra)
+{
+    pheap_options o = extra ? *extra : (pheap_options){0};
+    o.sim_mode |= PHEAP_SIM_PAGES;
+    return open_sim(&o);
+}
+
+/* An image of the simulated heap now, as a crash would take it. */
+static void page_image(pheap *h, const char *img, uint64_t seed, double evict)
+{
+    ph_sim_crash_spec spec = {.pages = 1, .seed = seed, .evict = evict};
+    if (ph_sim_write_image(h->sp.sim, img, &spec) != 0)
+        ph_test_fail(__FILE__, __LINE__, "image: %s", pheap_errmsg());
+}
+
+/* A flush only marks; the flushing thread's fence syncs the file: every
+ * page that differs, flushed or not.  A fence with nothing flushed syncs
+ * nothing (as the msync back end's).  The private working copy (whose
+ * pages still mapping the file are not compared) and the shared one of a
+ * protected heap (every page compared) alike. */
+static void fence_syncs_every_differing_page(unsigned protect)
+{
+    pheap_options o = {.protect = protect};
+    pheap *h = open_pages(&o);
+    REQUIRE(h);
+    CHECK_EQ(h->sp.sim->view != NULL, protect == PHEAP_PROTECT_ALIAS);
+    CHECK_EQ(h->sp.persist.plain_stores, 1); /* the slab code treats it as msync */
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    const char *img = ph_test_path("pages-sync");
+    w[0] = 1;    /* never flushed */
+    w[1024] = 2; /* two pages on, never flushed */
+    pheap_drain(h);
+    uint64_t v[3];
+    page_image(h, img, 0, 0.0);
+    read_image(img, d, &v[0], 8);
+    read_image(img, d + 8192, &v[1], 8);
+    CHECK_EQ(v[0], 0);
+    CHECK_EQ(v[1], 0);
+    w[512] = 3;
+    pheap_flush(h, &w[512], 8);
+    CHECK_EQ(pheap_sim_fence_count(h), 2); /* the open's and the drain's: counted alike */
+    page_image(h, img, 0, 0.0);
+    read_image(img, d + 4096, &v[0], 8);
+    CHECK_EQ(v[0], 0); /* flushed, not yet synced */
+    pheap_drain(h);
+    w[0] = 4; /* after the sync */
+    page_image(h, img, 0, 0.0);
+    read_image(img, d, &v[0], 8);
+    read_image(img, d + 4096, &v[1], 8);
+    read_image(img, d + 8192, &v[2], 8);
+    CHECK_EQ(v[0], 1);
+    CHECK_EQ(v[1], 3);
+    CHECK_EQ(v[2], 2);
+    pheap_sim_crash(h, NULL, 0, 0);
+}
+
+TEST(pages_fence_syncs_every_differing_page)
+{
+    fence_syncs_every_differing_page(PHEAP_PROTECT_OFF);
+    fence_syncs_every_differing_page(PHEAP_PROTECT_ALIAS);
+}
+
+/* A crash takes each differing page whole, or not, drawn from the seed:
+ * never a part of a page. */
+TEST(pages_join_whole)
+{
+    enum { N = 400 };
+    pheap *h = open_pages(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    for (unsigned i = 0; i < N * 512; i++)
+        w[i] = i + 1;
+    const char *ia = ph_test_path("pages-a"), *ib = ph_test_path("pages-b");
+    page_image(h, ia, 21, 0.5);
+    page_image(h, ib, 21, 0.5);
+    REQUIRE_OK(pheap_sim_crash(h, NULL, 0, 0));
+    static uint64_t x[N * 512], y[N * 512];
+    read_image(ia, d, x, sizeof(x));
+    read_image(ib, d, y, sizeof(y));
+    CHECK(memcmp(x, y, sizeof(x)) == 0); /* same seed, same image */
+    unsigned joined = 0;
+    for (unsigned p = 0; p < N; p++) {
+        unsigned news = 0;
+        for (unsigned k = 0; k < 512; k++)
+            news += x[p * 512 + k] == p * 512 + k + 1;
+        CHECK(news == 0 || news == 512);
+        joined += news == 512;
+    }
+    CHECK(joined > N * 4 / 10 && joined < N * 6 / 10);
+}
+
+/* Eviction at a store writes back the stored word's whole page as it is
+ * then: a plain store next to it goes along, a later one does not. */
+TEST(pages_store_eviction_takes_the_page)
+{
+    pheap_options o = {.sim_store_evict_probability = 1.0, .sim_store_seed = 3};
+    pheap *h = open_pages(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    ph_pctx *c = ph_heap_pctx(h);
+    w[300] = 7;   /* same page, another line */
+    w[600] = 9;   /* the next page */
+    ph_persist_write(&h->sp.persist, c, &w[0], 5);
+    w[300] = 8;
+    const char *img = ph_test_path("pages-store-evict");
+    REQUIRE_OK(pheap_sim_crash(h, img, 0, 0.0));
+    uint64_t v[601];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 5);
+    CHECK_EQ(v[300], 7);
+    CHECK_EQ(v[600], 0);
+}
+
+/* sim_crash_fence counts fences as ever; the image is taken before that
+ * fence's sync. */
+TEST(pages_crash_before_the_sync_of_its_fence)
+{
+    const char *img = ph_test_path("pages-at-fence");
+    unlink(img);
+    pheap_options o = {.sim_crash_fence = 3, .sim_crash_image = img};
+    pheap *h = open_pages(&o);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    w[1000] = 0xC; /* never flushed: the sync of fence 2 takes it */
+    w[0] = 0xA;
+    pheap_persist(h, w, 8);
+    w[8] = 0xB;
+    pheap_persist(h, &w[8], 8);
+    REQUIRE(access(img, F_OK) == 0);
+    uint64_t v[1001];
+    read_image(img, d, v, sizeof(v));
+    CHECK_EQ(v[0], 0xA);
+    CHECK_EQ(v[8], 0);
+    CHECK_EQ(v[1000], 0xC);
+    pheap_sim_crash(h, NULL, 0, 0);
+}
+
+/* A growth not yet synced: a crash keeps the old length or the new one,
+ * with the eviction probability; after a sync, the new. */
+TEST(pages_length_old_or_new_until_synced)
+{
+    const char *path = ph_test_path("pages-grow.heap");
+    pheap_options co = {.size = 1u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &co, &h));
+    pheap_close(h);
+    pheap_options o = {.flags = PHEAP_SIMULATE, .sim_mode = PHEAP_SIM_PAGES};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    ph_sim *s = h->sp.sim;
+    uint64_t size = s->size, grown = size + (1u << 20);
+    REQUIRE_OK(ph_space_extend_map(&h->sp, size, grown));
+    ph_sim_file_resize(s, grown);
+    *(uint64_t *)(h->sp.base + size) = 0x77; /* a page past the old end */
+    const char *img = ph_test_path("pages-len");
+    page_image(h, img, 1, 0.0);
+    CHECK_EQ(file_len(img), size);
+    page_image(h, img, 1, 1.0);
+    CHECK_EQ(file_len(img), grown);
+    uint64_t v;
+    read_image(img, size, &v, 8);
+    CHECK_EQ(v, 0x77);
+    unsigned longer = 0;
+    for (uint64_t seed = 0; seed < 40; seed++) {
+        page_image(h, img, seed, 0.5);
+        longer += file_len(img) == grown;
+    }
+    CHECK(longer > 5 && longer < 35);
+    ph_sim_file_sync(s); /* fsync: the length and every page */
+    page_image(h, img, 1, 0.0);
+    CHECK_EQ(file_len(img), grown);
+    read_image(img, size, &v, 8);
+    CHECK_EQ(v, 0x77);
+    pheap_sim_crash(h, NULL, 0, 0);
+}
+
+/* A punched page keeps its old contents on media until the next sync. */
+TEST(pages_punch_durable_at_the_next_sync)
+{
+    pheap *h = open_pages(NULL);
+    REQUIRE(h);
+    uint64_t d = data_off(h);
+    uint64_t *w = pheap_direct(h, d);
+    w[0] = 0xAB;
+    pheap_persist(h, w, 8);
+    ph_space_punch(&h->sp, d, 4096);
+    CHECK_EQ(w[0], 0);
+    const char *img = ph_test_path("pages-punch");
+    uint64_t v;
+    page_image(h, img, 0, 0.0);
+    read_image(img, d, &v, 8);
+    CHECK_EQ(v, 0xAB);
+    page_image(h, img, 0, 1.0);
+    read_image(img, d, &v, 8);
+    CHECK_EQ(v, 0);
+    pheap_persist(h, &w[1024], 8); /* any sync */
+    page_image(h, img, 0, 0.0);
+    read_image(img, d, &v, 8);
+    CHECK_EQ(v, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
+}
+
+TEST(pages_refuse_words_and_nt_lag)
+{
+    pheap *h;
+    pheap_options o = {.flags = PHEAP_SIMULATE, .sim_mode = PHEAP_SIM_PAGES | PHEAP_SIM_WORDS};
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL);
+    CHECK(strstr(pheap_errmsg(), "PHEAP_SIM_PAGES") != NULL);
+    o.sim_mode = PHEAP_SIM_PAGES | PHEAP_SIM_NT_LAG;
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL);
+    o.sim_mode = PHEAP_SIM_PAGES;
+    o.flags = 0;
+    CHECK_EQ(pheap_open(base_heap(), &o, &h), PHEAP_EINVAL); /* not simulating */
+    o = (pheap_options){.flags = PHEAP_SIMULATE, .sim_mode = PHEAP_SIM_PAGES | PHEAP_SIM_CONTENDED};
+    REQUIRE_OK(pheap_open(base_heap(), &o, &h));
+    CHECK_EQ(h->sp.persist.plain_stores, 1);
+    pheap_sim_crash(h, NULL, 0, 0);
+    h = open_sim(NULL);
+    REQUIRE(h);
+    CHECK_EQ(h->sp.persist.plain_stores, 0);
+    pheap_sim_crash(h, NULL, 0, 0);
+}
