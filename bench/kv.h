@@ -77,6 +77,7 @@ typedef struct kv_backend {
 } kv_backend;
 
 extern const kv_backend kv_pheap_redo, kv_pheap_undo, kv_pheap_redo_none, kv_pheap_redo_noprot,
+    kv_pheap_redo_ckpt,
     kv_pmemobj;
 
 /* Every variant, in table order; ends with NULL. */

@@ -39,7 +39,8 @@ unsigned kv_pheap_flush(void)
     return PHEAP_FLUSH_AUTO;
 }
 
-static int create_with(const kv_params *p, char **out, unsigned flush, unsigned protect)
+static int create_level(const kv_params *p, char **out, unsigned flush, unsigned protect,
+                        unsigned durability)
 {
     pheap_options o = { 0 };
     struct pheap_stats s;
@@ -47,6 +48,8 @@ static int create_with(const kv_params *p, char **out, unsigned flush, unsigned 
     o.flags = PHEAP_CREATE | PHEAP_EXCL;
     o.flush = flush;
     o.protect = protect;
+    o.durability = durability;
+    o.checkpoint_ms = durability == PHEAP_DURABILITY_CHECKPOINT ? 1000 : 0;
     int rc = pheap_open(p->path, &o, &heap);
     if (rc != 0) {
         bench_fail("pheap_open(create) %s: %s: %s", p->path, pheap_strerror(rc), pheap_errmsg());
@@ -58,6 +61,18 @@ static int create_with(const kv_params *p, char **out, unsigned flush, unsigned 
     base = (char *)pheap_direct(heap, s.data_offset) - s.data_offset;
     *out = base;
     return 0;
+}
+
+static int create_with(const kv_params *p, char **out, unsigned flush, unsigned protect)
+{
+    return create_level(p, out, flush, protect, PHEAP_DURABILITY_AUTO);
+}
+
+/* The checkpoint level, a checkpoint every second (it chooses how stores
+ * are made durable). */
+static int create_checkpoint(const kv_params *p, char **out)
+{
+    return create_level(p, out, PHEAP_FLUSH_AUTO, PHEAP_PROTECT_AUTO, PHEAP_DURABILITY_CHECKPOINT);
 }
 
 static int create_cpu_flush(const kv_params *p, char **out)
@@ -211,6 +226,14 @@ const kv_backend kv_pheap_redo_none = {
     .name = "pheap-redo-none",
     .what = "pheap-redo with the flush back end none (no write-back at all)",
     .create = create_no_flush,
+    .update = update_redo,
+    PHEAP_COMMON,
+};
+
+const kv_backend kv_pheap_redo_ckpt = {
+    .name = "pheap-redo-ckpt",
+    .what = "pheap-redo at the checkpoint durability level, a checkpoint every second",
+    .create = create_checkpoint,
     .update = update_redo,
     PHEAP_COMMON,
 };

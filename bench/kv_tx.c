@@ -25,7 +25,8 @@
 #define EXIT_SKIPPED 77
 
 const kv_backend *const kv_backends[] = {
-    &kv_pheap_redo, &kv_pheap_undo, &kv_pheap_redo_none, &kv_pheap_redo_noprot, &kv_pmemobj, NULL,
+    &kv_pheap_redo, &kv_pheap_undo, &kv_pheap_redo_none, &kv_pheap_redo_noprot, &kv_pheap_redo_ckpt,
+    &kv_pmemobj, NULL,
 };
 
 const kv_backend *kv_backend_find(const char *name)
@@ -475,6 +476,8 @@ static void row_flush(row *r)
         name = force && *force == '1' ? "PMEM_IS_PMEM_FORCE=1" : "pmem auto";
     } else if (r->b == &kv_pheap_redo_none) {
         name = "none";
+    } else if (r->b == &kv_pheap_redo_ckpt) {
+        name = "checkpoint";
     } else {
         name = getenv("PHEAP_FLUSH") && *getenv("PHEAP_FLUSH") ? getenv("PHEAP_FLUSH")
                                                                : bench_cpu_flush();

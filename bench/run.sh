@@ -27,7 +27,8 @@
 # Boost.Interprocess managed_mapped_file (skipped when libboost-dev cannot be
 # had); then the back-end table runs pheap with each
 # flush back end (msync, none, cache-line flushes) and libpmemobj with and
-# without PMEM_IS_PMEM_FORCE on an ordinary file system, with fewer calls.
+# without PMEM_IS_PMEM_FORCE on an ordinary file system, with fewer calls, and
+# pheap_durabench the durability levels (sync, checkpoint) there.
 set -eu
 
 usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap_bench options]" >&2; exit 2; }
@@ -236,6 +237,13 @@ if [ "$FS_DIR" != none ]; then
         fs_run "pmemobj forced" pmemobj PMEM_IS_PMEM_FORCE=1 ;;
     esac
     echo "run.sh: back ends on $FS_DIR took $(( $(date +%s) - t0 )) s"
+    # The durability levels (sync, checkpoint) on the same file system.
+    DURA_MD="$RES/$RUN-durability.md"
+    DURA_SECS=3; [ -n "$QUICK" ] && DURA_SECS=1
+    case ",$ALLOCS," in *,pheap,*)
+        "$BDIR/bench/pheap_durabench" "$FS_DIR" --seconds $DURA_SECS --threads 1,2,4,8 >"$DURA_MD" || {
+            echo "run.sh: pheap_durabench failed"; failed=1; } ;;
+    esac
 fi
 
 # ---- report ---------------------------------------------------------------
@@ -263,6 +271,11 @@ if [ -s "$NAMES_MD" ]; then
     [ "$MODE" = full ] && { echo; echo "## Named objects (pheap_namebench)"; cat "$NAMES_MD"; } >>"$RES/SUMMARY.md"
 fi
 rm -f "$NAMES_MD"
+if [ -s "${DURA_MD:-}" ]; then
+    { echo; echo "## Durability levels on $FS_DIR (pheap_durabench)"; cat "$DURA_MD"; } >>"$RES/$RUN/report.md"
+    [ "$MODE" = full ] && { echo; echo "## Durability levels (pheap_durabench)"; cat "$DURA_MD"; } >>"$RES/SUMMARY.md"
+fi
+rm -f "${DURA_MD:-/nonexistent}"
 # A full run's charts are what the README shows: keep the latest beside SUMMARY.md.
 if [ "$MODE" = full ]; then
     mkdir -p "$RES/charts" && rm -f "$RES/charts/"*.png && cp "$RES/$RUN/"*.png "$RES/charts/" 2>/dev/null

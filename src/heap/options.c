@@ -196,10 +196,18 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
         if (opts->flags & PHEAP_SIMULATE)
             return ph_err(PHEAP_EINVAL, "the checkpoint durability level does not run under "
                           "PHEAP_SIMULATE (its working copy is a file of its own)");
-        if (cfg->flush != PHEAP_FLUSH_AUTO)
+        /* It chooses how stores are made durable: options.flush set with
+         * it is a contradiction; PHEAP_FLUSH from the environment gives way
+         * to a level the program asked for, and contradicts one the
+         * environment asked for. */
+        if (opts->flush != PHEAP_FLUSH_AUTO ||
+            (cfg->flush != PHEAP_FLUSH_AUTO && opts->durability != PHEAP_DURABILITY_CHECKPOINT))
             return ph_err(PHEAP_EINVAL, "the checkpoint durability level chooses how stores are "
-                          "made durable: options.flush or PHEAP_FLUSH (%s) cannot be set with it",
+                          "made durable: %s (%s) cannot be set with it",
+                          opts->flush != PHEAP_FLUSH_AUTO ? "options.flush" : "PHEAP_FLUSH",
                           pheap_flush_name(cfg->flush));
+        cfg->flush = PHEAP_FLUSH_AUTO;
+        cfg->flush_source = 0;
     }
     if (opts->flags & PHEAP_SIMULATE) {
         cfg->flush = PHEAP_FLUSH_SIM;

@@ -307,6 +307,19 @@ TEST(bad_calls_are_refused_and_change_nothing)
     CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
     o = (pheap_options){.durability = 7};
     CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    /* PHEAP_FLUSH gives way to a level the program asks for, and
+     * contradicts one the environment asks for. */
+    setenv("PHEAP_FLUSH", "msync", 1);
+    workdir();
+    o = (pheap_options){.durability = PHEAP_DURABILITY_CHECKPOINT};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    struct pheap_stats fs;
+    pheap_stats(h, &fs);
+    CHECK_EQ(fs.flush, PHEAP_FLUSH_CHECKPOINT);
+    REQUIRE_OK(pheap_close(h));
+    setenv("PHEAP_DURABILITY", "checkpoint", 1);
+    CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EINVAL);
+    unsetenv("PHEAP_FLUSH");
     setenv("PHEAP_DURABILITY", "often", 1);
     CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EINVAL);
     setenv("PHEAP_DURABILITY", "checkpoint", 1);
