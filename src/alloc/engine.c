@@ -1175,6 +1175,11 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engin
     return 0;
 }
 
+void ph_engine_purge(ph_engine *e)
+{
+    ph_extents_purge_now(e->ext);
+}
+
 void ph_engine_close(ph_engine *e)
 {
     if (!e)

@@ -72,6 +72,9 @@ typedef struct ph_engine {
  * PHEAP_ECORRUPT, PHEAP_ENOMEM. */
 int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out);
 void ph_engine_close(ph_engine *e);
+/* The purge of close, ahead of it: freed large blocks' pages go back to
+ * the file system now (before the checkpoint level's last checkpoint). */
+void ph_engine_purge(ph_engine *e);
 
 /* How a block is filled before its allocation commits (pheap_alloc_init,
  * pheap_alloc_to_init): zeroed when `zero`, then fn(arg, block, usable)

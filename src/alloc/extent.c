@@ -145,13 +145,18 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
     return 0;
 }
 
+void ph_extents_purge_now(ph_extents *x)
+{
+    drain_released(x);
+    if (x->dirty_since) /* something was freed in this open: purge it now */
+        ph_extent_backing_purge(x);
+}
+
 void ph_extents_close(ph_extents *x)
 {
     if (!x)
         return;
-    drain_released(x);
-    if (x->dirty_since) /* something was freed in this open: purge it now */
-        ph_extent_backing_purge(x);
+    ph_extents_purge_now(x);
     extents_fini(x);
     free(x);
 }

@@ -78,6 +78,9 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
  * crash left past the log's tail (extent_log.c). */
 void ph_extent_log_scrub(ph_extents *x, ph_pctx *c);
 void ph_extents_close(ph_extents *x);
+/* Gives back to the file system, now, the pages of every block freed in
+ * this open (what close does first). */
+void ph_extents_purge_now(ph_extents *x);
 
 /* Allocates `bytes` (page-rounded) as one large block, or one chunk-aligned
  * chunk as a slab of class `cls` (kind PH_EXT_SLAB), growing the heap when

@@ -283,8 +283,8 @@ static void release(pheap *h, int failed_open)
         ph_thread_unregister_heap(h, 0);
     if (!h->sp.inherited)
         ph_procs_detach(h);
+    ph_engine_close(h->engine); /* (its purge punches the working copy: before the tier goes) */
     ph_tier_release(h, h->sp.inherited || ph_heap_inherited(h), failed_open);
-    ph_engine_close(h->engine);
     ph_persist_fini(&h->sp.persist, h->sp.inherited || ph_heap_inherited(h));
     ph_sim_destroy(h->sp.sim);
     ph_space_unmap(&h->sp);
@@ -470,7 +470,10 @@ ph_export int pheap_close(pheap *h)
         if (!h->needs_recovery)
             ph_persist_store64(&h->sp.persist, &c, &h->sp.state->xclean, PH_STATE_CLEAN);
         ph_persist_ctx_release(&c);
-        rc = ph_tier_close(h);
+        if (h->tier) { /* what close gives back goes into the last checkpoint */
+            ph_engine_purge(h->engine);
+            rc = ph_tier_close(h);
+        }
         if (h->sp.sim) {
             rc = ph_sim_write_durable(h->sp.sim, h->sp.fd);
             if (!rc)

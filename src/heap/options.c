@@ -192,6 +192,13 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     }
     if (cfg->durability == PHEAP_DURABILITY_AUTO)
         cfg->durability = PHEAP_DURABILITY_SYNC;
+    cfg->durability_env = cfg->durability == PHEAP_DURABILITY_CHECKPOINT &&
+                          opts->durability != PHEAP_DURABILITY_CHECKPOINT;
+    /* A level from the environment is a default for programs that chose
+     * nothing: it gives way to a simulator or a flush kind the program
+     * asked for. */
+    if (cfg->durability_env && (opts->flush != PHEAP_FLUSH_AUTO || (opts->flags & PHEAP_SIMULATE)))
+        cfg->durability = PHEAP_DURABILITY_SYNC;
     if (cfg->durability == PHEAP_DURABILITY_CHECKPOINT) {
         if (opts->flags & PHEAP_SIMULATE)
             return ph_err(PHEAP_EINVAL, "the checkpoint durability level does not run under "
@@ -200,8 +207,7 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
          * it is a contradiction; PHEAP_FLUSH from the environment gives way
          * to a level the program asked for, and contradicts one the
          * environment asked for. */
-        if (opts->flush != PHEAP_FLUSH_AUTO ||
-            (cfg->flush != PHEAP_FLUSH_AUTO && opts->durability != PHEAP_DURABILITY_CHECKPOINT))
+        if (opts->flush != PHEAP_FLUSH_AUTO || (cfg->flush != PHEAP_FLUSH_AUTO && cfg->durability_env))
             return ph_err(PHEAP_EINVAL, "the checkpoint durability level chooses how stores are "
                           "made durable: %s (%s) cannot be set with it",
                           opts->flush != PHEAP_FLUSH_AUTO ? "options.flush" : "PHEAP_FLUSH",

@@ -22,6 +22,8 @@ typedef struct ph_config {
     unsigned protect;       /* enum pheap_protect_kind; AUTO until mapped */
     unsigned no_morph;      /* PHEAP_MORPH=0: slabs never morph (alloc/morph.h) */
     unsigned durability;    /* enum pheap_durability, AUTO resolved to SYNC */
+    unsigned durability_env;/* CHECKPOINT came from PHEAP_DURABILITY: it gives way to
+                               what the program chose (tier.c) */
     unsigned checkpoint_ms; /* CHECKPOINT: automatic checkpoints (0: none) */
 } ph_config;
 

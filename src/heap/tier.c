@@ -23,6 +23,7 @@
  * ones included, first replays a committed journal (ph_ckpt_replay).
  */
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +104,13 @@ static int same_heap(int a, int b)
            ph_os_pread(b, ub, 16, offsetof(ph_header, uuid)) == 16 && memcmp(ua, ub, 16) == 0;
 }
 
-/* Copies the pages of `from` that hold something into `to`, size bytes. */
+static int zeros(const char *p, size_t n)
+{
+    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
+}
+
+/* Copies the pages of `from` that hold something other than zeros into
+ * `to` (size bytes long): a working copy takes memory only for them. */
 static int copy_file(int from, int to, uint64_t size, const char *what)
 {
     enum { CHUNK = 1u << 20 };
@@ -117,7 +124,22 @@ static int copy_file(int from, int to, uint64_t size, const char *what)
         for (uint64_t at = d0; !rc && at < d1; at += CHUNK) {
             size_t n = (size_t)PH_MIN((uint64_t)CHUNK, d1 - at);
             ssize_t got = ph_os_pread(from, buf, n, at);
-            rc = got < 0 ? (int)got : ph_os_pwrite(to, buf, (size_t)got, at);
+            if (got < 0) {
+                rc = (int)got;
+                break;
+            }
+            /* runs of pages that are not all zeros */
+            for (size_t p = 0, q; !rc && p < (size_t)got; p = q) {
+                size_t len = PH_MIN((size_t)PH_PAGE_SIZE, (size_t)got - p);
+                if (zeros(buf + p, len)) {
+                    q = p + len;
+                    continue;
+                }
+                for (q = p + len; q < (size_t)got &&
+                                  !zeros(buf + q, PH_MIN((size_t)PH_PAGE_SIZE, (size_t)got - q));)
+                    q += PH_MIN((size_t)PH_PAGE_SIZE, (size_t)got - q);
+                rc = ph_os_pwrite(to, buf + p, q - p, at + p);
+            }
         }
     }
     free(buf);
@@ -163,8 +185,8 @@ static int absorb(int dfd, const char *dpath, const char *wpath, int wfd)
     memcpy(uuid, map + offsetof(ph_header, uuid), 16);
     rc = ph_ckpt_create(&k, dfd, dpath, uuid, map, map, size, size, &size);
     if (!rc) {
-        k->compare_all = 1;
-        rc = ph_ckpt_take(k);
+        k->wfd = wfd;
+        rc = ph_ckpt_take(k, 1);
     }
     ph_ckpt_destroy(k);
     if (size)
@@ -184,9 +206,20 @@ int ph_tier_open(pheap *h, const struct ph_config *cfg)
     if (rc || h->readonly)
         return rc; /* a read-only open or a snapshot reads the file: the last checkpoint */
     int checkpoint = cfg->durability == PHEAP_DURABILITY_CHECKPOINT;
-    if (checkpoint && ph_os_file_on_dax(h->sp.fd))
-        return ph_err(PHEAP_EINVAL, "%s: the checkpoint durability level is for files not on "
-                      "DAX (this one takes cache-line flushes)", h->path);
+    uint32_t consistency = 0;
+    if (ph_os_pread(h->sp.fd, &consistency, sizeof(consistency),
+                    offsetof(ph_header, consistency)) != (ssize_t)sizeof(consistency))
+        consistency = 0; /* not a heap: read_header says so */
+    const char *why = !checkpoint ? NULL
+                      : ph_os_file_on_dax(h->sp.fd)
+                          ? "is for files not on DAX (this one takes cache-line flushes)"
+                      : consistency == PH_CONSISTENCY_GC
+                          ? "is for LOG heaps (a GC heap's fast path marks no page it changes)"
+                          : NULL;
+    if (why && cfg->durability_env)
+        checkpoint = 0; /* the environment's default gives way */
+    else if (why)
+        return ph_err(PHEAP_EINVAL, "%s: the checkpoint durability level %s", h->path, why);
     char *wpath = working_copy_path(h->sp.fd);
     if (!wpath)
         return checkpoint ? pheap_errno() : 0; /* no working-copy directory: none to find */
@@ -231,14 +264,15 @@ int ph_tier_open(pheap *h, const struct ph_config *cfg)
 int ph_tier_attach(pheap *h)
 {
     struct ph_tier *t = h->tier;
-    if (h->hdr.consistency == PH_CONSISTENCY_GC)
-        return ph_err(PHEAP_EINVAL, "%s: the checkpoint durability level is for LOG heaps (a GC "
-                      "heap's fast path marks no page it changes)", h->path);
+    if (h->hdr.consistency == PH_CONSISTENCY_GC) /* ph_tier_open read another header */
+        return ph_err(PHEAP_ECORRUPT, "%s: the working copy is a GC heap, the file is not",
+                      h->path);
     int rc = ph_ckpt_create(&t->ckpt, t->dfd, h->path, h->hdr.uuid, h->sp.base, h->sp.view,
                             h->sp.reserve, h->sp.data_off, &h->sp.xsize);
     if (rc)
         return rc;
     t->ckpt->compare_all = t->from_working_copy;
+    t->ckpt->wfd = h->sp.fd;
     h->sp.persist.ckpt = t->ckpt;
     return 0;
 }
@@ -259,7 +293,7 @@ static void *auto_thread(void *arg)
         if (t->stopping)
             break;
         pthread_mutex_unlock(&t->lock);
-        if (ph_ckpt_take(t->ckpt) != 0)
+        if (ph_ckpt_take(t->ckpt, 0) != 0)
             ph_store_relaxed(&t->xerrors, t->xerrors + 1);
         pthread_mutex_lock(&t->lock);
     }
@@ -305,7 +339,7 @@ int ph_tier_close(pheap *h)
     if (!t || !t->ckpt)
         return 0;
     stop_thread(t);
-    int rc = ph_ckpt_take(t->ckpt);
+    int rc = ph_ckpt_take(t->ckpt, 1); /* and what the program stored without a flush */
     if (rc)
         return ph_err(rc, "%s: the last checkpoint failed (%s); the working copy %s keeps "
                       "everything, and the next open resumes from it", h->path, pheap_errmsg(),
@@ -327,6 +361,7 @@ void ph_tier_release(pheap *h, int inherited, int failed_open)
         unlink(t->wpath); /* a copy of the file, nothing more */
     if (t->dfd != h->sp.fd && t->dfd >= 0)
         close(t->dfd);
+    h->sp.persist.ckpt = NULL;
     ph_ckpt_destroy(t->ckpt);
     if (!inherited) {
         pthread_mutex_destroy(&t->lock);
@@ -369,5 +404,5 @@ ph_export int pheap_checkpoint(pheap *h)
     if (ph_gate_depth() > 1)
         return ph_err(PHEAP_EBUSY, "pheap_checkpoint: called inside a call of pheap's (an "
                       "initialiser or a filter), which the checkpoint would wait for");
-    return ph_ckpt_take(h->tier->ckpt);
+    return ph_ckpt_take(h->tier->ckpt, 0);
 }

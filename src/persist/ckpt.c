@@ -329,6 +329,7 @@ int ph_ckpt_create(ph_ckpt **out, int dfd, const char *dpath, const uint8_t uuid
     k->xsize = xsize;
     k->dfd = dfd;
     k->jfd = -1;
+    k->wfd = -1;
     memcpy(k->uuid, uuid, 16);
     pthread_mutex_init(&k->lock, NULL);
     *out = k;
@@ -415,50 +416,66 @@ static int set_add(ckpt_set *s, ph_ckpt *k, uint64_t pg, const char *src)
     return 0;
 }
 
+/* Adds to sel[] the pages below `pages` where the working copy differs
+ * from the heap file: every page the working copy stores (its holes were
+ * punched, and marked then), compared a run at a time. */
+static int select_differing(ph_ckpt *k, uint64_t *sel, uint64_t pages)
+{
+    enum { RUN = 64 };
+    char *buf = malloc((size_t)RUN * PAGE);
+    if (!buf)
+        return PHEAP_ENOMEM;
+    uint64_t size = pages * PAGE, d0 = 0, d1 = size;
+    for (uint64_t off = 0; off < size; off = d1) {
+        if (k->wfd >= 0 && ph_os_next_data(k->wfd, off, size, &d0, &d1) != 1)
+            break;
+        d0 = PH_ALIGN_DOWN(d0, PAGE);
+        d1 = PH_MIN(PH_ALIGN_UP(d1, PAGE), size);
+        for (uint64_t at = d0; at < d1; at += (uint64_t)RUN * PAGE) {
+            size_t n = (size_t)PH_MIN((uint64_t)RUN * PAGE, d1 - at);
+            ssize_t got = ph_os_pread(k->dfd, buf, n, at);
+            size_t have = got > 0 ? (size_t)got : 0;
+            memset(buf + have, 0, n - have); /* past the file's end: zeros */
+            for (size_t i = 0; i < n / PAGE; i++)
+                if (memcmp(buf + i * PAGE, k->base + at + i * PAGE, PAGE) != 0) {
+                    uint64_t pg = at / PAGE + i;
+                    sel[pg / 64] |= 1ull << (pg % 64);
+                }
+        }
+    }
+    free(buf);
+    return 0;
+}
+
 /* Step 1, every call held at the gate: the dirty map, taken (each word
  * swapped for zero, so that a mark made meanwhile by pheap_flush, which
- * does not pass the gate, is in this set or the next), and the pages'
- * contents.  After a crash left the working copy, every page that differs
- * from the heap file instead. */
-static int collect(ph_ckpt *k, ckpt_set *s)
+ * does not pass the gate, is in this set or the next), with -- when
+ * `compare` -- every page that differs from the heap file (stores never
+ * flushed; the dirty map a crash took); then the pages' contents. */
+static int collect(ph_ckpt *k, ckpt_set *s, int compare)
 {
-    uint64_t size = ph_load(k->xsize), pages = size / PAGE;
+    uint64_t size = ph_load(k->xsize), pages = size / PAGE, nw = (pages + 63) / 64;
     s->file_size = size;
-    if (k->compare_all) {
-        char *buf = malloc(PAGE);
-        if (!buf)
-            return PHEAP_ENOMEM;
-        for (uint64_t pg = 0; pg < pages; pg++) {
-            ssize_t got = ph_os_pread(k->dfd, buf, PAGE, pg * PAGE);
-            if (got < (ssize_t)PAGE)
-                memset(buf + (got > 0 ? got : 0), 0, PAGE - (size_t)(got > 0 ? got : 0));
-            if (memcmp(buf, k->base + pg * PAGE, PAGE) != 0 && set_add(s, k, pg, k->base + pg * PAGE)) {
-                free(buf);
-                return PHEAP_ENOMEM;
-            }
-        }
-        free(buf);
-        for (uint64_t w = 0; w < k->nwords; w++)
-            (void)__atomic_exchange_n(&k->xdirty[w], 0, __ATOMIC_ACQ_REL);
-        return 0;
-    }
-    for (uint64_t w = 0; w < k->nwords && w * 64 < pages; w++) {
-        uint64_t bits = ph_load_relaxed(&k->xdirty[w]) ? __atomic_exchange_n(&k->xdirty[w], 0,
-                                                                             __ATOMIC_ACQ_REL)
-                                                       : 0;
-        for (; bits; bits &= bits - 1) {
+    uint64_t *sel = calloc(nw ? nw : 1, sizeof(uint64_t));
+    if (!sel)
+        return PHEAP_ENOMEM;
+    for (uint64_t w = 0; w < nw && w < k->nwords; w++)
+        if (ph_load_relaxed(&k->xdirty[w]))
+            sel[w] = __atomic_exchange_n(&k->xdirty[w], 0, __ATOMIC_ACQ_REL);
+    if (pages % 64 && nw)
+        sel[nw - 1] &= (1ull << (pages % 64)) - 1; /* beyond the end: nothing to copy */
+    int rc = compare ? select_differing(k, sel, pages) : 0;
+    for (uint64_t w = 0; !rc && w < nw; w++)
+        for (uint64_t bits = sel[w]; bits && !rc; bits &= bits - 1) {
             uint64_t pg = w * 64 + (uint64_t)__builtin_ctzll(bits);
-            if (pg >= pages)
-                continue; /* beyond the end: nothing there to copy */
-            if (set_add(s, k, pg, k->base + pg * PAGE)) {
-                ph_ckpt_mark_off(k, pg * PAGE, PAGE); /* the rest of this word: next time */
-                for (bits &= bits - 1; bits; bits &= bits - 1)
-                    ph_ckpt_mark_off(k, (w * 64 + (uint64_t)__builtin_ctzll(bits)) * PAGE, PAGE);
-                return PHEAP_ENOMEM;
-            }
+            rc = set_add(s, k, pg, k->base + pg * PAGE);
         }
-    }
-    return 0;
+    if (rc) /* out of memory: the whole selection is the next checkpoint's */
+        for (uint64_t w = 0; w < nw; w++)
+            for (uint64_t bits = sel[w]; bits; bits &= bits - 1)
+                ph_ckpt_mark_off(k, (w * 64 + (uint64_t)__builtin_ctzll(bits)) * PAGE, PAGE);
+    free(sel);
+    return rc;
 }
 
 /* A checkpoint that failed before its commit: its pages are copied by the
@@ -566,7 +583,7 @@ static int write_set(ph_ckpt *k, ckpt_set *s)
     return rc;
 }
 
-int ph_ckpt_take(ph_ckpt *k)
+int ph_ckpt_take(ph_ckpt *k, int compare)
 {
     uint64_t t0 = ph_os_time_ns();
     /* Whoever holds the lock may be stopping every call: this one waits
@@ -586,7 +603,7 @@ int ph_ckpt_take(ph_ckpt *k)
     ckpt_set s = {0};
     ph_gate_stop();
     uint64_t t1 = ph_os_time_ns();
-    rc = collect(k, &s);
+    rc = collect(k, &s, compare || k->compare_all);
     ph_gate_start();
     uint64_t t2 = ph_os_time_ns();
     if (rc) {

@@ -39,6 +39,7 @@ typedef struct ph_ckpt {
                                     last checkpoint took it (atomic) */
     uint64_t nwords;
     int dfd;                     /* the heap file (the durable copy) */
+    int wfd;                     /* the working copy, for its holes (-1: not known) */
     int jfd;                     /* the journal; -1 until first needed */
     char *dpath;                 /* their paths */
     char *jpath;
@@ -76,12 +77,15 @@ void ph_ckpt_mark(ph_ckpt *k, const void *addr, uint64_t len);
  * copy). */
 void ph_ckpt_mark_off(ph_ckpt *k, uint64_t off, uint64_t len);
 
-/* Takes a checkpoint (the steps above); durable on return.  Called with
- * the gate passed at most once by this thread (not from an initialiser).
+/* Takes a checkpoint (the steps above); durable on return.  `compare`:
+ * of every page that differs from the heap file, not only the marked ones
+ * (stores the program never flushed too: a clean close), which reads the
+ * heap file's pages where the working copy stores data.  Called with the
+ * gate passed at most once by this thread (not from an initialiser).
  * Errors: PHEAP_ENOSPC, PHEAP_EIO (the heap file stays at the last
  * checkpoint, and what was to be copied is copied by the next one),
  * PHEAP_ENOMEM. */
-int ph_ckpt_take(ph_ckpt *k);
+int ph_ckpt_take(ph_ckpt *k, int compare);
 
 /* Open: copies a committed journal of the heap file `dfd` into it and
  * syncs it, so that the file is its last checkpoint.  `writable`: 0 for a

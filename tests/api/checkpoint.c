@@ -346,7 +346,24 @@ TEST(bad_calls_are_refused_and_change_nothing)
     pheap_close(g);
     CHECK(open_level(gpath, PHEAP_DURABILITY_CHECKPOINT, 0) == NULL);
     CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
-    CHECK_EQ(has_working_copy(gpath), 0); /* the refused open removed the copy it made */
+    CHECK_EQ(has_working_copy(gpath), 0);
+    /* The level from the environment is a default: a GC heap, or a program
+     * that sets a flush kind or the simulator, opens at the sync level. */
+    setenv("PHEAP_DURABILITY", "checkpoint", 1);
+    g = open_level(gpath, 0, 0);
+    REQUIRE(g);
+    pheap_stats(g, &s);
+    CHECK_EQ(s.durability, PHEAP_DURABILITY_SYNC);
+    pheap_close(g);
+    o = (pheap_options){.flush = PHEAP_FLUSH_NONE};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap_stats(h, &s);
+    CHECK_EQ(s.durability, PHEAP_DURABILITY_SYNC);
+    CHECK_EQ(s.flush, PHEAP_FLUSH_NONE);
+    pheap_close(h);
+    unsetenv("PHEAP_DURABILITY");
+    CHECK_EQ(has_working_copy(gpath), 0);
+    CHECK_EQ(has_working_copy(path), 0);
 
     /* A working-copy directory others can read. */
     char open_dir[4200];

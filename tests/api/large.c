@@ -73,6 +73,7 @@ TEST(freed_large_blocks_return_pages_after_the_purge_delay)
     uint64_t before = file_blocks(path);
     pheap_off a = written_block(h, 4 * MiB, 0x5a);
     REQUIRE(a);
+    REQUIRE_OK(pheap_checkpoint(h)); /* (at the checkpoint level the file follows here) */
     uint64_t used = file_blocks(path);
     CHECK(used >= before && used >= 4 * MiB); /* reserved at creation, so no more than before */
     REQUIRE_OK(pheap_free(h, a));
@@ -80,6 +81,7 @@ TEST(freed_large_blocks_return_pages_after_the_purge_delay)
     usleep(150 * 1000);               /* past the delay; the next large call purges */
     pheap_off b = pheap_alloc(h, 1 * MiB);
     REQUIRE(b);
+    REQUIRE_OK(pheap_checkpoint(h));
     uint64_t after = file_blocks(path);
     fprintf(stderr, "  file blocks: %llu KiB empty, %llu KiB with 4 MiB written, %llu KiB after the purge\n",
             (unsigned long long)before / 1024, (unsigned long long)used / 1024,
@@ -102,10 +104,12 @@ TEST(freed_large_blocks_return_pages_past_the_purge_budget)
     pheap_off v[48];
     for (unsigned i = 0; i < 48; i++)
         REQUIRE((v[i] = written_block(h, 1 * MiB, (int)i + 1)) != 0);
+    REQUIRE_OK(pheap_checkpoint(h));
     uint64_t used = file_blocks(path);
     for (unsigned i = 0; i < 48; i++)
         REQUIRE_OK(pheap_free(h, v[i]));
     REQUIRE(pheap_alloc(h, 1 * MiB)); /* takes the index lock once more */
+    REQUIRE_OK(pheap_checkpoint(h));
     uint64_t after = file_blocks(path);
     fprintf(stderr, "  file blocks: %llu KiB with 48 MiB written, %llu KiB after 48 frees\n",
             (unsigned long long)used / 1024, (unsigned long long)after / 1024);
@@ -196,6 +200,7 @@ TEST(purges_never_touch_live_blocks)
     REQUIRE_OK(pheap_check(h, NULL));
     usleep(120 * 1000);
     REQUIRE(pheap_alloc(h, 300 * KiB)); /* the purge after the delay */
+    REQUIRE_OK(pheap_checkpoint(h));
     uint64_t blocks = file_blocks(path);
     fprintf(stderr, "  file blocks after the last purge: %llu KiB\n", (unsigned long long)blocks / 1024);
     CHECK(blocks < 8 * MiB);

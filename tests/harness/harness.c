@@ -84,6 +84,12 @@ const char *ph_test_dir(void)
             exit(2);
         }
         chmod(tmpdir, 0755);
+        /* Working copies of heaps at the checkpoint level go with the
+         * directory, not into the user's /dev/shm/pheap-UID. */
+        char work[sizeof(tmpdir) + 8];
+        snprintf(work, sizeof(work), "%s/work", tmpdir);
+        if (!getenv("PHEAP_WORKDIR") && mkdir(work, 0700) == 0)
+            setenv("PHEAP_WORKDIR", work, 1);
     }
     return tmpdir;
 }
