@@ -443,6 +443,26 @@ int pheap_close(pheap *h);
  * next checkpoint copies what this one did not), PHEAP_ENOMEM. */
 int pheap_checkpoint(pheap *h);
 
+/* What the checkpoint level left of the heap file at `path` (a path or a
+ * heap name), read without opening the heap (pheap info): */
+typedef struct pheap_checkpoint_info {
+    unsigned working_copy;   /* 1 if a working copy of this heap exists: a process
+                                holds the heap at the checkpoint level, or one that
+                                did crashed, and the next read-write open resumes
+                                from it (at any level) */
+    unsigned journal;        /* PHEAP_JOURNAL_*: the state of "<file>.ckpt" */
+    uint64_t checkpoints;    /* checkpoints committed through that journal */
+    char working_copy_path[4096]; /* where it is (or would be) */
+} pheap_checkpoint_info;
+#define PHEAP_JOURNAL_NONE 0      /* no journal of this heap */
+#define PHEAP_JOURNAL_APPLIED 1   /* its last checkpoint is in the file */
+#define PHEAP_JOURNAL_COMMITTED 2 /* a checkpoint a power loss cut short: committed,
+                                     not yet all in the file; the next read-write open
+                                     copies it in, read-only opens refuse the file */
+/* Errors: PHEAP_EINVAL (NULL), those of pheap_path, PHEAP_ENOENT, PHEAP_EACCES
+ * (the file), PHEAP_EPERM (a working-copy directory that is not private). */
+int pheap_checkpoint_info_get(const char *path, pheap_checkpoint_info *out);
+
 /* A process that holds a heap read-write (pheap_procs). */
 #define PHEAP_PROC_EXCLUSIVE 0x1u /* an exclusive read-write open */
 typedef struct pheap_proc {

@@ -55,21 +55,23 @@ struct ph_tier {
 };
 
 /* The directory of working copies: PHEAP_WORKDIR, else /dev/shm/pheap-UID;
- * made when missing, and refused unless it is the user's own and closed to
- * others (a working copy holds the heap's contents). */
-static int workdir(char *buf, size_t len)
+ * made when missing if `make`, and refused unless it is the user's own and
+ * closed to others (a working copy holds the heap's contents).  Without
+ * `make`, a directory that is missing: PHEAP_ENOENT. */
+static int workdir(char *buf, size_t len, int make)
 {
     const char *env = getenv("PHEAP_WORKDIR");
     if (env && *env)
         snprintf(buf, len, "%s", env);
     else
         snprintf(buf, len, "/dev/shm/pheap-%lu", (unsigned long)geteuid());
-    int rc = ph_os_make_dirs(buf, 0700);
+    int rc = make ? ph_os_make_dirs(buf, 0700) : 0;
     if (rc)
         return ph_err(rc, "the working-copy directory %s: %s", buf, pheap_errmsg());
     struct stat st;
     if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-        return ph_err(PHEAP_EIO, "the working-copy directory %s cannot be read", buf);
+        return make ? ph_err(PHEAP_EIO, "the working-copy directory %s cannot be read", buf)
+                    : PHEAP_ENOENT;
     if (st.st_uid != geteuid() || (st.st_mode & 077))
         return ph_err(PHEAP_EPERM, "the working-copy directory %s is not private to this user "
                       "(owner %lu, mode %03o): set PHEAP_WORKDIR to a directory of mode 0700",
@@ -77,19 +79,21 @@ static int workdir(char *buf, size_t len)
     return 0;
 }
 
-static char *working_copy_path(int dfd)
+/* <workdir>/<dev>-<inode>.work for the heap file open as dfd, malloc'd;
+ * NULL with the error set (workdir's, when `make` or *rc is not wanted). */
+static char *working_copy_path(int dfd, int make, int *rc)
 {
     char dir[4096];
     struct stat st;
-    if (workdir(dir, sizeof(dir)) != 0)
+    if ((*rc = workdir(dir, sizeof(dir), make)) != 0)
         return NULL;
     if (fstat(dfd, &st) != 0) {
-        ph_err(PHEAP_EIO, "cannot stat the heap file");
+        *rc = ph_err(PHEAP_EIO, "cannot stat the heap file");
         return NULL;
     }
     char *p = malloc(strlen(dir) + 64);
     if (!p) {
-        ph_err(PHEAP_ENOMEM, "out of memory");
+        *rc = ph_err(PHEAP_ENOMEM, "out of memory");
         return NULL;
     }
     sprintf(p, "%s/%llx-%llx.work", dir, (unsigned long long)st.st_dev,
@@ -220,9 +224,9 @@ int ph_tier_open(pheap *h, const struct ph_config *cfg)
         checkpoint = 0; /* the environment's default gives way */
     else if (why)
         return ph_err(PHEAP_EINVAL, "%s: the checkpoint durability level %s", h->path, why);
-    char *wpath = working_copy_path(h->sp.fd);
-    if (!wpath)
-        return checkpoint ? pheap_errno() : 0; /* no working-copy directory: none to find */
+    char *wpath = working_copy_path(h->sp.fd, checkpoint, &rc);
+    if (!wpath) /* at another level: no working-copy directory, or none of ours */
+        return checkpoint ? rc : 0;
     int wfd = open(wpath, O_RDWR | O_CLOEXEC);
     if (wfd >= 0 && !same_heap(wfd, h->sp.fd)) { /* another heap's, on a reused inode */
         close(wfd);
@@ -405,4 +409,35 @@ ph_export int pheap_checkpoint(pheap *h)
         return ph_err(PHEAP_EBUSY, "pheap_checkpoint: called inside a call of pheap's (an "
                       "initialiser or a filter), which the checkpoint would wait for");
     return ph_ckpt_take(h->tier->ckpt, 0);
+}
+
+ph_export int pheap_checkpoint_info_get(const char *path, pheap_checkpoint_info *out)
+{
+    if (!path || !out)
+        return ph_err(PHEAP_EINVAL, "pheap_checkpoint_info_get: NULL argument");
+    memset(out, 0, sizeof(*out));
+    char file[4096];
+    int rc = pheap_path(path, file, sizeof(file)), dfd = -1;
+    if (!rc)
+        rc = ph_os_open(file, 1, &dfd);
+    if (rc)
+        return rc;
+    char *wpath = working_copy_path(dfd, 0, &rc);
+    if (!wpath && rc != PHEAP_ENOENT) {
+        close(dfd);
+        return rc;
+    }
+    if (wpath)
+        snprintf(out->working_copy_path, sizeof(out->working_copy_path), "%s", wpath);
+    int wfd = wpath ? open(wpath, O_RDONLY | O_CLOEXEC) : -1;
+    out->working_copy = wfd >= 0 && same_heap(wfd, dfd);
+    if (wfd >= 0)
+        close(wfd);
+    unsigned state = ph_ckpt_journal_state(dfd, file, &out->checkpoints);
+    out->journal = state == PH_CKPT_COMMITTED ? PHEAP_JOURNAL_COMMITTED
+                   : state == PH_CKPT_APPLIED ? PHEAP_JOURNAL_APPLIED
+                                              : PHEAP_JOURNAL_NONE;
+    free(wpath);
+    close(dfd);
+    return 0;
 }

@@ -664,6 +664,25 @@ out:
     return rc;
 }
 
+unsigned ph_ckpt_journal_state(int dfd, const char *dpath, uint64_t *gen)
+{
+    char *jpath = ph_ckpt_journal_path(dpath);
+    int jfd = jpath ? open(jpath, O_RDONLY | O_CLOEXEC) : -1;
+    ph_ckpt_header h;
+    uint8_t uuid[16];
+    unsigned state = 0;
+    *gen = 0;
+    if (jfd >= 0 && ph_os_pread(dfd, uuid, 16, offsetof(ph_header, uuid)) == 16 &&
+        read_header(jfd, uuid, &h)) {
+        state = h.state;
+        *gen = h.gen;
+    }
+    if (jfd >= 0)
+        close(jfd);
+    free(jpath);
+    return state;
+}
+
 int ph_ckpt_replay(int dfd, const char *dpath, int writable)
 {
     char *jpath = ph_ckpt_journal_path(dpath);

@@ -93,6 +93,10 @@ int ph_ckpt_take(ph_ckpt *k, int compare);
  * to be copied into.  0 when there is nothing to do. */
 int ph_ckpt_replay(int dfd, const char *dpath, int writable);
 
+/* The state of the journal of heap file `dfd` (PH_CKPT_COMMITTED,
+ * PH_CKPT_APPLIED, or 0: none of this heap) and its generation. */
+unsigned ph_ckpt_journal_state(int dfd, const char *dpath, uint64_t *gen);
+
 /* "<dpath>.ckpt", malloc'd; NULL when out of memory. */
 char *ph_ckpt_journal_path(const char *dpath);
 

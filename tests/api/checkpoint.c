@@ -133,6 +133,15 @@ TEST(kill_keeps_every_call_and_a_power_loss_keeps_the_last_checkpoint)
     REQUIRE(d[0] != d[1]);
     CHECK_EQ(has_working_copy(path), 1);
 
+    /* pheap info tells which copy the next open starts from. */
+    ph_tool_result *r = ph_test_run_tool(PHEAP_TOOL, "info", path, "--json", (char *)NULL);
+    CHECK_TOOL(r->code == 0 && ph_test_json_object(r->out), r);
+    CHECK_TOOL(strstr(r->out, "\"working_copy\": \"") != NULL, r);
+    CHECK_TOOL(strstr(r->out, "\"journal\": \"applied\"") != NULL, r);
+    CHECK_TOOL(ph_test_json_num(r->out, "checkpoints") >= 1, r);
+    r = ph_test_run_tool(PHEAP_TOOL, "info", path, (char *)NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "working copy: ") != NULL, r);
+
     /* Power loss: the file is the checkpoint. */
     CHECK(digest_after_power_loss(path, ph_test_path("ckpt-kill-copy.heap")) == d[0]);
 
@@ -157,6 +166,8 @@ TEST(kill_keeps_every_call_and_a_power_loss_keeps_the_last_checkpoint)
     uint64_t end = ckm_digest(h, NULL);
     REQUIRE_OK(pheap_close(h));
     CHECK_EQ(has_working_copy(path), 0); /* a clean close leaves only the file */
+    r = ph_test_run_tool(PHEAP_TOOL, "info", path, "--json", (char *)NULL);
+    CHECK_TOOL(strstr(r->out, "\"working_copy\": null") != NULL, r);
     CHECK(digest_after_power_loss(path, ph_test_path("ckpt-kill-copy3.heap")) == end);
 
     h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);

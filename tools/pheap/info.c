@@ -12,6 +12,37 @@
 
 /* The processes holding the heap read-write (pheap_procs): a text line
  * each, or a JSON array (null when the heap records none: before 1.6). */
+/* What the checkpoint level left: a working copy (which copy the next
+ * read-write open starts from) and the journal. */
+static void print_checkpoint(const char *path, int json)
+{
+    pheap_checkpoint_info ci;
+    if (pheap_checkpoint_info_get(path, &ci) != 0)
+        return;
+    static const char *const journal[] = {"none", "applied", "committed"};
+    if (json) {
+        printf(", \"working_copy\": ");
+        if (ci.working_copy)
+            cli_json_string(ci.working_copy_path);
+        else
+            printf("null");
+        printf(", \"journal\": \"%s\", \"checkpoints\": %llu", journal[ci.journal],
+               (unsigned long long)ci.checkpoints);
+        return;
+    }
+    if (!ci.working_copy && ci.journal == PHEAP_JOURNAL_NONE)
+        return; /* never at the checkpoint level */
+    printf("checkpoints: %llu through the journal%s\n", (unsigned long long)ci.checkpoints,
+           ci.journal == PHEAP_JOURNAL_COMMITTED
+               ? "; the last one was cut short before it was all in the file: the next "
+                 "read-write open completes it"
+               : "");
+    if (ci.working_copy)
+        printf("working copy: %s (held by a process at the checkpoint level, or left by one "
+               "that crashed: the next read-write open resumes from it; this file is the last "
+               "checkpoint)\n", ci.working_copy_path);
+}
+
 static void print_procs(const char *path, int json)
 {
     pheap_proc p[64];
@@ -60,8 +91,9 @@ int cmd_info(int argc, char **argv)
     static const char usage[] =
         "usage: pheap info PATH [--json]\n"
         "  Format, uuid, sizes, consistency mode, owner, access mode, state, the number\n"
-        "  of named objects, the processes holding it read-write and the roots of\n"
-        "  the heap.  Read-only: the file is never\n"
+        "  of named objects, the processes holding it read-write, what the checkpoint\n"
+        "  level left (a working copy, the journal) and the roots of the heap.\n"
+        "  Read-only: the file is never\n"
         "  written.  A heap another process holds open read-write is shown as a\n"
         "  snapshot taken while it may change.\n"
         "  --json   one JSON object instead of text (an error object on failure)\n";
@@ -112,6 +144,7 @@ int cmd_info(int argc, char **argv)
         printf(", \"last_open\": ");
         cli_json_time(st.last_open);
         print_procs(path, 1);
+        print_checkpoint(path, 1);
         printf(", \"names\": %llu, \"roots\": [", (unsigned long long)st.names);
     } else {
         printf("heap:        %s\nformat:      %u.%u (library %s)\nuuid:        %s\n"
@@ -142,6 +175,7 @@ int cmd_info(int argc, char **argv)
                pheap_flush_name(st.flush), st.dax ? ", DAX" : "", pheap_flush_source_name(st.flush_source),
                cli_durability(&st), cli_protection(&st));
         print_procs(path, 0);
+        print_checkpoint(path, 0);
         printf("names:       %llu\nroots:       %u\n", (unsigned long long)st.names, n);
     }
     for (unsigned i = 0; i < n; i++) {

@@ -344,6 +344,9 @@ const char *cli_durability(const struct pheap_stats *st)
 {
     if (st->flush == PHEAP_FLUSH_SIM)
         return "simulated: the file gets what was flushed and fenced at close";
+    if (st->flush == PHEAP_FLUSH_CHECKPOINT)
+        return "checkpoints: a process crash loses nothing (the working copy keeps it); a power "
+               "loss takes the heap back to its last checkpoint";
     if (st->in_memory)
         return "process crashes only: the file is on tmpfs, in memory";
     if (st->flush == PHEAP_FLUSH_NONE)
