@@ -84,9 +84,9 @@ GEN=""
 command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
 cmake -S "$ROOT" -B "$BDIR" $GEN -DCMAKE_BUILD_TYPE=Release -DPHEAP_BUILD_BENCH=ON \
     -DPHEAP_BUILD_TESTS=OFF >/dev/null
-cmake --build "$BDIR" --target pheap_bench pheap_kvbench -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
+cmake --build "$BDIR" --target pheap_bench pheap_kvbench pheap_durabench -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
     cat "$BDIR/bench-build.log" >&2
-    echo "run.sh: pheap_bench or pheap_kvbench does not build" >&2
+    echo "run.sh: pheap_bench, pheap_kvbench or pheap_durabench does not build" >&2
     exit 1
 }
 BIN="$BDIR/bench/pheap_bench"
