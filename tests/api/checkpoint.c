@@ -427,3 +427,116 @@ TEST(bad_calls_are_refused_and_change_nothing)
     pheap_close(h);
 }
 
+
+/* Rewrites the journal at `jpath` with `fn` applied to its header (the
+ * header's CRC recomputed when `recrc`). */
+static void patch_journal(const char *jpath, void (*fn)(ph_ckpt_header *, unsigned), unsigned arg,
+                          int recrc)
+{
+    FILE *f = fopen(jpath, "r+b");
+    ph_ckpt_header hdr;
+    if (!f || fread(&hdr, 1, sizeof(hdr), f) != sizeof(hdr)) {
+        ph_test_fail(__FILE__, __LINE__, "read %s", jpath);
+        if (f)
+            fclose(f);
+        return;
+    }
+    fn(&hdr, arg);
+    if (recrc)
+        hdr.crc = ph_crc32c(0, &hdr, offsetof(ph_ckpt_header, crc));
+    fseek(f, 0, SEEK_SET);
+    CHECK(fwrite(&hdr, 1, sizeof(hdr), f) == sizeof(hdr));
+    fclose(f);
+}
+
+static void set_committed(ph_ckpt_header *h, unsigned arg)
+{
+    (void)arg;
+    h->state = PH_CKPT_COMMITTED;
+}
+
+static void flip_bit(ph_ckpt_header *h, unsigned bit)
+{
+    ((unsigned char *)h)[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+}
+
+static void other_heap(ph_ckpt_header *h, unsigned arg)
+{
+    (void)arg;
+    h->uuid[3] ^= 0x40;
+}
+
+/* The digest of the heap file `file` with the journal `journal` beside
+ * it, opened read-write (a replay, if the journal is one to replay). */
+static uint64_t digest_with_journal(const char *file, const char *journal)
+{
+    char pbuf[512], jbuf[600];
+    snprintf(pbuf, sizeof(pbuf), "%s", ph_test_path("ckpt-dj.heap"));
+    snprintf(jbuf, sizeof(jbuf), "%s.ckpt", pbuf);
+    unlink(jbuf);
+    if (ph_test_copy_file(file, pbuf) != 0 || ph_test_copy_file(journal, jbuf) != 0)
+        return 0;
+    pheap *h = open_level(pbuf, PHEAP_DURABILITY_SYNC, 0);
+    if (!h)
+        return 0;
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    uint64_t d = ckm_digest(h, NULL);
+    pheap_close(h);
+    return d;
+}
+
+TEST(damaged_or_foreign_journals_are_ignored)
+{
+    char path[512], file1[512], journal2[512], jpath[600], bad[512];
+    snprintf(path, sizeof(path), "%s", ph_test_path("ckpt-dj-src.heap"));
+    snprintf(file1, sizeof(file1), "%s", ph_test_path("ckpt-dj-file1.heap"));
+    snprintf(journal2, sizeof(journal2), "%s", ph_test_path("ckpt-dj-journal2"));
+    snprintf(bad, sizeof(bad), "%s", ph_test_path("ckpt-dj-bad"));
+    snprintf(jpath, sizeof(jpath), "%s.ckpt", path);
+    pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+    REQUIRE(h);
+    uint64_t rng = 21;
+    REQUIRE_OK(ckm_setup(h));
+    run_ops(h, &rng, 150);
+    REQUIRE_OK(pheap_checkpoint(h));
+    uint64_t s1 = ckm_digest(h, NULL);
+    REQUIRE(ph_test_copy_file(path, file1) == 0); /* the file at checkpoint 1 */
+    run_ops(h, &rng, 150);
+    REQUIRE_OK(pheap_checkpoint(h));
+    uint64_t s2 = ckm_digest(h, NULL);
+    REQUIRE(ph_test_copy_file(jpath, journal2) == 0); /* the journal of checkpoint 2 */
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE(s1 != s2);
+    /* A power loss after checkpoint 2's commit, before its pages reached
+     * the file: the journal brings them. */
+    patch_journal(journal2, set_committed, 0, 1);
+    CHECK(digest_with_journal(file1, journal2) == s2);
+    /* Any bit of the header flipped: not a journal to replay. */
+    unsigned ignored = 0;
+    for (unsigned bit = 0; bit < sizeof(ph_ckpt_header) * 8; bit += 5) {
+        REQUIRE(ph_test_copy_file(journal2, bad) == 0);
+        patch_journal(bad, flip_bit, bit, 0);
+        uint64_t d = digest_with_journal(file1, bad);
+        CHECK(d == s1);
+        ignored += d == s1;
+    }
+    CHECK(ignored > 100);
+    /* A journal of another heap, CRC and all. */
+    REQUIRE(ph_test_copy_file(journal2, bad) == 0);
+    patch_journal(bad, other_heap, 0, 1);
+    CHECK(digest_with_journal(file1, bad) == s1);
+    /* A body cut short, or with a byte changed. */
+    REQUIRE(ph_test_copy_file(journal2, bad) == 0);
+    struct stat st;
+    REQUIRE(stat(bad, &st) == 0);
+    REQUIRE(truncate(bad, st.st_size - 100) == 0);
+    CHECK(digest_with_journal(file1, bad) == s1);
+    REQUIRE(ph_test_copy_file(journal2, bad) == 0);
+    FILE *f = fopen(bad, "r+b");
+    REQUIRE(f);
+    fseek(f, 4096 + 8, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    CHECK(digest_with_journal(file1, bad) == s1);
+}
