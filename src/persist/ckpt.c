@@ -549,7 +549,7 @@ static int write_set(ph_ckpt *k, ckpt_set *s)
     int rc = io_resize(k->dfd, k->dpath, s->file_size);
     if (!rc)
         rc = for_runs(k, s, reserve_run);
-    if (rc)
+    if (rc || s->n == 0) /* nothing changed: the file is this checkpoint already */
         return rc;
     /* 3: the body, then the commit. */
     uint64_t ib = index_bytes(s->n);
