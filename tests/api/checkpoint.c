@@ -416,3 +416,34 @@ TEST(bad_calls_are_refused_and_change_nothing)
     pheap_close(h);
 }
 
+
+TEST(procs_lists_a_process_that_holds_the_heap_at_the_checkpoint_level)
+{
+    const char *path = ph_test_path("ckpt-procs.heap");
+    pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+    REQUIRE(h);
+    pheap_proc p[4];
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    CHECK_EQ(p[0].pid, (int64_t)getpid());
+    CHECK(p[0].flags & PHEAP_PROC_EXCLUSIVE);
+    REQUIRE_OK(pheap_checkpoint(h));
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(pheap_procs(path, p, 4), 0);
+    /* a process killed at the checkpoint level holds it no more */
+    pid_t pid = fork();
+    if (pid == 0) {
+        pheap *c = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+        if (!c || pheap_procs(path, p, 4) != 1)
+            _exit(1);
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(pheap_procs(path, p, 4), 0);
+    h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    REQUIRE_OK(pheap_close(h));
+}
