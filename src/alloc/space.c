@@ -113,7 +113,10 @@ int ph_space_refill(ph_space *s, uint64_t off, uint64_t len)
 {
     if (s->inherited || s->snapshot || s->sim)
         return 0;
-    return ph_os_allocate(s->fd, s->path, off, len);
+    int rc = ph_os_allocate(s->fd, s->path, off, len);
+    if (!rc && s->persist.ckpt) /* the heap file keeps the space of every page in use */
+        rc = ph_ckpt_refill(s->persist.ckpt, off, len);
+    return rc;
 }
 
 void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
@@ -129,6 +132,6 @@ void ph_space_punch(ph_space *s, uint64_t off, uint64_t len)
     } else {
         (void)ph_os_punch_hole(s->fd, first, end - first);
         if (s->persist.ckpt) /* zeros now: the next checkpoint punches the heap file too */
-            ph_ckpt_mark_off(s->persist.ckpt, first, end - first);
+            ph_ckpt_mark_punched(s->persist.ckpt, first, end - first);
     }
 }

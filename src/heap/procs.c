@@ -11,6 +11,12 @@
  *
  * Nothing here is flushed: after a power loss no process holds the heap,
  * whatever the table says.
+ *
+ * At the checkpoint level the heap runs in a working copy, but pheap_procs
+ * reads the heap file: the locks are taken on the heap file's bytes
+ * (ph_tier_file), and the table's two pages are written into the heap file
+ * as well as into the working copy each time they change (the table is no
+ * part of any checkpoint's state: recovery never reads it).
  */
 #include "heap/procs.h"
 
@@ -63,13 +69,21 @@ static int take_gate(int fd, uint64_t r)
     return 0;
 }
 
+/* At the checkpoint level: the table as the working copy holds it, into
+ * the heap file, where pheap_procs reads it. */
+static void publish(pheap *h, int fd, uint64_t r)
+{
+    if (fd != h->sp.fd)
+        (void)ph_os_pwrite(fd, ph_space_at(&h->sp, r), 2 * PH_PAGE_SIZE, r);
+}
+
 void ph_procs_attach(pheap *h)
 {
     h->lease = -1;
     uint64_t r = region_of(h);
     if (!r || h->readonly || h->sp.sim)
         return;
-    int fd = h->sp.fd;
+    int fd = ph_tier_file(h);
     if (!take_gate(fd, r))
         return;
     ph_procs_header *ph = (ph_procs_header *)ph_space_at(&h->sp, r);
@@ -97,6 +111,7 @@ void ph_procs_attach(pheap *h)
         ph_store(&l->xpid, (uint64_t)pid); /* last: a lister skips a slot without a pid */
         h->lease = (int)i;
     }
+    publish(h, fd, r);
     ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
 }
 
@@ -105,13 +120,14 @@ void ph_procs_detach(pheap *h)
     uint64_t r = region_of(h);
     if (h->lease < 0 || !r)
         return;
-    int fd = h->sp.fd;
+    int fd = ph_tier_file(h);
     ph_lease *l = (ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE) + h->lease;
     /* Without the gate an attach could see the slot locked with no pid
      * (fine: it is skipped) or unlocked with a pid (stale: cleared, the
      * same words this clears). */
     int gated = take_gate(fd, r);
     memset(l, 0, sizeof(*l));
+    publish(h, fd, r);
     ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, h->lease), PH_OFD_UNLOCK, 0);
     if (gated)
         ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);

@@ -39,6 +39,36 @@ void ph_ckpt_mark_off(ph_ckpt *k, uint64_t off, uint64_t len)
     mark_pages(k, off / PAGE, (end - 1) / PAGE);
 }
 
+static int punched(ph_ckpt *k, uint64_t pg)
+{
+    return pg / 64 < k->nwords && (__atomic_load_n(&k->xpunched[pg / 64], __ATOMIC_SEQ_CST) >>
+                                   (pg % 64) & 1);
+}
+
+void ph_ckpt_mark_punched(ph_ckpt *k, uint64_t off, uint64_t len)
+{
+    if (len == 0 || off >= k->reserve)
+        return;
+    uint64_t end = PH_MIN(off + len, k->reserve);
+    for (uint64_t pg = off / PAGE; pg <= (end - 1) / PAGE; pg++)
+        __atomic_fetch_or(&k->xpunched[pg / 64], 1ull << (pg % 64), __ATOMIC_SEQ_CST);
+    ph_ckpt_mark_off(k, off, len);
+}
+
+/* The bits first, then the reservation: a checkpoint punching one of these
+ * pages meanwhile tests its bit again after the punch (apply_run) and then
+ * reserves it itself. */
+int ph_ckpt_refill(ph_ckpt *k, uint64_t off, uint64_t len)
+{
+    if (len == 0 || off >= k->reserve)
+        return 0;
+    uint64_t end = PH_MIN(off + len, k->reserve);
+    for (uint64_t pg = off / PAGE; pg <= (end - 1) / PAGE; pg++)
+        if (ph_load_relaxed(&k->xpunched[pg / 64]) >> (pg % 64) & 1)
+            __atomic_fetch_and(&k->xpunched[pg / 64], ~(1ull << (pg % 64)), __ATOMIC_SEQ_CST);
+    return ph_os_allocate(k->dfd, k->dpath, off, end - off);
+}
+
 void ph_ckpt_mark(ph_ckpt *k, const void *addr, uint64_t len)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -316,9 +346,10 @@ int ph_ckpt_create(ph_ckpt **out, int dfd, const char *dpath, const uint8_t uuid
         return ph_err(PHEAP_ENOMEM, "out of memory");
     k->nwords = (reserve / PAGE + 63) / 64;
     k->xdirty = calloc(k->nwords, sizeof(uint64_t));
+    k->xpunched = calloc(k->nwords ? k->nwords : 1, sizeof(uint64_t));
     k->dpath = strdup(dpath);
     k->jpath = ph_ckpt_journal_path(dpath);
-    if (!k->xdirty || !k->dpath || !k->jpath) {
+    if (!k->xdirty || !k->xpunched || !k->dpath || !k->jpath) {
         ph_ckpt_destroy(k);
         return ph_err(PHEAP_ENOMEM, "out of memory");
     }
@@ -343,6 +374,7 @@ void ph_ckpt_destroy(ph_ckpt *k)
     if (k->jfd >= 0)
         close(k->jfd);
     free(k->xdirty);
+    free(k->xpunched);
     free(k->dpath);
     free(k->jpath);
     free(k);
@@ -409,7 +441,9 @@ static int set_add(ckpt_set *s, ph_ckpt *k, uint64_t pg, const char *src)
         s->pages = pages;
         s->cap = cap;
     }
-    int zero = pg * PAGE >= k->data_off && page_zero(src);
+    /* a page of zeros the heap punched is punched in the file; any other is
+     * written (its space stays the file's: a page in use is never a hole) */
+    int zero = pg * PAGE >= k->data_off && k->xpunched && punched(k, pg) && page_zero(src);
     s->index[s->n++] = PH_CKPT_ENTRY(pg, zero);
     if (!zero)
         memcpy(s->pages + s->nfull++ * PAGE, src, PAGE);
@@ -441,6 +475,25 @@ static int select_differing(ph_ckpt *k, uint64_t *sel, uint64_t pages)
                     uint64_t pg = at / PAGE + i;
                     sel[pg / 64] |= 1ull << (pg % 64);
                 }
+        }
+    }
+    /* The pages the heap punched in the working copy before a crash took
+     * the dirty map: holes there over pages of the file that are not zeros
+     * (a working copy is made with holes only where the file has zeros). */
+    for (uint64_t off = 0; k->wfd >= 0 && k->xpunched && off < size; off = d1) {
+        if (ph_os_next_data(k->dfd, off, size, &d0, &d1) != 1)
+            break;
+        d0 = PH_ALIGN_DOWN(d0, PAGE);
+        d1 = PH_MIN(PH_ALIGN_UP(d1, PAGE), size);
+        for (uint64_t at = d0, w0, w1; at < d1; at = PH_MIN(PH_ALIGN_UP(w1, PAGE), d1)) {
+            if (ph_os_next_data(k->wfd, at, d1, &w0, &w1) != 1)
+                w0 = w1 = d1; /* a hole to the end of the run */
+            for (uint64_t pg = at / PAGE; pg < PH_ALIGN_DOWN(w0, PAGE) / PAGE; pg++) {
+                if (ph_os_pread(k->dfd, buf, PAGE, pg * PAGE) != PAGE || page_zero(buf))
+                    continue; /* the hole [at, w0) of the working copy */
+                sel[pg / 64] |= 1ull << (pg % 64);
+                __atomic_fetch_or(&k->xpunched[pg / 64], 1ull << (pg % 64), __ATOMIC_SEQ_CST);
+            }
         }
     }
     free(buf);
@@ -517,10 +570,16 @@ static int reserve_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, ui
 static int apply_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, uint64_t full)
 {
     uint64_t off = (s->index[i] >> 1) * PAGE;
-    if (full == ~0ull)
-        return io_punch(k->dfd, off, n * PAGE) ? ph_err(PHEAP_EIO, "%s: punching a hole: %s",
-                                                         k->dpath, pheap_errmsg())
-                                               : 0;
+    if (full == ~0ull) {
+        if (io_punch(k->dfd, off, n * PAGE))
+            return ph_err(PHEAP_EIO, "%s: punching a hole: %s", k->dpath, pheap_errmsg());
+        /* a page handed out again since it was collected keeps its space */
+        for (uint64_t pg = off / PAGE; k->xpunched && pg < off / PAGE + n; pg++)
+            if (!punched(k, pg) && ph_os_allocate(k->dfd, k->dpath, pg * PAGE, PAGE))
+                return ph_err(PHEAP_ENOSPC, "%s: reserving a page handed out: %s", k->dpath,
+                              pheap_errmsg());
+        return 0;
+    }
     return io_write(F_HEAP, k->dfd, s->pages + full * PAGE, n * PAGE, off);
 }
 

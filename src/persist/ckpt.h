@@ -37,6 +37,11 @@ typedef struct ph_ckpt {
     const uint64_t *xsize;       /* the working copy's length (ph_space.xsize) */
     uint64_t *xdirty;            /* bit per page of the reserve: flushed since the
                                     last checkpoint took it (atomic) */
+    uint64_t *xpunched;          /* bit per page: punched by the heap in the working
+                                    copy and not handed out since (atomic): such a
+                                    page of zeros is punched in the heap file too;
+                                    any other page of zeros is written, so that the
+                                    file keeps the space of every page in use */
     uint64_t nwords;
     int dfd;                     /* the heap file (the durable copy) */
     int wfd;                     /* the working copy, for its holes (-1: not known) */
@@ -76,6 +81,15 @@ void ph_ckpt_mark(ph_ckpt *k, const void *addr, uint64_t len);
 /* Marks [off, off+len) of the file changed (a hole punched in the working
  * copy). */
 void ph_ckpt_mark_off(ph_ckpt *k, uint64_t off, uint64_t len);
+
+/* [off, off+len) punched in the working copy (whole pages): changed, and
+ * to be punched in the heap file by the next checkpoint. */
+void ph_ckpt_mark_punched(ph_ckpt *k, uint64_t off, uint64_t len);
+
+/* [off, off+len) of the working copy reserved again to be handed out (whole
+ * pages): reserved in the heap file too (PHEAP_ENOSPC when it cannot be),
+ * and no longer punched there by a checkpoint. */
+int ph_ckpt_refill(ph_ckpt *k, uint64_t off, uint64_t len);
 
 /* Takes a checkpoint (the steps above); durable on return.  `compare`:
  * of every page that differs from the heap file, not only the marked ones

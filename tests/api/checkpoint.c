@@ -9,6 +9,7 @@
  * the copy (another inode) has no working copy, as after a reboot.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include "format/layout.h"
 #include "harness.h"
 #include "util/crc32c.h"
+#include "util/util.h"
 
 static const char *workdir(void)
 {
@@ -539,4 +541,135 @@ TEST(damaged_or_foreign_journals_are_ignored)
     fputc(0x5a, f);
     fclose(f);
     CHECK(digest_with_journal(file1, bad) == s1);
+}
+
+TEST(procs_lists_a_process_that_holds_the_heap_at_the_checkpoint_level)
+{
+    const char *path = ph_test_path("ckpt-procs.heap");
+    pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+    REQUIRE(h);
+    pheap_proc p[4];
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    CHECK_EQ(p[0].pid, (int64_t)getpid());
+    CHECK(p[0].flags & PHEAP_PROC_EXCLUSIVE);
+    REQUIRE_OK(pheap_checkpoint(h));
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(pheap_procs(path, p, 4), 0);
+    /* a process killed at the checkpoint level holds it no more */
+    pid_t pid = fork();
+    if (pid == 0) {
+        pheap *c = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+        if (!c || pheap_procs(path, p, 4) != 1)
+            _exit(1);
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(pheap_procs(path, p, 4), 0);
+    h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    REQUIRE_OK(pheap_close(h));
+}
+
+/* 1 if [off, off+len) of the file at `path` holds a hole anywhere. */
+static int has_hole(const char *path, uint64_t off, uint64_t len)
+{
+    int fd = open(path, O_RDONLY);
+    off_t at = lseek(fd, (off_t)off, SEEK_HOLE);
+    close(fd);
+    return at >= 0 && (uint64_t)at < off + len;
+}
+
+/* 1 if [off, off+len) of the file at `path` stores nothing. */
+static int all_hole(const char *path, uint64_t off, uint64_t len)
+{
+    int fd = open(path, O_RDONLY);
+    off_t at = lseek(fd, (off_t)off, SEEK_DATA);
+    close(fd);
+    return at < 0 || (uint64_t)at >= off + len;
+}
+
+/* A page of zeros in a block in use keeps its space in the heap file
+ * (only pages the heap punched are punched there), so that the file opened
+ * at the sync level on a full file system takes stores into its blocks
+ * without a SIGBUS. */
+TEST(zero_pages_of_a_block_in_use_keep_their_space_in_the_file)
+{
+    const char *path = ph_test_path("ckpt-zero.heap");
+    pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+    REQUIRE(h);
+    size_t n = 1u << 20;
+    pheap_off off = pheap_alloc_named(h, "big", n);
+    REQUIRE(off);
+    uint64_t first = PH_ALIGN_UP(off, 4096), len = PH_ALIGN_DOWN(off + n, 4096) - first;
+    memset(pheap_direct(h, off), 0x5a, n);
+    pheap_persist(h, pheap_direct(h, off), n);
+    REQUIRE_OK(pheap_checkpoint(h));
+    CHECK_EQ(has_hole(path, first, len), 0);
+    memset(pheap_direct(h, off), 0, n);
+    pheap_persist(h, pheap_direct(h, off), n);
+    REQUIRE_OK(pheap_checkpoint(h));
+    CHECK_EQ(has_hole(path, first, len), 0);
+    /* a block handed out from punched pages keeps its space too */
+    pheap_off big2 = pheap_alloc(h, 4u << 20);
+    REQUIRE(big2);
+    pheap_free(h, big2);
+    REQUIRE_OK(pheap_close(h));
+    CHECK_EQ(has_hole(path, first, len), 0);
+    CHECK(all_hole(path, PH_ALIGN_UP(big2, 4096), (4u << 20) - 4096));
+    /* (reserved pages of zeros read as holes to SEEK_DATA: the file's
+     * blocks tell) */
+    struct stat before, after;
+    REQUIRE(stat(path, &before) == 0);
+    h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    big2 = pheap_alloc(h, 4u << 20);
+    REQUIRE(big2);
+    REQUIRE_OK(pheap_checkpoint(h));
+    REQUIRE(stat(path, &after) == 0);
+    CHECK((uint64_t)(after.st_blocks - before.st_blocks) * 512 >= (4u << 20));
+    REQUIRE_OK(pheap_close(h));
+}
+
+/* Holes the heap punched in the working copy before a crash took the dirty
+ * map reach the heap file at the checkpoint that compares every page. */
+TEST(a_purge_before_a_crash_reaches_the_file)
+{
+    const char *path = ph_test_path("ckpt-purge.heap");
+    pheap *h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, PHEAP_CREATE);
+    REQUIRE(h);
+    size_t n = 2u << 20;
+    pheap_off off = pheap_alloc(h, n);
+    REQUIRE(off);
+    memset(pheap_direct(h, off), 0x5a, n);
+    pheap_persist(h, pheap_direct(h, off), n);
+    REQUIRE_OK(pheap_close(h));
+    pid_t pid = fork();
+    if (pid == 0) {
+        h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+        if (!h)
+            _exit(1);
+        pheap_free(h, off);
+        usleep(150000); /* past PH_PURGE_DELAY_NS: the next call purges */
+        pheap_free(h, pheap_alloc(h, 100));
+        raise(SIGKILL);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    REQUIRE(WIFSIGNALED(st));
+    h = open_level(path, PHEAP_DURABILITY_CHECKPOINT, 0);
+    REQUIRE(h);
+    struct pheap_stats s;
+    pheap_stats(h, &s);
+    CHECK_EQ(s.from_working_copy, 1);
+    REQUIRE_OK(pheap_checkpoint(h));
+    uint64_t first = PH_ALIGN_UP(off, 4096) + (1u << 20);
+    CHECK(all_hole(path, first, (1u << 20) - 8192));
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    REQUIRE_OK(pheap_close(h));
+    CHECK(all_hole(path, first, (1u << 20) - 8192));
 }
