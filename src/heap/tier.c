@@ -114,7 +114,7 @@ static int zeros(const char *p, size_t n)
 }
 
 /* Copies the pages of `from` that hold something other than zeros into
- * `to` (size bytes long): a working copy takes memory only for them. */
+ * `to` (size bytes long); the others stay holes (reserve_like). */
 static int copy_file(int from, int to, uint64_t size, const char *what)
 {
     enum { CHUNK = 1u << 20 };
@@ -150,6 +150,22 @@ static int copy_file(int from, int to, uint64_t size, const char *what)
     return rc;
 }
 
+/* The working copy reserves what the heap file does (the space of every
+ * page the heap may store to without reserving it first: PHEAP_ENOSPC,
+ * never a SIGBUS, when the memory file system is full), its zero pages
+ * included, which the copy left as holes. */
+static int reserve_like(int dfd, int wfd, uint64_t size, const char *wpath)
+{
+    uint64_t a0, a1;
+    int rc = 0, got;
+    for (uint64_t off = 0; !rc && (got = ph_os_next_allocated(dfd, off, size, &a0, &a1)) == 1;
+         off = a1)
+        rc = ph_os_allocate(wfd, wpath, a0, a1 - a0);
+    if (!rc && got < 0) /* the heap file's file system cannot say: all of it */
+        rc = ph_os_allocate(wfd, wpath, 0, size);
+    return rc;
+}
+
 /* A working copy at `wpath` made from the heap file `dfd`. */
 static int make_working_copy(int dfd, const char *dpath, const char *wpath, int *wfd)
 {
@@ -161,6 +177,8 @@ static int make_working_copy(int dfd, const char *dpath, const char *wpath, int 
     if (rc)
         return ph_err(rc, "cannot make the working copy %s: %s", wpath, pheap_errmsg());
     rc = copy_file(dfd, *wfd, size, wpath);
+    if (!rc)
+        rc = reserve_like(dfd, *wfd, size, wpath);
     if (!rc)
         rc = ph_os_publish(*wfd, tmp, wpath, 1);
     if (rc) {

@@ -75,6 +75,12 @@ int ph_os_punch_hole(int fd, uint64_t off, uint64_t len);
  * nothing and changes nothing. */
 int ph_os_next_data(int fd, uint64_t off, uint64_t end, uint64_t *data, uint64_t *data_end);
 
+/* The first range of [off, end) the file has space for, written or only
+ * reserved (fallocate): 1 with [*a0, *a1), 0 when none is left, -1 when
+ * the file system cannot say (no FIEMAP: tmpfs, whose SEEK_DATA calls
+ * reserved pages holes). */
+int ph_os_next_allocated(int fd, uint64_t off, uint64_t end, uint64_t *a0, uint64_t *a1);
+
 /* Reads exactly `len` bytes at `off`; returns the number read (short at
  * end of file) or a negative code. */
 ssize_t ph_os_pread(int fd, void *buf, size_t len, uint64_t off);

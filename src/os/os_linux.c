@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -19,6 +20,9 @@
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -324,6 +328,33 @@ int ph_os_next_data(int fd, uint64_t off, uint64_t end, uint64_t *data, uint64_t
     off_t e = lseek(fd, d, SEEK_HOLE);
     *data = (uint64_t)d;
     *data_end = e < 0 ? end : PH_MIN((uint64_t)e, end);
+    return 1;
+}
+
+int ph_os_next_allocated(int fd, uint64_t off, uint64_t end, uint64_t *a0, uint64_t *a1)
+{
+    if (off >= end)
+        return 0;
+    struct {
+        struct fiemap map;
+        struct fiemap_extent ext[64];
+    } q;
+    memset(&q, 0, sizeof(q));
+    q.map.fm_start = off;
+    q.map.fm_length = end - off;
+    q.map.fm_extent_count = PH_ARRAY_LEN(q.ext);
+    if (ioctl(fd, FS_IOC_FIEMAP, &q) != 0)
+        return -1; /* tmpfs: SEEK_DATA calls reserved pages holes */
+    if (q.map.fm_mapped_extents == 0)
+        return 0;
+    uint64_t s0 = PH_MAX((uint64_t)q.ext[0].fe_logical, off);
+    uint64_t s1 = q.ext[0].fe_logical + q.ext[0].fe_length;
+    for (unsigned i = 1; i < q.map.fm_mapped_extents && q.ext[i].fe_logical <= s1; i++)
+        s1 = PH_MAX(s1, (uint64_t)(q.ext[i].fe_logical + q.ext[i].fe_length));
+    if (s0 >= end)
+        return 0;
+    *a0 = s0;
+    *a1 = PH_MIN(s1, end);
     return 1;
 }
 

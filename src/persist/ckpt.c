@@ -441,9 +441,11 @@ static int set_add(ckpt_set *s, ph_ckpt *k, uint64_t pg, const char *src)
         s->pages = pages;
         s->cap = cap;
     }
-    /* a page of zeros the heap punched is punched in the file; any other is
-     * written (its space stays the file's: a page in use is never a hole) */
-    int zero = pg * PAGE >= k->data_off && k->xpunched && punched(k, pg) && page_zero(src);
+    /* a page the heap punched (free space, zeros) is punched in the file,
+     * and not read: a hole of the working copy takes memory when read, and
+     * a full memory file system has none (SIGBUS); any other is written
+     * (its space stays the file's: a page in use is never a hole) */
+    int zero = pg * PAGE >= k->data_off && k->xpunched && punched(k, pg);
     s->index[s->n++] = PH_CKPT_ENTRY(pg, zero);
     if (!zero)
         memcpy(s->pages + s->nfull++ * PAGE, src, PAGE);

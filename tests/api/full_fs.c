@@ -214,6 +214,59 @@ static void reuse_after_punch(void)
     unlink(path);
 }
 
+/* At the checkpoint level the heap runs in a working copy in a memory
+ * file system: here the small one, the heap file beside the test's others.
+ * A working copy that does not fit fails the open with PHEAP_ENOSPC and
+ * leaves nothing; one that fits holds every page the heap file reserves
+ * (its zero pages too), so a heap that fills it gets PHEAP_ENOSPC from its
+ * calls, never a SIGBUS at a store into a block it holds. */
+static void working_copy_on_a_full_fs(void)
+{
+    char work[600], path[600];
+    snprintf(work, sizeof(work), "%s/work", fs_dir);
+    REQUIRE(mkdir(work, 0700) == 0);
+    setenv("PHEAP_WORKDIR", work, 1);
+    snprintf(path, sizeof(path), "%s", ph_test_path("ckpt-big.heap"));
+    pheap_options o = {.size = 24u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL,
+                       .durability = PHEAP_DURABILITY_CHECKPOINT};
+    pheap *h = NULL;
+    int rc = pheap_open(path, &o, &h);
+    CHECK_EQ(rc, PHEAP_ENOSPC);
+    if (rc == 0)
+        pheap_close(h);
+    CHECK_EQ(dir_entries(), 1); /* the working-copy directory, empty */
+    unlink(path);
+
+    snprintf(path, sizeof(path), "%s", ph_test_path("ckpt-fill.heap"));
+    o = (pheap_options){.size = 4u << 20, .max_size = 64u << 20,
+                        .flags = PHEAP_CREATE | PHEAP_EXCL,
+                        .durability = PHEAP_DURABILITY_CHECKPOINT};
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    /* Blocks whose pages are zeros in the heap file: holes in the working
+     * copy before it reserved them. */
+    unsigned n = 0;
+    pheap_off off;
+    while (n < MAX_BLOCKS && (off = pheap_alloc(h, block_size(n))) != 0) {
+        memset(pheap_direct(h, off), 0x5a, block_size(n)); /* SIGBUS here before */
+        n++;
+    }
+    CHECK(n > 0 && n < MAX_BLOCKS);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOSPC);
+    printf("  checkpoint level: %u blocks when the working copy's file system filled: %s\n", n,
+           pheap_errmsg());
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    CHECK_EQ(rep.live_blocks, n);
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(path, NULL, &h)); /* the file has it all */
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    CHECK_EQ(rep.live_blocks, n);
+    REQUIRE_OK(pheap_close(h));
+    unlink(path);
+    unsetenv("PHEAP_WORKDIR");
+    rmdir(work);
+}
+
 TEST(full_file_system)
 {
     snprintf(fs_dir, sizeof(fs_dir), "%s", ph_test_path("smallfs"));
@@ -227,6 +280,7 @@ TEST(full_file_system)
         creation_larger_than_the_fs();
         fill_until_full();
         reuse_after_punch();
+        working_copy_on_a_full_fs();
         if (umount(fs_dir) != 0)
             ph_test_fail(__FILE__, __LINE__, "umount %s: %s", fs_dir, strerror(errno));
         fflush(NULL);
