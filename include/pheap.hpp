@@ -774,7 +774,22 @@ public:
         gc(report, ec);
         detail::check(ec, "pheap_gc");
     }
+    /* pheap_checkpoint: at the checkpoint durability level, the heap's
+     * state now durable in its file (a no-op at the other levels). */
+    void checkpoint()
+    {
+        std::error_code ec;
+        checkpoint(ec);
+        detail::check(ec, "pheap_checkpoint");
+    }
 #endif
+    void checkpoint(std::error_code &ec) noexcept
+    {
+        ec.clear();
+        int rc = pheap_checkpoint(h_);
+        if (rc)
+            detail::set_error(ec, rc);
+    }
     void recover(pheap_gc_report *report, std::error_code &ec) noexcept
     {
         pheap_gc_options o{};

@@ -6,6 +6,7 @@
  * typed redo writes, containers changed inside one), and trace<T> filters
  * doing the recovery of a GC-mode heap.
  */
+#include <sys/stat.h>
 #include "check.hpp"
 
 #include <boost/container/vector.hpp>
@@ -404,8 +405,35 @@ TEST(error_code_forms)
     }
     CHECK_EQ(r, 10);
     CHECK_EQ(s, 3);
+    h.checkpoint(ec); /* the sync level: nothing to do */
+    CHECK(!ec);
     h.close(ec);
     CHECK(!ec);
+}
+
+TEST(checkpoint_level)
+{
+    std::string work = check::dir() + "/work";
+    mkdir(work.c_str(), 0700);
+    setenv("PHEAP_WORKDIR", work.c_str(), 1);
+    pheap_options o{};
+    o.flags = PHEAP_CREATE;
+    o.size = 1 << 20;
+    o.durability = PHEAP_DURABILITY_CHECKPOINT;
+    std::string path = check::path("ckpt.heap");
+    {
+        pheap::heap h = pheap::heap::open(path, &o);
+        long &v = h.root<long>("v");
+        v = 42;
+        h.persist(v);
+        h.checkpoint();
+        struct pheap_stats st;
+        REQUIRE(pheap_stats(h.get(), &st) == 0);
+        CHECK_EQ(st.durability, PHEAP_DURABILITY_CHECKPOINT);
+        CHECK(st.checkpoints >= 1);
+    }
+    pheap::heap h = pheap::heap::open(path);
+    CHECK_EQ(h.root<long>("v"), 42L);
 }
 
 /* ---- GC mode: the filter of a list of ptr links ----------------------------- */
