@@ -97,12 +97,12 @@ TEST(sixteen_threads_share_syncs_and_all_get_through)
     pheap_close(heap);
 }
 
-static volatile int stop_workers;
+static int stop_workers; /* atomic */
 
 static void *churn(void *arg)
 {
     (void)arg;
-    while (!stop_workers) {
+    while (!__atomic_load_n(&stop_workers, __ATOMIC_ACQUIRE)) {
         pheap_off o = pheap_alloc(heap, 64);
         if (o)
             pheap_free(heap, o);
@@ -119,7 +119,7 @@ TEST(a_fork_child_closes_while_the_parent_fences)
     heap = open_with(path, PHEAP_FLUSH_MSYNC, 1);
     REQUIRE(heap);
     pthread_t t[6];
-    stop_workers = 0;
+    __atomic_store_n(&stop_workers, 0, __ATOMIC_RELEASE);
     for (int k = 0; k < 6; k++)
         REQUIRE(pthread_create(&t[k], NULL, churn, NULL) == 0);
     int hung = 0;
@@ -135,7 +135,7 @@ TEST(a_fork_child_closes_while_the_parent_fences)
         waitpid(pid, &status, 0);
         hung += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
-    stop_workers = 1;
+    __atomic_store_n(&stop_workers, 1, __ATOMIC_RELEASE);
     for (int k = 0; k < 6; k++)
         pthread_join(t[k], NULL);
     CHECK_EQ(hung, 0);
