@@ -416,6 +416,10 @@ int pheap_path(const char *path, char *buf, size_t len);
  * and releases the lock.  NULL is accepted.  Under PHEAP_SIMULATE the file
  * receives the simulator's durable image (only what was flushed and fenced).
  * The handle is freed even when an error is returned (PHEAP_EIO).
+ * At the checkpoint durability level: a last checkpoint, of every page that
+ * differs from the file (stores never flushed too), then the working copy
+ * is removed; when that checkpoint fails (PHEAP_ENOSPC, PHEAP_EIO) the
+ * working copy stays, and the next open resumes from it.
  *
  * In a child of fork(), on a handle the parent opened: releases only the
  * child's copy (its memory, mapping and file descriptor) and returns 0.  The
