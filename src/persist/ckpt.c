@@ -12,7 +12,7 @@
 
 #include "format/layout.h"
 #include "os/os.h"
-#include "persist/sim.h"
+#include "persist/ckpt_io.h"
 #include "pheap.h"
 #include "util/crc32c.h"
 #include "util/error.h"
@@ -106,225 +106,6 @@ static void ckpt_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t 
 
 const ph_persist_ops ph_ckpt_ops = {"checkpoint", ckpt_flush, ckpt_fence, ckpt_store};
 
-/* ---- the file operations, and the page-cache crash model of tests ----
- * Every write, sync, length change, reservation and punch of a checkpoint
- * or a replay goes through here.  Two files take part: the heap file
- * (F_HEAP) and the journal (F_JOURNAL). */
-enum { F_HEAP, F_JOURNAL, F_COUNT };
-
-typedef struct model_file {
-    char *synced;             /* contents as of the last sync */
-    uint64_t synced_size;
-    uint64_t *written;        /* bit per page: written, resized or punched since */
-    uint64_t written_pages;   /* capacity of written[] in pages */
-} model_file;
-
-static struct {
-    pthread_mutex_t lock;
-    uint64_t op;              /* crash just before this operation; 0: off */
-    uint64_t count;           /* operations so far */
-    uint64_t seed;
-    double evict;
-    char *image;
-    int armed;                /* the model follows the files of the run in progress */
-    int fd[F_COUNT];
-    model_file f[F_COUNT];
-} model = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = {-1, -1}};
-
-static void model_forget(void)
-{
-    for (unsigned i = 0; i < F_COUNT; i++) {
-        free(model.f[i].synced);
-        free(model.f[i].written);
-        model.f[i] = (model_file){0};
-        model.fd[i] = -1;
-    }
-    model.armed = 0;
-}
-
-void ph_ckpt_test_crash(uint64_t op, uint64_t seed, double evict, const char *image)
-{
-    pthread_mutex_lock(&model.lock);
-    model_forget();
-    free(model.image);
-    model.image = image ? strdup(image) : NULL;
-    model.op = image ? op : 0;
-    model.count = 0;
-    model.seed = seed;
-    model.evict = evict;
-    pthread_mutex_unlock(&model.lock);
-}
-
-uint64_t ph_ckpt_test_ops(void)
-{
-    pthread_mutex_lock(&model.lock);
-    uint64_t n = model.count;
-    pthread_mutex_unlock(&model.lock);
-    return n;
-}
-
-static int read_all(int fd, char **buf, uint64_t *size)
-{
-    *buf = NULL;
-    *size = 0;
-    if (fd < 0)
-        return 0;
-    uint64_t n;
-    if (ph_os_file_size(fd, "checkpoint model", &n) != 0)
-        return -1;
-    if (!(*buf = calloc(1, n ? n : 1)))
-        return -1;
-    if (n && ph_os_pread(fd, *buf, n, 0) != (ssize_t)n)
-        return -1;
-    *size = n;
-    return 0;
-}
-
-static void model_note(unsigned f, uint64_t off, uint64_t len)
-{
-    model_file *m = &model.f[f];
-    if (!len)
-        return;
-    uint64_t last = (off + len - 1) / PAGE;
-    if (last >= m->written_pages) {
-        uint64_t cap = PH_MAX(last + 1, m->written_pages * 2);
-        uint64_t *w = realloc(m->written, (cap + 63) / 64 * 8);
-        if (!w)
-            return;
-        memset(w + (m->written_pages + 63) / 64, 0,
-               ((cap + 63) / 64 - (m->written_pages + 63) / 64) * 8);
-        m->written = w;
-        m->written_pages = cap;
-    }
-    for (uint64_t pg = off / PAGE; pg <= last; pg++)
-        m->written[pg / 64] |= 1ull << (pg % 64);
-}
-
-/* One file of the image: its synced contents, plus each page written
- * since with probability evict, at the old or the new length. */
-static int model_image_file(unsigned f, const char *path, uint64_t salt)
-{
-    model_file *m = &model.f[f];
-    uint64_t cur = 0;
-    if (model.fd[f] >= 0 && ph_os_file_size(model.fd[f], path, &cur) != 0)
-        return -1;
-    uint64_t size = cur;
-    if (cur != m->synced_size && !ph_sim_evicts(model.seed ^ salt, ~0ull, model.evict))
-        size = m->synced_size;
-    char *img = calloc(1, size ? size : 1);
-    if (!img)
-        return -1;
-    memcpy(img, m->synced, PH_MIN(size, m->synced_size));
-    for (uint64_t pg = 0; pg < m->written_pages && pg * PAGE < size; pg++) {
-        if (!(m->written[pg / 64] >> (pg % 64) & 1))
-            continue;
-        if (!ph_sim_evicts(model.seed ^ salt, pg, model.evict))
-            continue;
-        uint64_t len = PH_MIN((uint64_t)PAGE, size - pg * PAGE);
-        memset(img + pg * PAGE, 0, len);
-        if (pg * PAGE < cur)
-            (void)ph_os_pread(model.fd[f], img + pg * PAGE, PH_MIN(len, cur - pg * PAGE), pg * PAGE);
-    }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int rc = fd < 0 || ph_os_pwrite(fd, img, size, 0) != 0 ? -1 : 0;
-    if (fd >= 0)
-        close(fd);
-    free(img);
-    return rc;
-}
-
-static void model_crash(void)
-{
-    size_t n = strlen(model.image);
-    char *jimage = malloc(n + 6);
-    if (!jimage)
-        return;
-    memcpy(jimage, model.image, n);
-    memcpy(jimage + n, ".ckpt", 6);
-    (void)model_image_file(F_HEAP, model.image, 0x48454150u);
-    (void)model_image_file(F_JOURNAL, jimage, 0x4a524e4cu);
-    free(jimage);
-}
-
-/* The start of a checkpoint or replay: what the files hold now is taken
- * as durable (the last run synced it). */
-static void io_begin(int dfd, int jfd)
-{
-    pthread_mutex_lock(&model.lock);
-    if (model.op && model.count < model.op) {
-        model_forget();
-        model.fd[F_HEAP] = dfd;
-        model.fd[F_JOURNAL] = jfd;
-        model.armed = read_all(dfd, &model.f[F_HEAP].synced, &model.f[F_HEAP].synced_size) == 0 &&
-                      read_all(jfd, &model.f[F_JOURNAL].synced,
-                               &model.f[F_JOURNAL].synced_size) == 0;
-    }
-    pthread_mutex_unlock(&model.lock);
-}
-
-/* Counts an operation on file f (at [off, off+len)); crashes before it
- * when it is the one. */
-static void io_op(unsigned f, int fd, uint64_t off, uint64_t len, int sync)
-{
-    if (!ph_load_relaxed(&model.op))
-        return;
-    pthread_mutex_lock(&model.lock);
-    model.count++;
-    if (model.armed && model.fd[f] < 0)
-        model.fd[f] = fd; /* the journal, created by this run */
-    if (model.armed && model.count == model.op) {
-        model_crash();
-        model_forget();
-    }
-    if (model.armed) {
-        if (sync) {
-            free(model.f[f].synced);
-            if (read_all(fd, &model.f[f].synced, &model.f[f].synced_size) != 0)
-                model.armed = 0;
-            memset(model.f[f].written, 0, (model.f[f].written_pages + 63) / 64 * 8);
-        } else {
-            model_note(f, off, len);
-        }
-    }
-    pthread_mutex_unlock(&model.lock);
-}
-
-static int io_write(unsigned f, int fd, const void *buf, uint64_t len, uint64_t off)
-{
-    io_op(f, fd, off, len, 0);
-    return ph_os_pwrite(fd, buf, len, off);
-}
-
-static int io_sync(unsigned f, int fd)
-{
-    io_op(f, fd, 0, 0, 1);
-    return ph_os_datasync(fd);
-}
-
-/* The heap file's length up to `size` (never shorter) and its pages of
- * [off, off+len) reserved. */
-static int io_resize(int fd, const char *path, uint64_t size)
-{
-    uint64_t cur;
-    int rc = ph_os_file_size(fd, path, &cur);
-    if (rc || cur >= size)
-        return rc;
-    io_op(F_HEAP, fd, cur, size - cur, 0);
-    return ph_os_resize(fd, path, size);
-}
-
-static int io_allocate(int fd, const char *path, uint64_t off, uint64_t len)
-{
-    io_op(F_HEAP, fd, off, 0, 0); /* reserves, changes no contents */
-    return ph_os_allocate(fd, path, off, len);
-}
-
-static int io_punch(int fd, uint64_t off, uint64_t len)
-{
-    io_op(F_HEAP, fd, off, len, 0);
-    return ph_os_punch_hole(fd, off, len);
-}
-
 /* ---- creation ---- */
 
 char *ph_ckpt_journal_path(const char *dpath)
@@ -402,7 +183,7 @@ static int write_header(ph_ckpt *k, uint32_t state, const ph_ckpt_header *base)
     ph_ckpt_header h = *base;
     h.state = state;
     h.crc = header_crc(&h);
-    return io_write(F_JOURNAL, k->jfd, &h, sizeof(h), 0);
+    return ph_ckpt_io_write(PH_CKPT_F_JOURNAL, k->jfd, &h, sizeof(h), 0);
 }
 
 /* What a checkpoint copies: `n` pages, their index entries and, for those
@@ -566,14 +347,14 @@ static int reserve_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, ui
 {
     if (full == ~0ull)
         return 0;
-    return io_allocate(k->dfd, k->dpath, (s->index[i] >> 1) * PAGE, n * PAGE);
+    return ph_ckpt_io_allocate(k->dfd, k->dpath, (s->index[i] >> 1) * PAGE, n * PAGE);
 }
 
 static int apply_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, uint64_t full)
 {
     uint64_t off = (s->index[i] >> 1) * PAGE;
     if (full == ~0ull) {
-        if (io_punch(k->dfd, off, n * PAGE))
+        if (ph_ckpt_io_punch(k->dfd, off, n * PAGE))
             return ph_err(PHEAP_EIO, "%s: punching a hole: %s", k->dpath, pheap_errmsg());
         /* a page handed out again since it was collected keeps its space */
         for (uint64_t pg = off / PAGE; k->xpunched && pg < off / PAGE + n; pg++)
@@ -582,7 +363,7 @@ static int apply_run(ph_ckpt *k, const ckpt_set *s, uint64_t i, uint64_t n, uint
                               pheap_errmsg());
         return 0;
     }
-    return io_write(F_HEAP, k->dfd, s->pages + full * PAGE, n * PAGE, off);
+    return ph_ckpt_io_write(PH_CKPT_F_HEAP, k->dfd, s->pages + full * PAGE, n * PAGE, off);
 }
 
 static uint64_t index_bytes(uint64_t n)
@@ -607,7 +388,7 @@ static int open_journal(ph_ckpt *k)
 static int write_set(ph_ckpt *k, ckpt_set *s)
 {
     /* 2: the file's length and the space of every page it is to hold. */
-    int rc = io_resize(k->dfd, k->dpath, s->file_size);
+    int rc = ph_ckpt_io_resize(k->dfd, k->dpath, s->file_size);
     if (!rc)
         rc = for_runs(k, s, reserve_run);
     if (rc || s->n == 0) /* nothing changed: the file is this checkpoint already */
@@ -620,22 +401,22 @@ static int write_set(ph_ckpt *k, ckpt_set *s)
                         .body_bytes = ib + s->nfull * PAGE};
     memcpy(h.uuid, k->uuid, 16);
     h.body_crc = ph_crc32c(ph_crc32c((uint32_t)h.gen, s->index, ib), s->pages, s->nfull * PAGE);
-    rc = io_write(F_JOURNAL, k->jfd, s->index, ib, PAGE);
+    rc = ph_ckpt_io_write(PH_CKPT_F_JOURNAL, k->jfd, s->index, ib, PAGE);
     if (!rc && s->nfull)
-        rc = io_write(F_JOURNAL, k->jfd, s->pages, s->nfull * PAGE, PAGE + ib);
+        rc = ph_ckpt_io_write(PH_CKPT_F_JOURNAL, k->jfd, s->pages, s->nfull * PAGE, PAGE + ib);
     if (!rc)
-        rc = io_sync(F_JOURNAL, k->jfd);
+        rc = ph_ckpt_io_sync(PH_CKPT_F_JOURNAL, k->jfd);
     if (!rc)
         rc = write_header(k, PH_CKPT_COMMITTED, &h);
     if (!rc)
-        rc = io_sync(F_JOURNAL, k->jfd);
+        rc = ph_ckpt_io_sync(PH_CKPT_F_JOURNAL, k->jfd);
     if (rc)
         return rc;
     k->gen = h.gen;
     /* 4: committed; from here an error leaves the journal to replay. */
     rc = for_runs(k, s, apply_run);
     if (!rc)
-        rc = io_sync(F_HEAP, k->dfd);
+        rc = ph_ckpt_io_sync(PH_CKPT_F_HEAP, k->dfd);
     if (!rc)
         (void)write_header(k, PH_CKPT_APPLIED, &h); /* lost: the next open replays it again */
     if (rc)
@@ -673,7 +454,7 @@ int ph_ckpt_take(ph_ckpt *k, int compare)
         return ph_err(PHEAP_ENOMEM, "checkpoint of %s: out of memory for %llu pages", k->dpath,
                       (unsigned long long)s.n);
     }
-    io_begin(k->dfd, k->jfd);
+    ph_ckpt_io_begin(k->dfd, k->jfd);
     rc = write_set(k, &s);
     if (rc && !k->unapplied)
         set_remark(k, &s);
@@ -715,11 +496,11 @@ static int replay_body(int dfd, const char *dpath, int jfd, const ph_ckpt_header
         goto out;
     s.nfull = full;
     ph_ckpt k = {.dfd = dfd, .dpath = (char *)dpath};
-    rc = io_resize(dfd, dpath, h->file_size);
+    rc = ph_ckpt_io_resize(dfd, dpath, h->file_size);
     if (!rc)
         rc = for_runs(&k, &s, apply_run);
     if (!rc)
-        rc = io_sync(F_HEAP, dfd);
+        rc = ph_ckpt_io_sync(PH_CKPT_F_HEAP, dfd);
 out:
     free(body);
     return rc;
@@ -761,12 +542,12 @@ int ph_ckpt_replay(int dfd, const char *dpath, int writable)
                     "(its journal %s is committed): a read-write open completes it", dpath, jpath);
         goto out;
     }
-    io_begin(dfd, jfd);
+    ph_ckpt_io_begin(dfd, jfd);
     rc = replay_body(dfd, dpath, jfd, &h);
     if (!rc) {
         h.state = PH_CKPT_APPLIED;
         h.crc = header_crc(&h);
-        (void)io_write(F_JOURNAL, jfd, &h, sizeof(h), 0);
+        (void)ph_ckpt_io_write(PH_CKPT_F_JOURNAL, jfd, &h, sizeof(h), 0);
     }
 out:
     if (jfd >= 0)
