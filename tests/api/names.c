@@ -684,6 +684,8 @@ typedef struct init_probe {
     int lookup_ok, listed, created, removed, refused;
     volatile int other_done;   /* the other thread's create returned */
     int other_early;           /* ... while the initialiser ran */
+    pthread_t other;           /* that thread, joined before the checks */
+    int started;
 } init_probe;
 
 static void *create_other(void *arg)
@@ -716,10 +718,9 @@ static int names_in_init(pheap *h, void *block, size_t usable, void *arg)
     else if (pheap_errno() == PHEAP_EBUSY)
         p->refused++;
     /* Another thread's create waits for the call to end. */
-    pthread_t t;
-    if (pthread_create(&t, NULL, create_other, p) != 0)
+    if (pthread_create(&p->other, NULL, create_other, p) != 0)
         return 1;
-    pthread_detach(t);
+    p->started = 1;
     usleep(200 * 1000);
     p->other_early = __atomic_load_n(&p->other_done, __ATOMIC_ACQUIRE) != 0;
     return 0;
@@ -741,8 +742,8 @@ TEST(initialiser_reads_names_and_changes_none)
     CHECK_EQ(p.removed, 0);
     CHECK_EQ(p.refused, 3001);
     CHECK_EQ(p.other_early, 0);
-    for (int i = 0; i < 500 && !__atomic_load_n(&p.other_done, __ATOMIC_ACQUIRE); i++)
-        usleep(10 * 1000);
+    REQUIRE(p.started);
+    pthread_join(p.other, NULL); /* its exit returns its cached blocks: before the check */
     CHECK_EQ(__atomic_load_n(&p.other_done, __ATOMIC_ACQUIRE), 1);
     CHECK_EQ(pheap_lookup(h, "outer"), outer);
     CHECK_EQ(pheap_lookup(h, "existing"), p.existing);
