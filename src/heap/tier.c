@@ -108,52 +108,10 @@ static int same_heap(int a, int b)
            ph_os_pread(b, ub, 16, offsetof(ph_header, uuid)) == 16 && memcmp(ua, ub, 16) == 0;
 }
 
-static int zeros(const char *p, size_t n)
-{
-    return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
-}
-
-/* Copies the pages of `from` that hold something other than zeros into
- * `to` (size bytes long); the others stay holes (reserve_like). */
-static int copy_file(int from, int to, uint64_t size, const char *what)
-{
-    enum { CHUNK = 1u << 20 };
-    char *buf = malloc(CHUNK);
-    if (!buf)
-        return ph_err(PHEAP_ENOMEM, "out of memory");
-    int rc = ph_os_resize(to, what, size);
-    uint64_t d0, d1;
-    for (uint64_t off = 0; !rc && off < size && ph_os_next_data(from, off, size, &d0, &d1) == 1;
-         off = d1) {
-        for (uint64_t at = d0; !rc && at < d1; at += CHUNK) {
-            size_t n = (size_t)PH_MIN((uint64_t)CHUNK, d1 - at);
-            ssize_t got = ph_os_pread(from, buf, n, at);
-            if (got < 0) {
-                rc = (int)got;
-                break;
-            }
-            /* runs of pages that are not all zeros */
-            for (size_t p = 0, q; !rc && p < (size_t)got; p = q) {
-                size_t len = PH_MIN((size_t)PH_PAGE_SIZE, (size_t)got - p);
-                if (zeros(buf + p, len)) {
-                    q = p + len;
-                    continue;
-                }
-                for (q = p + len; q < (size_t)got &&
-                                  !zeros(buf + q, PH_MIN((size_t)PH_PAGE_SIZE, (size_t)got - q));)
-                    q += PH_MIN((size_t)PH_PAGE_SIZE, (size_t)got - q);
-                rc = ph_os_pwrite(to, buf + p, q - p, at + p);
-            }
-        }
-    }
-    free(buf);
-    return rc;
-}
-
-/* The working copy reserves what the heap file does (the space of every
- * page the heap may store to without reserving it first: PHEAP_ENOSPC,
- * never a SIGBUS, when the memory file system is full), its zero pages
- * included, which the copy left as holes. */
+/* The working copy reserves what the heap file does: the space of every
+ * page the heap may store to without reserving it first (PHEAP_ENOSPC,
+ * never a SIGBUS, when the memory file system is full), and of every page
+ * the copy writes. */
 static int reserve_like(int dfd, int wfd, uint64_t size, const char *wpath)
 {
     uint64_t a0, a1;
@@ -176,9 +134,16 @@ static int make_working_copy(int dfd, const char *dpath, const char *wpath, int 
         rc = ph_os_create_temp(wpath, 0600, wfd, tmp);
     if (rc)
         return ph_err(rc, "cannot make the working copy %s: %s", wpath, pheap_errmsg());
-    rc = copy_file(dfd, *wfd, size, wpath);
+    rc = ph_os_resize(*wfd, wpath, size);
     if (!rc)
         rc = reserve_like(dfd, *wfd, size, wpath);
+    char *map = !rc && size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, *wfd, 0) : NULL;
+    if (map == MAP_FAILED)
+        rc = ph_err(PHEAP_EIO, "cannot map the working copy %s", wpath);
+    else if (map) { /* the pages that hold something; the others read as zeros */
+        rc = ph_os_copy_file(dfd, size, map);
+        munmap(map, size);
+    }
     if (!rc)
         rc = ph_os_publish(*wfd, tmp, wpath, 1);
     if (rc) {
@@ -286,9 +251,6 @@ int ph_tier_open(pheap *h, const struct ph_config *cfg)
 int ph_tier_attach(pheap *h)
 {
     struct ph_tier *t = h->tier;
-    if (h->hdr.consistency == PH_CONSISTENCY_GC) /* ph_tier_open read another header */
-        return ph_err(PHEAP_ECORRUPT, "%s: the working copy is a GC heap, the file is not",
-                      h->path);
     int rc = ph_ckpt_create(&t->ckpt, t->dfd, h->path, h->hdr.uuid, h->sp.base, h->sp.view,
                             h->sp.reserve, h->sp.data_off, &h->sp.xsize);
     if (rc)

@@ -178,12 +178,27 @@ static int read_header(int jfd, const uint8_t uuid[16], ph_ckpt_header *h)
            memcmp(h->uuid, uuid, 16) == 0;
 }
 
-static int write_header(ph_ckpt *k, uint32_t state, const ph_ckpt_header *base)
+static int write_header(int jfd, uint32_t state, const ph_ckpt_header *base)
 {
     ph_ckpt_header h = *base;
     h.state = state;
     h.crc = header_crc(&h);
-    return ph_ckpt_io_write(PH_CKPT_F_JOURNAL, k->jfd, &h, sizeof(h), 0);
+    return ph_ckpt_io_write(PH_CKPT_F_JOURNAL, jfd, &h, sizeof(h), 0);
+}
+
+/* The journal of the heap file `dfd` at `dpath`, opened with `flags`
+ * (its path in *jpath, malloc'd), and in *h its header when it is one of
+ * this heap's (*valid).  The descriptor, or -1 when there is none. */
+static int journal_of(int dfd, const char *dpath, int flags, char **jpath, ph_ckpt_header *h,
+                      int *valid)
+{
+    uint8_t uuid[16];
+    *valid = 0;
+    *jpath = ph_ckpt_journal_path(dpath);
+    int jfd = *jpath ? open(*jpath, flags | O_CLOEXEC) : -1;
+    if (jfd >= 0 && ph_os_pread(dfd, uuid, 16, offsetof(ph_header, uuid)) == 16)
+        *valid = read_header(jfd, uuid, h);
+    return jfd;
 }
 
 /* What a checkpoint copies: `n` pages, their index entries and, for those
@@ -201,12 +216,6 @@ static void set_free(ckpt_set *s)
     free(s->index);
     free(s->pages);
     *s = (ckpt_set){0};
-}
-
-static int page_zero(const char *p)
-{
-    static const char zeros[PAGE];
-    return memcmp(p, zeros, PAGE) == 0;
 }
 
 static int set_add(ckpt_set *s, ph_ckpt *k, uint64_t pg, const char *src)
@@ -272,7 +281,7 @@ static int select_differing(ph_ckpt *k, uint64_t *sel, uint64_t pages)
             if (ph_os_next_data(k->wfd, at, d1, &w0, &w1) != 1)
                 w0 = w1 = d1; /* a hole to the end of the run */
             for (uint64_t pg = at / PAGE; pg < PH_ALIGN_DOWN(w0, PAGE) / PAGE; pg++) {
-                if (ph_os_pread(k->dfd, buf, PAGE, pg * PAGE) != PAGE || page_zero(buf))
+                if (ph_os_pread(k->dfd, buf, PAGE, pg * PAGE) != PAGE || ph_all_zero(buf, PAGE))
                     continue; /* the hole [at, w0) of the working copy */
                 sel[pg / 64] |= 1ull << (pg % 64);
                 __atomic_fetch_or(&k->xpunched[pg / 64], 1ull << (pg % 64), __ATOMIC_SEQ_CST);
@@ -407,7 +416,7 @@ static int write_set(ph_ckpt *k, ckpt_set *s)
     if (!rc)
         rc = ph_ckpt_io_sync(PH_CKPT_F_JOURNAL, k->jfd);
     if (!rc)
-        rc = write_header(k, PH_CKPT_COMMITTED, &h);
+        rc = write_header(k->jfd, PH_CKPT_COMMITTED, &h);
     if (!rc)
         rc = ph_ckpt_io_sync(PH_CKPT_F_JOURNAL, k->jfd);
     if (rc)
@@ -418,7 +427,7 @@ static int write_set(ph_ckpt *k, ckpt_set *s)
     if (!rc)
         rc = ph_ckpt_io_sync(PH_CKPT_F_HEAP, k->dfd);
     if (!rc)
-        (void)write_header(k, PH_CKPT_APPLIED, &h); /* lost: the next open replays it again */
+        (void)write_header(k->jfd, PH_CKPT_APPLIED, &h); /* lost: the next open replays it again */
     if (rc)
         k->unapplied = 1;
     ph_store_relaxed(&k->xbytes, k->xbytes + s->nfull * PAGE);
@@ -508,34 +517,25 @@ out:
 
 unsigned ph_ckpt_journal_state(int dfd, const char *dpath, uint64_t *gen)
 {
-    char *jpath = ph_ckpt_journal_path(dpath);
-    int jfd = jpath ? open(jpath, O_RDONLY | O_CLOEXEC) : -1;
+    char *jpath;
     ph_ckpt_header h;
-    uint8_t uuid[16];
-    unsigned state = 0;
-    *gen = 0;
-    if (jfd >= 0 && ph_os_pread(dfd, uuid, 16, offsetof(ph_header, uuid)) == 16 &&
-        read_header(jfd, uuid, &h)) {
-        state = h.state;
-        *gen = h.gen;
-    }
+    int valid, jfd = journal_of(dfd, dpath, O_RDONLY, &jpath, &h, &valid);
+    *gen = valid ? h.gen : 0;
     if (jfd >= 0)
         close(jfd);
     free(jpath);
-    return state;
+    return valid ? h.state : 0;
 }
 
 int ph_ckpt_replay(int dfd, const char *dpath, int writable)
 {
-    char *jpath = ph_ckpt_journal_path(dpath);
+    char *jpath;
+    ph_ckpt_header h;
+    int valid, rc = 0;
+    int jfd = journal_of(dfd, dpath, writable ? O_RDWR : O_RDONLY, &jpath, &h, &valid);
     if (!jpath)
         return ph_err(PHEAP_ENOMEM, "out of memory");
-    int jfd = open(jpath, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    int rc = 0;
-    ph_ckpt_header h;
-    uint8_t uuid[16];
-    if (jfd < 0 || ph_os_pread(dfd, uuid, 16, offsetof(ph_header, uuid)) != 16 ||
-        !read_header(jfd, uuid, &h) || h.state != PH_CKPT_COMMITTED)
+    if (!valid || h.state != PH_CKPT_COMMITTED)
         goto out;
     if (!writable) {
         rc = ph_err(PHEAP_EBUSY, "%s: a checkpoint was cut short before it reached the file "
@@ -544,11 +544,8 @@ int ph_ckpt_replay(int dfd, const char *dpath, int writable)
     }
     ph_ckpt_io_begin(dfd, jfd);
     rc = replay_body(dfd, dpath, jfd, &h);
-    if (!rc) {
-        h.state = PH_CKPT_APPLIED;
-        h.crc = header_crc(&h);
-        (void)ph_ckpt_io_write(PH_CKPT_F_JOURNAL, jfd, &h, sizeof(h), 0);
-    }
+    if (!rc)
+        (void)write_header(jfd, PH_CKPT_APPLIED, &h);
 out:
     if (jfd >= 0)
         close(jfd);

@@ -54,6 +54,13 @@ void ph_debug_fail(const char *expr, const char *file, int line);
             ph_debug_fail(#expr, __FILE__, __LINE__);                      \
     } while (0)
 
+/* 1 if the n bytes at p are all zero (n may be 0). */
+static inline int ph_all_zero(const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    return n == 0 || (c[0] == 0 && __builtin_memcmp(c, c + 1, n - 1) == 0);
+}
+
 /* SplitMix64: a stateless mixer for seeded, order-independent draws. */
 static inline uint64_t ph_mix64(uint64_t x)
 {
