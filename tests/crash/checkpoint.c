@@ -10,13 +10,16 @@
  * written by alloc_to, free_from, transactions and names) is one of the
  * two, and the heap goes on working.  A power loss during open's replay of
  * the journal (every file operation of it, again with subsets) must end in
- * the same checkpoint as the replay it interrupted.  (make test samples
+ * the same checkpoint as the replay it interrupted.  The same for the
+ * checkpoint of an open that takes in a working copy a process crash left
+ * (every page compared with the file).  (make test samples
  * the replay's crash points; make torture takes them all.)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ckpt_model.h"
@@ -25,7 +28,7 @@
 
 static char workdir[4096];
 static uint64_t digest_of[2];  /* the previous checkpoint, this one */
-static unsigned images, nested, violations, ends[2];
+static unsigned images, nested, violations, ends[2], take_ends[2];
 
 /* A path of the test directory that stays valid (ph_test_path's buffers
  * are reused). */
@@ -223,6 +226,83 @@ static void enumerate(double evict, uint64_t seed)
     }
 }
 
+/* The working copy of the heap file `path`, as pheap names it. */
+static void working_copy_of(const char *path, char *out, size_t len)
+{
+    struct stat st;
+    out[0] = 0;
+    if (stat(path, &st) == 0)
+        snprintf(out, len, "%s/%llx-%llx.work", workdir, (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
+}
+
+/* A process crash at the checkpoint level leaves the heap file at the
+ * first checkpoint and the working copy at the second state; an open at
+ * the sync level takes the working copy into the file (a checkpoint of
+ * every page that differs).  A power loss before each of its file
+ * operations leaves one of the two states, and a replay of what it
+ * committed, crashed in turn, ends where it would have. */
+static void enumerate_takeover(double evict, uint64_t seed)
+{
+    char path[512], base[512], jpath[600], jbase[600], wpath[4200], wbase[512], image[512];
+    tpath(path, "ckpt-take.heap");
+    tpath(base, "ckpt-take-base.heap");
+    tpath(wbase, "ckpt-take-base.work");
+    tpath(image, "ckpt-take-image.heap");
+    snprintf(jpath, sizeof(jpath), "%s.ckpt", path);
+    snprintf(jbase, sizeof(jbase), "%s.ckpt", base);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) { /* the workload, then a process crash */
+        pheap *h = workload(path);
+        _exit(h && write(fds[1], digest_of, sizeof(digest_of)) == (ssize_t)sizeof(digest_of) ? 0 : 1);
+    }
+    close(fds[1]);
+    REQUIRE(read(fds[0], digest_of, sizeof(digest_of)) == (ssize_t)sizeof(digest_of));
+    close(fds[0]);
+    int status;
+    REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    working_copy_of(path, wpath, sizeof(wpath));
+    REQUIRE(access(wpath, F_OK) == 0);
+    REQUIRE(ph_test_copy_file(path, base) == 0 && ph_test_copy_file(jpath, jbase) == 0 &&
+            ph_test_copy_file(wpath, wbase) == 0);
+    for (uint64_t k = 1;; k++) {
+        /* the files as the crash left them, the same inode (the working
+         * copy's name) */
+        REQUIRE(ph_test_copy_file(base, path) == 0 && ph_test_copy_file(jbase, jpath) == 0 &&
+                ph_test_copy_file(wbase, wpath) == 0);
+        unlink(image);
+        ph_ckpt_test_crash(k, seed, evict, image);
+        pheap *h = open_level(path, PHEAP_DURABILITY_SYNC, 0);
+        ph_ckpt_test_crash(0, 0, 0, NULL);
+        if (!h) {
+            ph_test_fail(__FILE__, __LINE__, "the open taking the working copy in: %s",
+                         pheap_errmsg());
+            return;
+        }
+        int whole = ckm_digest(h, NULL) == digest_of[1]; /* the open saw every call */
+        pheap_close(h);
+        CHECK(whole);
+        CHECK(access(wpath, F_OK) != 0); /* taken in, then removed */
+        if (access(image, F_OK) != 0)
+            break; /* fewer operations than k: done */
+        char where[128];
+        snprintf(where, sizeof(where), "take-over, evict %.1f seed %llu, crash before operation %llu",
+                 evict, (unsigned long long)seed, (unsigned long long)k);
+        images++;
+        int got = judge(image, where);
+        if (got < 0) {
+            violations++;
+            continue;
+        }
+        take_ends[got]++;
+        judge_replays(image, got, where, evict, seed + k);
+    }
+    unlink(wbase);
+}
+
 TEST(every_file_operation_of_a_checkpoint_and_of_its_replay)
 {
     snprintf(workdir, sizeof(workdir), "%s/work", ph_test_dir());
@@ -231,11 +311,13 @@ TEST(every_file_operation_of_a_checkpoint_and_of_its_replay)
     static const double evicts[] = {0.0, 0.5, 1.0};
     for (unsigned e = 0; e < 3; e++)
         for (uint64_t seed = 1; seed <= (evicts[e] == 0.5 ? 3u : 1u); seed++)
-            enumerate(evicts[e], seed);
+            enumerate(evicts[e], seed), enumerate_takeover(evicts[e], seed);
     printf("checkpoint: %u images (%u of a crashed replay), %u violations; the previous "
-           "checkpoint in %u, this one in %u\n",
-           images, nested, violations, ends[0], ends[1]);
+           "checkpoint in %u, this one in %u; taking a working copy in: the file's state in %u, "
+           "the working copy's in %u\n",
+           images, nested, violations, ends[0], ends[1], take_ends[0], take_ends[1]);
     CHECK_EQ(violations, 0);
     CHECK(ends[0] > 0 && ends[1] > 0); /* both outcomes were reached */
+    CHECK(take_ends[0] > 0 && take_ends[1] > 0);
     CHECK(nested > 0);
 }
