@@ -280,11 +280,17 @@ static int select_differing(ph_ckpt *k, uint64_t *sel, uint64_t pages)
         for (uint64_t at = d0, w0, w1; at < d1; at = PH_MIN(PH_ALIGN_UP(w1, PAGE), d1)) {
             if (ph_os_next_data(k->wfd, at, d1, &w0, &w1) != 1)
                 w0 = w1 = d1; /* a hole to the end of the run */
-            for (uint64_t pg = at / PAGE; pg < PH_ALIGN_DOWN(w0, PAGE) / PAGE; pg++) {
-                if (ph_os_pread(k->dfd, buf, PAGE, pg * PAGE) != PAGE || ph_all_zero(buf, PAGE))
-                    continue; /* the hole [at, w0) of the working copy */
-                sel[pg / 64] |= 1ull << (pg % 64);
-                __atomic_fetch_or(&k->xpunched[pg / 64], 1ull << (pg % 64), __ATOMIC_SEQ_CST);
+            /* the hole [at, w0) of the working copy, a run at a time */
+            for (uint64_t h = at, hend = PH_ALIGN_DOWN(w0, PAGE); h < hend; h += (uint64_t)RUN * PAGE) {
+                size_t n = (size_t)PH_MIN((uint64_t)RUN * PAGE, hend - h);
+                ssize_t got = ph_os_pread(k->dfd, buf, n, h);
+                for (size_t i = 0; got > 0 && (i + 1) * PAGE <= (size_t)got; i++) {
+                    if (ph_all_zero(buf + i * PAGE, PAGE))
+                        continue;
+                    uint64_t pg = h / PAGE + i;
+                    sel[pg / 64] |= 1ull << (pg % 64);
+                    __atomic_fetch_or(&k->xpunched[pg / 64], 1ull << (pg % 64), __ATOMIC_SEQ_CST);
+                }
             }
         }
     }
