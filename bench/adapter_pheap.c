@@ -10,8 +10,9 @@
  * metadata protection off: the price of protection), "pheap-nomorph" (LOG,
  * opened with PHEAP_MORPH=0: what slab morphing saves and costs),
  * "pheap-keys" (LOG, protected by protection keys instead of the alias;
- * skipped where there are none) and "pheap-gc" (GC, which also has
- * root_set and recover: pheap_root_set, pheap_recover_ex).
+ * skipped where there are none), "pheap-defrag" (LOG, with relocate:
+ * pheap_defrag) and "pheap-gc" (GC, which also has root_set and recover:
+ * pheap_root_set, pheap_recover_ex).
  */
 #include "bench.h"
 
@@ -247,6 +248,32 @@ const bench_allocator bench_pheap_nomorph = {
     .load = pheap_bench_load,
     .init = pheap_nomorph_bench_init,
     .reopen = pheap_nomorph_bench_reopen,
+};
+
+static int pheap_bench_relocate(bench_handle *const *slots, size_t n)
+{
+    _Static_assert(sizeof(bench_handle) == sizeof(pheap_off), "a handle is an offset");
+    if (pheap_defrag(heap, (pheap_off *const *)slots, n, NULL) != 0) {
+        bench_fail("pheap_defrag: %s", pheap_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+static void pheap_bench_collect(void)
+{
+    pheap_thread_collect(heap);
+}
+
+const bench_allocator bench_pheap_defrag = {
+    .name = "pheap-defrag",
+    .what = "pheap with pheap_defrag after each fragbench phase's frees (blocks move)",
+    PHEAP_CALLS,
+    .load = pheap_bench_load,
+    .init = pheap_bench_init,
+    .reopen = pheap_bench_reopen,
+    .relocate = pheap_bench_relocate,
+    .collect = pheap_bench_collect,
 };
 
 const bench_allocator bench_pheap_keys = {

@@ -25,6 +25,8 @@ static __typeof__(pmemobj_ctl_get) *ctl_get_fn;
 static __typeof__(pmemobj_ctl_set) *ctl_set_fn;
 static __typeof__(pmemobj_errormsg) *errormsg_fn;
 static __typeof__(pmemobj_oid) *oid_fn;
+static __typeof__(pmemobj_defrag) *defrag_fn;
+static void *pmemobj_lib;
 
 static PMEMobjpool *pool;
 static uint64_t pool_uuid_lo;
@@ -44,7 +46,39 @@ static int pmemobj_load(void)
         bench_dlsym(lib, "pmemobj_ctl_set", &ctl_set_fn) ||
         bench_dlsym(lib, "pmemobj_errormsg", &errormsg_fn) || bench_dlsym(lib, "pmemobj_oid", &oid_fn))
         return -1;
+    pmemobj_lib = lib;
     return 0;
+}
+
+static int pmemobj_defrag_load(void)
+{
+    if (pmemobj_load())
+        return -1;
+    return bench_dlsym(pmemobj_lib, "pmemobj_defrag", &defrag_fn);
+}
+
+/* pmemobj_defrag takes oids: the handles become oids in a scratch array
+ * (volatile memory, which it accepts) and come back from it. */
+static int pmemobj_bench_relocate(bench_handle *const *slots, size_t n)
+{
+    PMEMoid *oid = malloc((n ? n : 1) * sizeof(*oid));
+    PMEMoid **ptr = malloc((n ? n : 1) * sizeof(*ptr));
+    int rc = -1;
+    if (oid && ptr) {
+        for (size_t i = 0; i < n; i++) {
+            oid[i] = (PMEMoid){pool_uuid_lo, *slots[i]};
+            ptr[i] = &oid[i];
+        }
+        struct pobj_defrag_result r;
+        rc = defrag_fn(pool, ptr, n, &r);
+        if (rc)
+            bench_fail("pmemobj_defrag: %s", errormsg_fn());
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            *slots[i] = oid[i].off;
+    }
+    free(oid);
+    free(ptr);
+    return rc ? -1 : 0;
 }
 
 static int adopt(PMEMobjpool *pop, const char *what, const char *path)
@@ -131,6 +165,8 @@ static int pmemobj_load(void)
 #define pmemobj_bench_close NULL
 #define pmemobj_bench_addr NULL
 #define pmemobj_heap_bytes NULL
+#define pmemobj_defrag_load pmemobj_load
+#define pmemobj_bench_relocate NULL
 
 #endif
 
@@ -146,4 +182,19 @@ const bench_allocator bench_pmemobj = {
     .close = pmemobj_bench_close,
     .heap_bytes = pmemobj_heap_bytes,
     .reopen = pmemobj_reopen,
+};
+
+const bench_allocator bench_pmemobj_defrag = {
+    .name = "pmemobj-defrag",
+    .what = "libpmemobj with pmemobj_defrag after each fragbench phase's frees (objects move)",
+    .persistent = 1,
+    .load = pmemobj_defrag_load,
+    .init = pmemobj_init,
+    .alloc = pmemobj_bench_alloc,
+    .free = pmemobj_bench_free,
+    .addr = pmemobj_bench_addr,
+    .close = pmemobj_bench_close,
+    .heap_bytes = pmemobj_heap_bytes,
+    .reopen = pmemobj_reopen,
+    .relocate = pmemobj_bench_relocate,
 };

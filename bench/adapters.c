@@ -6,13 +6,14 @@
 
 #include <string.h>
 
-extern const bench_allocator bench_pmemobj, bench_mimalloc, bench_jemalloc, bench_glibc;
+extern const bench_allocator bench_pmemobj, bench_pmemobj_defrag, bench_mimalloc, bench_jemalloc, bench_glibc;
 
 extern const bench_allocator bench_pheap, bench_pheap_gc, bench_pheap_noprot, bench_pheap_nomorph,
-    bench_pheap_keys;
+    bench_pheap_keys, bench_pheap_defrag;
 
 const bench_allocator *const bench_allocators[] = {
-    &bench_pheap, &bench_pheap_gc, &bench_pheap_noprot, &bench_pheap_nomorph, &bench_pheap_keys, &bench_pmemobj, &bench_mimalloc, &bench_jemalloc,
+    &bench_pheap, &bench_pheap_gc, &bench_pheap_noprot, &bench_pheap_nomorph, &bench_pheap_keys,
+    &bench_pheap_defrag, &bench_pmemobj, &bench_pmemobj_defrag, &bench_mimalloc, &bench_jemalloc,
     &bench_glibc, NULL,
 };
 

@@ -74,6 +74,16 @@ typedef struct bench_allocator {
      * *marked: reachable blocks it found. */
     int (*root_set)(bench_handle h);
     int (*recover)(unsigned threads, uint64_t *marked);
+    /* Defragmentation the program takes part in (pheap_defrag,
+     * pmemobj_defrag): the allocator may move the blocks that the n words
+     * at slots[] name -- every word naming them -- and rewrites those words.
+     * 0 or -1.  Optional; fragbench calls it after each phase's frees,
+     * in one thread, over every thread's blocks, once each thread has
+     * called collect. */
+    int (*relocate)(bench_handle *const *slots, size_t n);
+    /* Gives the calling thread's cached free blocks back (pheap_thread_collect).
+     * Optional. */
+    void (*collect)(void);
 } bench_allocator;
 
 /* Every adapter the binary knows, in report order; the list ends with NULL. */

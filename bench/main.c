@@ -347,6 +347,10 @@ static int run_allocator(const options *o, const bench_allocator *a, FILE *json)
             printf("== %s: skipped for %s (does not recover by tracing)\n", w->name, a->name);
             continue;
         }
+        if (a->relocate && !(w->flags & BENCH_W_USAGE)) { /* the plain allocator's row */
+            printf("== %s: skipped for %s (moves blocks only in fragbench)\n", w->name, a->name);
+            continue;
+        }
         bench_params base = params_for(w, o);
         out_params(w, &base);
         for (unsigned i = 0; i < o->nthreads; i++) {

@@ -19,7 +19,8 @@ import shutil
 import subprocess
 import sys
 
-ORDER = ["pheap", "pheap-gc", "pheap-noprot", "pheap-keys", "pmemobj", "mimalloc", "jemalloc", "glibc"]
+ORDER = ["pheap", "pheap-gc", "pheap-noprot", "pheap-keys", "pheap-nomorph", "pheap-defrag", "pmemobj",
+         "pmemobj-defrag", "mimalloc", "jemalloc", "glibc"]
 PEERS = ["pmemobj", "mimalloc"]          # ratio columns are against these
 COLORS = {"pheap": "#d62728", "pheap-gc": "#e377c2", "pheap-noprot": "#8c564b", "pheap-keys": "#bcbd22",
           "pmemobj": "#1f77b4", "mimalloc": "#2ca02c",

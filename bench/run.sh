@@ -37,7 +37,7 @@ usage() { echo "usage: sh bench/run.sh BUILD_DIR [--quick] [--alloc LIST] [pheap
 BUILD=${1%/}; shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=""
-ALLOCS="pheap,pheap-gc,pheap-noprot,pheap-nomorph,pheap-keys,pmemobj,mimalloc,jemalloc,glibc"
+ALLOCS="pheap,pheap-gc,pheap-noprot,pheap-nomorph,pheap-keys,pheap-defrag,pmemobj,pmemobj-defrag,mimalloc,jemalloc,glibc"
 FS_DIR=""
 PASS=""
 while [ $# -gt 0 ]; do

@@ -10,6 +10,11 @@
  * persistent heaps, and the growth of resident memory for transient ones.
  * The threads meet at the end of every allocation phase, where the worst
  * ratios over the phases are taken (heap_per_live_max, file_per_live_max).
+ * An allocator that can move blocks (relocate: pheap_defrag,
+ * pmemobj_defrag) gets every live handle after the frees -- the handles
+ * are the only words that name the blocks -- from one thread, once every
+ * thread has given back its cached blocks (collect), as a program that
+ * compacts its data at a quiet point would.
  */
 #include "bench.h"
 
@@ -30,6 +35,7 @@ typedef struct frag_lane {       /* one thread's live objects */
 
 typedef struct frag_state {
     frag_lane *lane;
+    bench_handle **slots;        /* the addresses of every thread's handles */
     uint64_t target;             /* live bytes per thread at a phase's end */
     pthread_barrier_t phase_end; /* the threads, at the end of each allocation phase */
     double heap_max, file_max;   /* worst ratios to live bytes at those points */
@@ -77,6 +83,24 @@ static void phase_usage(const bench_run *run, frag_state *st)
     }
 }
 
+/* Every thread: its cached blocks back, then thread 0 moves everyone's. */
+static void relocate_all(bench_thread *t, frag_state *st)
+{
+    const bench_allocator *a = t->run->alloc;
+    if (a->collect)
+        a->collect();
+    pthread_barrier_wait(&st->phase_end);
+    if (t->tid == 0) {
+        size_t n = 0;
+        for (unsigned i = 0; i < t->run->p->threads; i++)
+            for (uint64_t k = 0; k < st->lane[i].n; k++)
+                st->slots[n++] = &st->lane[i].h[k];
+        if (a->relocate(st->slots, n) != 0)
+            t->failed = 1;
+    }
+    pthread_barrier_wait(&st->phase_end);
+}
+
 static void frag_worker(bench_thread *t)
 {
     const bench_params *p = t->run->p;
@@ -104,8 +128,11 @@ static void frag_worker(bench_thread *t)
         if (t->tid == 0)
             phase_usage(t->run, st);
         pthread_barrier_wait(&st->phase_end);
-        if (phase + 1 < p->rounds && !t->failed)
+        if (phase + 1 < p->rounds && !t->failed) {
             free_most(t, l);
+            if (a->relocate)
+                relocate_all(t, st);
+        }
     }
 }
 
@@ -145,6 +172,7 @@ int wl_frag(const bench_run *run, bench_metrics *out)
     st.target = p->live_bytes / p->threads;
     st.heap_max = st.file_max = 0;
     st.lane = bench_xcalloc(p->threads, sizeof *st.lane);
+    st.slots = NULL;
     if (!st.lane)
         return -1;
     pthread_barrier_init(&st.phase_end, NULL, p->threads);
@@ -154,6 +182,13 @@ int wl_frag(const bench_run *run, bench_metrics *out)
         l->h = bench_xcalloc(l->cap, sizeof *l->h);
         l->size = bench_xcalloc(l->cap, sizeof *l->size);
         if (!l->h || !l->size)
+            rc = -1;
+    }
+    if (rc == 0 && run->alloc->relocate) {
+        uint64_t all = 0;
+        for (unsigned i = 0; i < p->threads; i++)
+            all += st.lane[i].cap;
+        if (!(st.slots = bench_xcalloc(all, sizeof *st.slots)))
             rc = -1;
     }
     uint64_t rss_base = bench_rss_bytes();
@@ -174,6 +209,7 @@ int wl_frag(const bench_run *run, bench_metrics *out)
     if (run->alloc->thread_detach)
         run->alloc->thread_detach();
     free(st.lane);
+    free(st.slots);
     pthread_barrier_destroy(&st.phase_end);
     return rc;
 }

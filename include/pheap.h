@@ -989,6 +989,80 @@ pheap_off pheap_tx_alloc(pheap *h, size_t size);
 int pheap_tx_free(pheap *h, pheap_off off);
 
 /* ===================================================================== */
+/*  Moving blocks: defragmentation the program takes part in            */
+/* ===================================================================== */
+/*
+ * A block's offset is its identity, so pheap never moves a block by itself.
+ * After most blocks of a size were freed, the few left can pin a slab each
+ * (a 64 KiB chunk of blocks of one size class), and that space serves no
+ * other size until they go.  A program that knows every word pointing at
+ * some blocks can let pheap move them: pheap_defrag takes the addresses of
+ * those words ("slots"), moves blocks out of slabs that it can then give
+ * back, and rewrites the slots to the new offsets.
+ *
+ * Each slot is an aligned 8-byte word holding a block's offset (or 0,
+ * skipped): inside a live block of the heap (its program address, as
+ * pheap_direct gives) or in the program's own memory.  Several slots may
+ * name one block.  The program must pass EVERY word that names a block it
+ * passes (a word left out would name freed space afterwards), and no other
+ * thread may use those blocks or slots during the call.
+ *
+ * What moves: small blocks (up to 16 KiB) of slabs all of whose live
+ * blocks the slots name, where moving them frees whole slabs -- the
+ * sparsest slabs of a size class first, as long as the slabs emptied
+ * outnumber the slabs the moved blocks fill.  Large blocks, blocks named
+ * by a root or a name (pheap_alloc_named), and blocks of slabs that hold
+ * blocks the slots do not name stay where they are.  A moved block gets a
+ * block of the same size with the same bytes, the old one is freed, and the
+ * emptied slabs go back to free space at once (their pages to the file
+ * system at the next purge).
+ *
+ * Crash guarantee: blocks move in batches, each one transaction (a LOG-mode
+ * heap's transaction, see above): after a crash every block of a batch is
+ * at its old place with every slot in the heap naming it there, or at its
+ * new place with every slot in the heap naming it there.  Slots in the
+ * program's memory are rewritten after their batch commits.
+ *
+ * Cost: per moved block, the copy of its bytes and the records of its
+ * batch's transaction (batches of up to 256 blocks: about five fences
+ * each).
+ */
+typedef struct pheap_defrag_result {
+    size_t total;          /* distinct blocks the slots name */
+    size_t relocated;      /* of which moved */
+    size_t slabs_freed;    /* slabs emptied and given back to free space */
+    uint64_t bytes_moved;  /* bytes of the moved blocks */
+} pheap_defrag_result;
+
+/* Moves blocks named by the n words at slots[0..n-1] out of sparse slabs,
+ * as above; `out` (may be NULL) gets the figures, also on error (what was
+ * done before it).  Every slot and every block is checked before anything
+ * moves: a bad one fails the call with nothing changed.
+ * Errors: PHEAP_EINVAL (NULL heap, NULL slots with n > 0, a NULL slot, a
+ * slot not 8-byte aligned, the calling thread inside a transaction, a slot
+ * or block that is pheap's own metadata), PHEAP_ERANGE (a slot in the heap
+ * outside its data region, a block offset outside it), PHEAP_ENOTLIVE (a
+ * slot in the heap in no live block), PHEAP_EDOUBLEFREE /
+ * PHEAP_EINTERIOR / PHEAP_ENOTALLOC (a slot naming no live block's start),
+ * PHEAP_ERDONLY, PHEAP_EROMODE, PHEAP_EFORKED, PHEAP_ENOTSUP (a GC-mode
+ * heap, or a format before transactions), PHEAP_ENOMEM / PHEAP_ENOSPC (no
+ * room for a batch's new blocks or its log: that batch is rolled back, the
+ * ones before it stay moved, and `out` says how many). */
+int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_result *out);
+
+/* Returns the calling thread's cached free blocks of h to their slabs.
+ * Each thread keeps a few free blocks of every size class it used, ready
+ * for its next allocations; they keep their slabs in use, so a slab whose
+ * other blocks were all freed can neither go back to free space nor serve
+ * another size until the thread allocates that size again or exits.  Call
+ * it in a thread that stops using a size for long, and in every thread
+ * before one thread runs pheap_defrag over blocks they all freed into.
+ * pheap_defrag does it for its own thread.  Nothing durable changes (the
+ * blocks were free already); costs a lock per slab the blocks go to.
+ * Errors: PHEAP_EINVAL (NULL), PHEAP_ERDONLY, PHEAP_EFORKED. */
+int pheap_thread_collect(pheap *h);
+
+/* ===================================================================== */
 /*  Consistency modes, recovery by tracing, garbage collection           */
 /* ===================================================================== */
 /*

@@ -40,6 +40,8 @@ _Static_assert(PH_SLAB_BATCH <= PH_EXT_COMMIT_MAX, "slab batch fits one commit")
 
 static void partial_push(ph_arena *a, ph_slab *s)
 {
+    if (s->evac) /* set aside until ph_engine_evacuate_end */
+        return;
     unsigned cls = s->xcls;
     s->prev = NULL;
     s->next = a->partial[cls];
@@ -225,6 +227,56 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
         ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
         partial_push(a, s);
     }
+}
+
+int ph_engine_slab_census(ph_engine *e, uint64_t off, ph_slab_census *out)
+{
+    ph_slab *s = ph_engine_chunk_slab(e, off);
+    if (!s)
+        return 0;
+    out->chunk = s->off;
+    out->cls = ph_load_relaxed(&s->xcls);
+    out->nblocks = ph_load_relaxed(&s->nblocks);
+    out->live = ph_slab_live(s) + ph_load_relaxed(&s->xold_live);
+    return 1;
+}
+
+int ph_engine_evacuate(ph_engine *e, uint64_t chunk)
+{
+    ph_slab *s = ph_engine_chunk_slab(e, chunk);
+    if (!s || s->off != chunk)
+        return 0;
+    ph_arena *a = &e->arenas[s->arena];
+    pthread_mutex_lock(&a->lock);
+    int ok = ph_engine_chunk_slab(e, chunk) == s && !s->evac;
+    if (ok) {
+        if (s->in_partial)
+            partial_remove(a, s);
+        s->evac = 1;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return ok;
+}
+
+int ph_engine_evacuate_end(ph_engine *e, ph_pctx *c, uint64_t chunk)
+{
+    ph_slab *s = ph_engine_chunk_slab(e, chunk);
+    if (!s || s->off != chunk)
+        return 0;
+    ph_arena *a = &e->arenas[s->arena];
+    int released = 0;
+    pthread_mutex_lock(&a->lock);
+    s->evac = 0;
+    if (slab_empty(s)) {
+        ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
+        released = slab_release(e, c, s) == 0;
+        if (!released) /* cannot happen while the index is consistent: keep it */
+            ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
+    }
+    if (!released && s->navail)
+        partial_push(a, s);
+    pthread_mutex_unlock(&a->lock);
+    return released;
 }
 
 void ph_engine_old_freed(ph_engine *e, ph_pctx *c, ph_slab *s, uint32_t j)

@@ -119,6 +119,27 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes);
  * bitmap read. */
 int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call);
 
+/* ---- moving blocks out of sparse slabs (pheap_defrag, heap/defrag.c) ----
+ * A slab chosen to empty is set aside ("evacuated"): off its arena's
+ * partial list until the end, so that no refill -- the allocations that
+ * take the moved blocks included -- hands out its free blocks; blocks
+ * freed into it meanwhile still return to it.  The caller's own cache must
+ * hold none of its blocks (drain it first). */
+typedef struct ph_slab_census {
+    uint64_t chunk;       /* data offset of the slab's chunk */
+    unsigned cls;         /* its size class */
+    uint32_t nblocks;     /* blocks of the class it holds */
+    uint32_t live;        /* blocks allocated now: the class's and a morph's old ones */
+} ph_slab_census;
+/* 1 and *out when `off` lies in a slab; 0 (a large block, free space).
+ * A racy snapshot: exact while no other thread allocates from the slab. */
+int ph_engine_slab_census(ph_engine *e, uint64_t off, ph_slab_census *out);
+/* Sets the slab of `chunk` aside; 0 when it is no slab now or is set
+ * aside already (by another thread's defragmentation). */
+int ph_engine_evacuate(ph_engine *e, uint64_t chunk);
+/* Ends it: an empty slab goes back to free space (durable on return: 1),
+ * else the slab takes its place among the partial ones again (0). */
+int ph_engine_evacuate_end(ph_engine *e, ph_pctx *c, uint64_t chunk);
 /* ---- GC mode and tracing (engine_gc.c) ----
  * In GC mode a slab's bits[] copy is kept at batch boundaries under its
  * arena's lock: A|E set when a block goes into a thread cache, A cleared

@@ -46,6 +46,8 @@ typedef struct ph_slab {
     uint32_t arena;            /* owning arena */
     uint32_t navail;           /* blocks free and in no thread cache */
     int in_partial;            /* on the arena's partial list */
+    int evac;                  /* its blocks are moving out (pheap_defrag): kept off
+                                  the partial list, so no refill hands its space out */
     int bits_known;            /* bits[] equals the descriptor's bitmap */
     struct ph_slab *next, *prev;
     uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block (written

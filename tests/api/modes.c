@@ -188,6 +188,10 @@ static void every_write_refused(pheap *h)
     pheap_gc_options dry = {.flags = PHEAP_GC_DRY_RUN};
     ROMODE(pheap_gc_ex(h, &dry, NULL));
     ROMODE(pheap_recover(h));
+    pheap_off small = before.small, *moving[1] = {&small};
+    ROMODE(pheap_defrag(h, moving, 1, NULL));
+    CHECK_EQ(small, before.small);
+    CHECK_EQ(pheap_thread_collect(h), 0); /* gives back free blocks: no change */
     /* Reads work. */
     CHECK(pheap_direct(h, before.small) != NULL);
     CHECK_EQ(pheap_usable_size(h, before.small), 48);
