@@ -134,6 +134,29 @@ void ph_procs_detach(pheap *h)
     h->lease = -1;
 }
 
+uint64_t ph_procs_identity(const pheap *h)
+{
+    uint64_t r = region_of(h);
+    if (h->lease < 0 || !r)
+        return 0;
+    const ph_lease *l = (const ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE) + h->lease;
+    return ph_load(&l->xgen) << 8 | (uint64_t)(h->lease + 1);
+}
+
+int ph_procs_dead(pheap *h, uint64_t who)
+{
+    uint64_t r = region_of(h);
+    unsigned slot = (unsigned)(who & 0xff);
+    if (!r || slot == 0 || slot > PH_PROCS_SLOTS || who == ph_procs_identity(h))
+        return 0; /* (this process's own lock never conflicts with its own test) */
+    ph_lease l;
+    memcpy(&l, (const ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE) + (slot - 1), sizeof(l));
+    if (l.xgen != who >> 8)
+        return 1; /* the slot was cleared, or taken again: its holder left */
+    int st = lease_state(ph_tier_file(h), r, slot - 1, &l);
+    return st == LEASE_STALE || st == LEASE_FREE || st == LEASE_ORPHANED;
+}
+
 /* The process table of the heap file open as fd, read with pread: its
  * region offset in *region and the leases in out[].  0 or a negative code
  * (PHEAP_ENOTSUP: the heap predates the table). */

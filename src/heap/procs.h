@@ -21,4 +21,16 @@ void ph_procs_attach(pheap *h);
 /* Gives h's lease back (at close; not for a fork child's copy). */
 void ph_procs_detach(pheap *h);
 
+/* The identity of h's lease for locks between processes (util/plock.h):
+ * the slot and the generation of the attach that took it, never the same
+ * for two attaches; 0 without a lease. */
+uint64_t ph_procs_identity(const pheap *h);
+
+/* 1 when the process whose identity is `who` holds the heap no more: its
+ * slot was taken by a later attach, or its liveness lock is gone (it
+ * died), or only a fork child that kept its open file holds the lock (it
+ * died; the child may not use the heap).  0 while it lives, and when the
+ * lock test fails (a live holder is never taken over from). */
+int ph_procs_dead(pheap *h, uint64_t who);
+
 #endif

@@ -16,6 +16,7 @@
 
 #include "format/layout.h"
 #include "harness.h"
+#include "heap/procs.h"
 
 static const char *make_heap(const char *name)
 {
@@ -139,6 +140,66 @@ TEST(a_killed_holder_is_not_listed_and_its_slot_is_cleared)
     CHECK_EQ(l.xpid, (uint64_t)getpid()); /* the first free slot again */
     CHECK_EQ(pheap_check(h, NULL), 0);
     pheap_close(h);
+}
+
+/* The identity of a lease, as locks between processes hold it: dead once
+ * its process is killed (whoever takes its slot next has another one),
+ * alive while a live process holds its slot's lock. */
+TEST(a_lease_identity_dies_with_its_process)
+{
+    const char *path = make_heap("procs-identity.heap");
+    REQUIRE(path);
+    int up[2], hold[2];
+    REQUIRE(pipe(up) == 0 && pipe(hold) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        pheap *h;
+        uint64_t id = pheap_open(path, NULL, &h) == 0 ? ph_procs_identity(h) : 0;
+        char c;
+        close(up[0]);
+        close(hold[1]);
+        if (write(up[1], &id, sizeof(id)) != sizeof(id) || read(hold[0], &c, 1) < 0)
+            _exit(2);
+        _exit(0);
+    }
+    close(up[1]);
+    close(hold[0]);
+    uint64_t id = 0;
+    REQUIRE(read(up[0], &id, sizeof(id)) == sizeof(id));
+    REQUIRE(id != 0);
+    REQUIRE_OK(kill(pid, SIGKILL));
+    waitpid(pid, NULL, 0);
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h)); /* takes the dead one's slot */
+    uint64_t mine = ph_procs_identity(h);
+    CHECK(mine != 0 && mine != id);
+    CHECK_EQ(mine & 0xff, id & 0xff);
+    CHECK_EQ(ph_procs_dead(h, mine), 0);
+    CHECK_EQ(ph_procs_dead(h, id), 1);
+    CHECK_EQ(ph_procs_dead(h, id & ~0xffull), 0);        /* no slot: not an identity */
+    CHECK_EQ(ph_procs_dead(h, (id & ~0xffull) | 65), 0);
+    /* Slot 5 held by a live process (this one, through another open file
+     * of the heap, with a lease naming it): alive while the lock is held. */
+    uint64_t r = ph_test_region_offset(path, PH_REGION_PROCS);
+    ph_lease l = {.xpid = (uint64_t)getpid(), .xstart = own_start_ticks(), .xgen = 77,
+                  .xflags = PH_LEASE_SHARED, .comm = "other"};
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(pwrite(fd, &l, sizeof(l), (off_t)(r + PH_PAGE_SIZE + 5 * sizeof(l))) == sizeof(l));
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                       .l_start = (off_t)PH_PROCS_LOCK_BYTE(r, 5), .l_len = 1};
+    REQUIRE(fcntl(fd, F_OFD_SETLK, &fl) == 0);
+    uint64_t other = 77u << 8 | 6;
+    CHECK_EQ(ph_procs_dead(h, other), 0);
+    CHECK_EQ(ph_procs_dead(h, other + (1u << 8)), 1);  /* an older attach of the slot */
+    fl.l_type = F_UNLCK;
+    REQUIRE(fcntl(fd, F_OFD_SETLK, &fl) == 0);
+    CHECK_EQ(ph_procs_dead(h, other), 1);              /* its lock is gone */
+    close(fd);
+    pheap_close(h);
+    close(up[0]);
+    close(hold[1]);
 }
 
 /* A slot filled by hand with this very process's pid and start time, its
