@@ -1005,7 +1005,9 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * pheap_direct gives) or in the program's own memory.  Several slots may
  * name one block.  The program must pass EVERY word that names a block it
  * passes (a word left out would name freed space afterwards), and no other
- * thread may use those blocks or slots during the call.
+ * thread may use those blocks or slots during the call.  The words hold
+ * plain offsets (pheap_off); self-relative pointers (the C++ layer's
+ * pheap::ptr) are no slots: blocks they point at must not move.
  *
  * What moves: small blocks (up to 16 KiB) of slabs all of whose live
  * blocks the slots name, where moving them frees whole slabs -- the
