@@ -483,3 +483,243 @@ TEST(defrag_while_others_churn_the_class)
     REQUIRE_OK(pheap_close(h));
     unlink(ph_test_path("atk-churn.heap"));
 }
+
+/* ---- 8. pheap_thread_collect "changes nothing durable" -- even in read-only mode ---- */
+
+TEST(collect_changes_the_file_in_read_only_mode)
+{
+    pheap *h = fresh("atk-collect-ro.heap", 4u << 20, 64u << 20);
+    REQUIRE(h);
+    enum { N = 585 * 3 };
+    pheap_off *v = calloc(N, sizeof(*v));
+    for (size_t i = 0; i < N; i++)
+        REQUIRE(v[i] = pheap_alloc(h, SMALL));
+    /* a block of the last slab freed and given back: a partial slab of the class */
+    REQUIRE_OK(pheap_free(h, v[N - 1]));
+    REQUIRE_OK(pheap_thread_collect(h));
+    /* every block of v[0]'s slab freed: some stay in this thread's cache */
+    uint64_t ch = v[0] >> 16;
+    for (size_t i = 0; i < N - 1; i++)
+        if (v[i] >> 16 == ch)
+            REQUIRE_OK(pheap_free(h, v[i]));
+    fprintf(stderr, "  before: %llu slabs, %llu cached, %llu live\n",
+            (unsigned long long)stats(h).slabs, (unsigned long long)stats(h).cached_blocks,
+            (unsigned long long)stats(h).live_blocks);
+    REQUIRE_OK(pheap_set_mode(h, PHEAP_MODE_READONLY));
+    CHECK_EQ(pheap_alloc(h, SMALL), 0); /* read-only mode: refused */
+    uint64_t slabs0 = stats(h).slabs;
+    REQUIRE_OK(pheap_thread_collect(h));
+    uint64_t slabs1 = stats(h).slabs;
+    fprintf(stderr, "  after: %llu cached, %llu live, %llu free bytes\n",
+            (unsigned long long)stats(h).cached_blocks, (unsigned long long)stats(h).live_blocks,
+            (unsigned long long)stats(h).free_bytes);
+    fprintf(stderr, "  read-only mode: slabs %llu -> %llu across pheap_thread_collect\n",
+            (unsigned long long)slabs0, (unsigned long long)slabs1);
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(ph_test_path("atk-collect-ro.heap"), NULL, &h));
+    uint64_t slabs2 = stats(h).slabs;
+    fprintf(stderr, "  reopened: %llu slabs\n", (unsigned long long)slabs2);
+    /* "Nothing durable changes": the slab count on reopen shows whether the chunk went back */
+    CHECK_EQ(slabs1, slabs0);
+    REQUIRE_OK(pheap_close(h));
+    free(v);
+    unlink(ph_test_path("atk-collect-ro.heap"));
+}
+
+/* ---- 9. many batches; slots in moving blocks naming blocks of earlier and later batches ---- */
+
+TEST(cross_batch_slots_inside_moving_blocks)
+{
+    pheap *h = fresh("atk-batches.heap", 16u << 20, 256u << 20);
+    REQUIRE(h);
+    enum { N = 585 * 20 };
+    pheap_off *all = calloc(N, sizeof(*all));
+    for (size_t i = 0; i < N; i++)
+        REQUIRE(all[i] = pheap_alloc(h, sizeof(obj)));
+    size_t n = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (i % 9 == 0)
+            all[n++] = all[i];
+        else
+            REQUIRE_OK(pheap_free(h, all[i]));
+    }
+    uint64_t rng = 5;
+    size_t *perm = malloc(n * sizeof(*perm));
+    for (size_t i = 0; i < n; i++)
+        perm[i] = i;
+    for (size_t i = n - 1; i > 0; i--) {
+        size_t j = ph_test_rand(&rng) % (i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (size_t i = 0; i < n; i++) {
+        obj *o = pheap_direct(h, all[i]);
+        o->self = all[i];
+        o->other = all[perm[i]];
+        o->id = i;
+        memset(o->pad, (int)(i & 0xff), sizeof(o->pad));
+    }
+    pheap_off *dram = malloc(n * sizeof(*dram));
+    memcpy(dram, all, n * sizeof(*dram));
+    pheap_off **s = calloc(3 * n, sizeof(*s));
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        obj *o = pheap_direct(h, all[i]);
+        s[ns++] = &o->other;
+        s[ns++] = &o->self;
+        s[ns++] = &dram[i];
+    }
+    pheap_defrag_result r;
+    REQUIRE_OK(pheap_defrag(h, s, ns, &r));
+    fprintf(stderr, "  %zu blocks, %zu moved, %zu slabs freed\n", r.total, r.relocated,
+            r.slabs_freed);
+    CHECK(r.relocated > 256);
+    for (size_t i = 0; i < n; i++) {
+        obj *o = pheap_direct(h, dram[i]);
+        CHECK_EQ(o->self, dram[i]);
+        CHECK_EQ(o->other, dram[perm[i]]);
+        CHECK_EQ(o->id, i);
+        CHECK_EQ(o->pad[40], i & 0xff);
+    }
+    sound(h, __LINE__);
+    CHECK_EQ(stats(h).live_blocks, n);
+    REQUIRE_OK(pheap_close(h));
+    free(s);
+    free(dram);
+    free(perm);
+    free(all);
+    unlink(ph_test_path("atk-batches.heap"));
+}
+
+/* ---- 10. collect on a GC-mode heap ---- */
+
+TEST(collect_on_a_gc_heap)
+{
+    const char *path = ph_test_path("atk-gc.heap");
+    unlink(path);
+    pheap *h = ph_test_create_mode(path, 4u << 20, PHEAP_CONSISTENCY_GC, 0);
+    REQUIRE(h);
+    pheap_off keep = pheap_alloc(h, 64);
+    REQUIRE(keep);
+    REQUIRE_OK(pheap_root_set(h, "keep", keep));
+    pheap_off v[3000];
+    for (int i = 0; i < 3000; i++)
+        REQUIRE(v[i] = pheap_alloc(h, i % 3 ? 64 : 500));
+    for (int i = 0; i < 3000; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    REQUIRE_OK(pheap_thread_collect(h));
+    CHECK_EQ(stats(h).cached_blocks, 0);
+    sound(h, __LINE__);
+    REQUIRE_OK(pheap_gc(h));
+    sound(h, __LINE__);
+    CHECK(pheap_usable_size(h, keep) >= 64);
+    REQUIRE_OK(pheap_close(h));
+    unlink(path);
+}
+
+/* ---- 11. random layouts: mixed sizes, roots, heap slots in random blocks ---- */
+
+#define RW 4 /* words at the start of each block that may hold slots */
+
+TEST(random_layouts)
+{
+    static const size_t sizes[] = {16, 48, 100, 250, 1000, 3000, 9000, 20000};
+    for (unsigned iter = 0; iter < 30; iter++) {
+        pheap *h = fresh("atk-rand.heap", 4u << 20, 256u << 20);
+        REQUIRE(h);
+        uint64_t rng = 1000 + iter;
+        enum { N = 6000 };
+        pheap_off *v = calloc(N, sizeof(*v));
+        size_t *sz = calloc(N, sizeof(*sz));
+        for (size_t i = 0; i < N; i++) {
+            sz[i] = sizes[ph_test_rand(&rng) % (iter % 2 ? 8 : 3)];
+            REQUIRE(v[i] = pheap_alloc(h, sz[i]));
+        }
+        size_t n = 0;
+        unsigned keep = 2 + (unsigned)(ph_test_rand(&rng) % 12);
+        for (size_t i = 0; i < N; i++) {
+            if (ph_test_rand(&rng) % keep == 0)
+                v[n] = v[i], sz[n++] = sz[i];
+            else
+                REQUIRE_OK(pheap_free(h, v[i]));
+        }
+        /* contents: words 0..RW-1 slots (random blocks or 0), the rest a pattern */
+        pheap_off *dram = malloc(n * sizeof(*dram));
+        uint32_t (*tgt)[RW] = calloc(n, sizeof(*tgt));
+        for (size_t i = 0; i < n; i++) {
+            pheap_off *p = pheap_direct(h, v[i]);
+            for (unsigned w = 0; w < RW; w++) {
+                if (sz[i] >= 8 * (w + 1) && ph_test_rand(&rng) % 3) {
+                    tgt[i][w] = (uint32_t)(ph_test_rand(&rng) % n) + 1;
+                    p[w] = v[tgt[i][w] - 1];
+                } else if (sz[i] >= 8 * (w + 1)) {
+                    p[w] = 0;
+                }
+            }
+            if (sz[i] > 8 * RW)
+                ph_test_fill(p + RW, sz[i] - 8 * RW, i);
+            dram[i] = v[i];
+        }
+        /* a few roots (pinned) */
+        unsigned nroots = (unsigned)(ph_test_rand(&rng) % 4);
+        size_t root_of[4];
+        for (unsigned k = 0; k < nroots; k++) {
+            char name[16];
+            snprintf(name, sizeof(name), "r%u", k);
+            root_of[k] = ph_test_rand(&rng) % n;
+            REQUIRE_OK(pheap_root_set(h, name, v[root_of[k]]));
+        }
+        /* slots: every heap word that names a block, every DRAM copy; shuffled */
+        pheap_off **s = calloc(n * (RW + 1), sizeof(*s));
+        size_t ns = 0;
+        for (size_t i = 0; i < n; i++) {
+            pheap_off *p = pheap_direct(h, v[i]);
+            for (unsigned w = 0; w < RW; w++)
+                if (sz[i] >= 8 * (w + 1))
+                    s[ns++] = &p[w]; /* 0 words included */
+            s[ns++] = &dram[i];
+        }
+        for (size_t i = ns - 1; i > 0; i--) {
+            size_t j = ph_test_rand(&rng) % (i + 1);
+            pheap_off *t = s[i];
+            s[i] = s[j], s[j] = t;
+        }
+        uint64_t live0 = stats(h).live_blocks;
+        pheap_defrag_result r;
+        int rc = pheap_defrag(h, s, ns, &r);
+        if (rc)
+            ph_test_fail(__FILE__, __LINE__, "iter %u: %s", iter, pheap_errmsg());
+        for (size_t i = 0; i < n; i++) {
+            if (pheap_usable_size(h, dram[i]) < sz[i]) {
+                ph_test_fail(__FILE__, __LINE__, "iter %u: block %zu at %llu not live", iter, i,
+                             (unsigned long long)dram[i]);
+                continue;
+            }
+            pheap_off *p = pheap_direct(h, dram[i]);
+            for (unsigned w = 0; w < RW; w++)
+                if (sz[i] >= 8 * (w + 1) && p[w] != (tgt[i][w] ? dram[tgt[i][w] - 1] : 0))
+                    ph_test_fail(__FILE__, __LINE__, "iter %u: block %zu word %u: %llu", iter, i,
+                                 w, (unsigned long long)p[w]);
+            if (sz[i] > 8 * RW && !ph_test_intact(p + RW, sz[i] - 8 * RW, i))
+                ph_test_fail(__FILE__, __LINE__, "iter %u: block %zu contents", iter, i);
+        }
+        for (unsigned k = 0; k < nroots; k++) {
+            char name[16];
+            snprintf(name, sizeof(name), "r%u", k);
+            CHECK_EQ(pheap_root_get(h, name), dram[root_of[k]]);
+        }
+        CHECK_EQ(stats(h).live_blocks, live0);
+        sound(h, __LINE__);
+        if (iter < 3)
+            fprintf(stderr, "  iter %u: %zu blocks, %zu moved, %zu slabs freed\n", iter, r.total,
+                    r.relocated, r.slabs_freed);
+        REQUIRE_OK(pheap_close(h));
+        free(s);
+        free(tgt);
+        free(dram);
+        free(sz);
+        free(v);
+        unlink(ph_test_path("atk-rand.heap"));
+        if (ph_test_failed)
+            break;
+    }
+}
