@@ -121,21 +121,26 @@ static void sort(void *v, size_t n, size_t size, int (*cmp)(const void *, const 
 static int locate_slot(pheap *h, pheap_off *p, uint64_t *at)
 {
     uintptr_t a = (uintptr_t)p, view = (uintptr_t)h->sp.view, base = (uintptr_t)h->sp.base;
-    uint64_t size = ph_space_size(&h->sp), off;
+    uint64_t size = ph_space_size(&h->sp), reserve = h->sp.reserve, off;
     *at = 0;
     if (!p)
         return ph_err(PHEAP_EINVAL, "pheap_defrag: a slot is NULL");
     if (a % 8)
         return ph_err(PHEAP_EINVAL, "pheap_defrag: the slot at %p is not 8-byte aligned", (void *)p);
-    if (a - view < size) /* the program's view of the heap (or pheap's own) */
+    /* the whole reservation of either view is the heap's, not the program's:
+     * past the mapped size it is unmapped address space */
+    if (a - view < reserve) /* the program's view of the heap (or pheap's own) */
         off = a - view;
-    else if (a - base < size)
+    else if (a - base < reserve)
         off = a - base;
     else
         return 0; /* the program's memory */
     if (off < h->sp.data_off)
         return ph_err(PHEAP_ERANGE, "pheap_defrag: the slot at %p is in the heap's metadata, "
                       "outside its data region", (void *)p);
+    if (off + 8 > size)
+        return ph_err(PHEAP_ERANGE, "pheap_defrag: the slot at %p is past the end of the heap's "
+                      "data region", (void *)p);
     int rc = ph_heap_guarded(h, off, 8, "pheap_defrag");
     if (!rc)
         rc = ph_engine_word_live(h->engine, off, "pheap_defrag");
