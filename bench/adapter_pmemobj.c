@@ -170,31 +170,27 @@ static int pmemobj_load(void)
 
 #endif
 
+#define PMEMOBJ_CALLS                   \
+    .persistent = 1,                    \
+    .init = pmemobj_init,               \
+    .alloc = pmemobj_bench_alloc,       \
+    .free = pmemobj_bench_free,         \
+    .addr = pmemobj_bench_addr,         \
+    .close = pmemobj_bench_close,       \
+    .heap_bytes = pmemobj_heap_bytes,   \
+    .reopen = pmemobj_reopen
+
 const bench_allocator bench_pmemobj = {
     .name = "pmemobj",
     .what = "PMDK libpmemobj pmemobj_alloc/pmemobj_free (persistent)",
-    .persistent = 1,
+    PMEMOBJ_CALLS,
     .load = pmemobj_load,
-    .init = pmemobj_init,
-    .alloc = pmemobj_bench_alloc,
-    .free = pmemobj_bench_free,
-    .addr = pmemobj_bench_addr,
-    .close = pmemobj_bench_close,
-    .heap_bytes = pmemobj_heap_bytes,
-    .reopen = pmemobj_reopen,
 };
 
 const bench_allocator bench_pmemobj_defrag = {
     .name = "pmemobj-defrag",
     .what = "libpmemobj with pmemobj_defrag after each fragbench phase's frees (objects move)",
-    .persistent = 1,
+    PMEMOBJ_CALLS,
     .load = pmemobj_defrag_load,
-    .init = pmemobj_init,
-    .alloc = pmemobj_bench_alloc,
-    .free = pmemobj_bench_free,
-    .addr = pmemobj_bench_addr,
-    .close = pmemobj_bench_close,
-    .heap_bytes = pmemobj_heap_bytes,
-    .reopen = pmemobj_reopen,
     .relocate = pmemobj_bench_relocate,
 };

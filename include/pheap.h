@@ -1011,8 +1011,9 @@ int pheap_tx_free(pheap *h, pheap_off off);
  *
  * What moves: small blocks (up to 16 KiB) of slabs all of whose live
  * blocks the slots name, where moving them frees whole slabs -- the
- * sparsest slabs of a size class first, as long as the slabs emptied
- * outnumber the slabs the moved blocks fill.  Large blocks, blocks named
+ * sparsest slabs of a size class first, into the free blocks of the
+ * class's slabs that stay (a full heap is compacted in place), as many as
+ * free the most slabs net of the new slabs they need.  Large blocks, blocks named
  * by a root or a name (pheap_alloc_named), and blocks of slabs that hold
  * blocks the slots do not name stay where they are.  A moved block gets a
  * block of the same size with the same bytes, the old one is freed, and the
@@ -1027,7 +1028,8 @@ int pheap_tx_free(pheap *h, pheap_off off);
  *
  * Cost: per moved block, the copy of its bytes and the records of its
  * batch's transaction (batches of up to 256 blocks: about five fences
- * each).
+ * each; a batch that finds no room for its log or its blocks is rolled
+ * back and tried again at half the size, down to one block).
  */
 typedef struct pheap_defrag_result {
     size_t total;          /* distinct blocks the slots name */
@@ -1052,16 +1054,19 @@ typedef struct pheap_defrag_result {
  * ones before it stay moved, and `out` says how many). */
 int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_result *out);
 
-/* Returns the calling thread's cached free blocks of h to their slabs.
- * Each thread keeps a few free blocks of every size class it used, ready
- * for its next allocations; they keep their slabs in use, so a slab whose
- * other blocks were all freed can neither go back to free space nor serve
- * another size until the thread allocates that size again or exits.  Call
- * it in a thread that stops using a size for long, and in every thread
- * before one thread runs pheap_defrag over blocks they all freed into.
- * pheap_defrag does it for its own thread.  Nothing durable changes (the
- * blocks were free already); costs a lock per slab the blocks go to.
- * Errors: PHEAP_EINVAL (NULL), PHEAP_ERDONLY, PHEAP_EFORKED. */
+/* Returns the calling thread's cached free blocks of h to their slabs
+ * (and, on a GC-mode heap, every batch of freed blocks that threads pass
+ * each other).  Each thread keeps a few free blocks of every size class it
+ * used, ready for its next allocations; they keep their slabs in use, so a
+ * slab whose other blocks were all freed can neither go back to free space
+ * nor serve another size until the thread allocates that size again or
+ * exits.  Call it in a thread that stops using a size for long, and in
+ * every thread before one thread runs pheap_defrag over blocks they all
+ * freed into.  pheap_defrag does it for its own thread.  A slab it leaves
+ * empty may go back to free space, durably, as after any free (one
+ * extent-log entry and one fence each); no block changes.
+ * Errors: PHEAP_EINVAL (NULL), PHEAP_ERDONLY, PHEAP_EROMODE, PHEAP_EFORKED,
+ * PHEAP_ERECOVER (a GC-mode heap before pheap_recover). */
 int pheap_thread_collect(pheap *h);
 
 /* ===================================================================== */

@@ -238,6 +238,7 @@ int ph_engine_slab_census(ph_engine *e, uint64_t off, ph_slab_census *out)
     out->cls = ph_load_relaxed(&s->xcls);
     out->nblocks = ph_load_relaxed(&s->nblocks);
     out->live = ph_slab_live(s) + ph_load_relaxed(&s->xold_live);
+    out->room = out->nblocks - ph_slab_taken(s);
     return 1;
 }
 

@@ -130,6 +130,7 @@ typedef struct ph_slab_census {
     unsigned cls;         /* its size class */
     uint32_t nblocks;     /* blocks of the class it holds */
     uint32_t live;        /* blocks allocated now: the class's and a morph's old ones */
+    uint32_t room;        /* blocks of the class free now (neither allocated nor pinned) */
 } ph_slab_census;
 /* 1 and *out when `off` lies in a slab; 0 (a large block, free space).
  * A racy snapshot: exact while no other thread allocates from the slab. */

@@ -138,16 +138,28 @@ void ph_slab_give(ph_slab *s, uint64_t off)
     s->navail++;
 }
 
-uint32_t ph_slab_live(const ph_slab *s)
+/* Pairs of the class's words (old bits are no pairs) with `both` set: A
+ * and E, or else A alone counts. */
+static uint32_t count_pairs(const ph_slab *s, int both)
 {
     uint32_t n = 0;
     int old_words = ph_load_relaxed(&s->nblocks) <= PH_MORPH_MAX_BLOCKS;
     for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) {
         uint64_t v = ph_load(&s->bits[w]);
-        if (!(old_words && w % 8 >= PH_MORPH_OLD_WORD)) /* old bits: no pairs */
-            n += (uint32_t)__builtin_popcountll(v & (v >> 1) & 0x5555555555555555ull);
+        if (!(old_words && w % 8 >= PH_MORPH_OLD_WORD))
+            n += (uint32_t)__builtin_popcountll((both ? v & (v >> 1) : v) & 0x5555555555555555ull);
     }
     return n;
+}
+
+uint32_t ph_slab_live(const ph_slab *s)
+{
+    return count_pairs(s, 1);
+}
+
+uint32_t ph_slab_taken(const ph_slab *s)
+{
+    return count_pairs(s, 0);
 }
 
 int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen)

@@ -243,6 +243,10 @@ void ph_slab_give(ph_slab *s, uint64_t off);
  * copy; a morphed slab's old blocks are xold_live more. */
 uint32_t ph_slab_live(const ph_slab *s);
 
+/* Blocks of the slab's class whose A bit is set: allocated, or pinned by
+ * a morph's old blocks (from the bitmap copy). */
+uint32_t ph_slab_taken(const ph_slab *s);
+
 /* Checks the descriptor against its class and the bitmap copy (no
  * operation may be in flight); returns 0 or writes a message to err and
  * returns 1. */

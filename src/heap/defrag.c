@@ -50,6 +50,7 @@ typedef struct slab_plan {
     uint64_t chunk;
     unsigned cls;
     uint32_t nblocks, live, named; /* live: allocated now; named: by the slots */
+    uint32_t room;         /* free blocks of its class */
     int pinned;            /* holds a block that may not move */
     int chosen, set_aside;
     size_t left;           /* blocks still to move */
@@ -261,7 +262,7 @@ static int census(defrag *d)
             continue;
         b->chunk = c.chunk;
         slab_plan *s = &d->slabs[d->nslabs++]; /* merged below */
-        *s = (slab_plan){c.chunk, c.cls, c.nblocks, c.live, 1, b->pinned, 0, 0, 0};
+        *s = (slab_plan){c.chunk, c.cls, c.nblocks, c.live, 1, c.room, b->pinned, 0, 0, 0};
     }
     sort(d->slabs, d->nslabs, sizeof(*d->slabs), by_chunk);
     size_t k = 0;
@@ -277,32 +278,46 @@ static int census(defrag *d)
     return 0;
 }
 
-/* Of each class's slabs that can be emptied (sparsest first), the first
- * k, where k maximises the slabs emptied less the slabs their blocks
- * fill (at worst new ones): nothing when no k gains. */
+static int can_empty(const slab_plan *s)
+{
+    return !s->pinned && s->named == s->live && s->live;
+}
+
+/* Of each class's slabs that can be emptied (sparsest first), the first e,
+ * where e maximises the slabs emptied less the new slabs their blocks
+ * need: they go first into the free blocks of the class's slabs that stay
+ * (those that cannot be emptied, and the fuller ones that could), so that
+ * a heap with no room for a new slab is compacted in place.  Nothing when
+ * no e gains; of equal gains, the fewest moves. */
 static void choose(defrag *d)
 {
     sort(d->slabs, d->nslabs, sizeof(*d->slabs), by_class_live);
     for (size_t i = 0; i < d->nslabs;) {
-        size_t j = i, best_k = 0, k = 0;
+        size_t j = i;
+        uint64_t room = 0; /* free blocks of the slabs that stay, all of them first */
+        for (; j < d->nslabs && d->slabs[j].cls == d->slabs[i].cls; j++)
+            room += d->slabs[j].room;
+        uint64_t moved = 0, nb = d->slabs[i].nblocks, e = 0, best_e = 0;
         long best_gain = 0;
-        uint64_t live = 0;
-        for (; j < d->nslabs && d->slabs[j].cls == d->slabs[i].cls; j++) {
-            const slab_plan *s = &d->slabs[j];
-            if (s->pinned || s->named != s->live || !s->live)
+        for (size_t k = i; k < j; k++) {
+            const slab_plan *s = &d->slabs[k];
+            if (!can_empty(s))
                 continue;
-            live += s->live;
-            k++;
-            long gain = (long)k - (long)((live + s->nblocks - 1) / s->nblocks);
+            moved += s->live; /* s is emptied: its blocks move, its room is gone */
+            room -= s->room;
+            e++;
+            uint64_t fresh = moved > room ? (moved - room + nb - 1) / nb : 0;
+            long gain = (long)e - (long)fresh;
             if (gain > best_gain) {
                 best_gain = gain;
-                best_k = j + 1;
+                best_e = e;
             }
         }
-        for (size_t m = i; m < best_k; m++) {
-            slab_plan *s = &d->slabs[m];
-            s->chosen = !s->pinned && s->named == s->live && s->live;
-        }
+        for (size_t k = i, taken = 0; k < j && taken < best_e; k++)
+            if (can_empty(&d->slabs[k])) {
+                d->slabs[k].chosen = 1;
+                taken++;
+            }
         i = j;
     }
     sort(d->slabs, d->nslabs, sizeof(*d->slabs), by_chunk);
@@ -436,10 +451,20 @@ static int run(defrag *d)
     }
     /* slab by slab, the sparsest first (then by chunk) */
     qsort_r(order, n, sizeof(*order), by_slab_order, d);
+    /* A batch that finds no room (for its blocks, or for its transaction's
+     * log to grow past the lane's own area) was rolled back whole: it is
+     * tried again at half the size, down to one block. */
     int rc = 0;
-    for (size_t first = 0; !rc && first < n; first += DEFRAG_BATCH) {
-        rc = move_batch(d, order, first, PH_MIN(n, first + DEFRAG_BATCH));
+    for (size_t first = 0, batch = DEFRAG_BATCH; !rc && first < n;) {
+        size_t end = PH_MIN(n, first + batch);
+        rc = move_batch(d, order, first, end);
         end_slabs(d, 0);
+        if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && batch > 1) {
+            batch /= 2;
+            rc = 0;
+        } else if (!rc) {
+            first = end;
+        }
     }
     end_slabs(d, 1);
     free(order);

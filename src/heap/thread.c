@@ -258,12 +258,11 @@ void ph_thread_sum_tx(pheap *h, uint64_t out[3])
 ph_export int pheap_thread_collect(pheap *h)
 {
     PH_WINDOW();
-    /* no access-mode check: giving space back is no change of the heap's */
-    ph_thread *t = ph_heap_writer_in_tx(h, "pheap_thread_collect");
+    ph_thread *t = ph_heap_writer(h, "pheap_thread_collect");
     if (!t)
         return pheap_errno();
-    if (h->needs_recovery)
-        return 0; /* a GC-mode heap before pheap_recover: no cache holds a block */
     ph_engine_drain_cache(h->engine, &t->tc, &t->pctx);
+    if (h->gc) /* the batches of freed blocks the threads pass each other, too */
+        ph_engine_drain_batches(h->engine, &t->pctx);
     return 0;
 }

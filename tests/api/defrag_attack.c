@@ -508,7 +508,7 @@ TEST(collect_changes_the_file_in_read_only_mode)
     REQUIRE_OK(pheap_set_mode(h, PHEAP_MODE_READONLY));
     CHECK_EQ(pheap_alloc(h, SMALL), 0); /* read-only mode: refused */
     uint64_t slabs0 = stats(h).slabs;
-    REQUIRE_OK(pheap_thread_collect(h));
+    CHECK_EQ(pheap_thread_collect(h), PHEAP_EROMODE); /* it may give slabs back: a change */
     uint64_t slabs1 = stats(h).slabs;
     fprintf(stderr, "  after: %llu cached, %llu live, %llu free bytes\n",
             (unsigned long long)stats(h).cached_blocks, (unsigned long long)stats(h).live_blocks,
@@ -519,7 +519,7 @@ TEST(collect_changes_the_file_in_read_only_mode)
     REQUIRE_OK(pheap_open(ph_test_path("atk-collect-ro.heap"), NULL, &h));
     uint64_t slabs2 = stats(h).slabs;
     fprintf(stderr, "  reopened: %llu slabs\n", (unsigned long long)slabs2);
-    /* "Nothing durable changes": the slab count on reopen shows whether the chunk went back */
+    /* refused: no slab went back (the reopen may: the cached blocks are free) */
     CHECK_EQ(slabs1, slabs0);
     REQUIRE_OK(pheap_close(h));
     free(v);

@@ -7,10 +7,7 @@
  * every crash point the chain from the anchor has six live nodes, in
  * order, each naming itself, with its contents.
  */
-#include <string.h>
-#include <unistd.h>
-
-#include "harness.h"
+#include "defrag_common.h"
 
 #define BLK 4096u
 #define NALL 32u
@@ -22,20 +19,15 @@ typedef struct anchor {
     pheap_off head;
 } anchor;
 
-static pheap_off anchor_off(pheap *h)
-{
-    return pheap_root_get(h, "anchor");
-}
-
 static int kept(unsigned i)
 {
     return i == 2 || i == 9 || i == 13 || i == 17 || i == 22 || i == 30;
 }
 
-static int step(pheap *h, unsigned op)
+static int defrag_step(pheap *h, unsigned op)
 {
     static pheap_off all[NALL];
-    pheap_off ao = anchor_off(h);
+    pheap_off ao = defrag_anchor(h);
     anchor *a = pheap_direct(h, ao);
     int rc = 0;
     switch (op) {
@@ -74,42 +66,24 @@ static int step(pheap *h, unsigned op)
             slots[n++] = &p[1];
             slots[n++] = &p[2]; /* names the pinned anchor: stays */
         }
-        pheap_defrag_result r;
-        rc = pheap_defrag(h, slots, n, &r);
-        if (!rc && (r.relocated != NKEEP || r.slabs_freed != 2))
-            ph_test_fail(__FILE__, __LINE__, "defrag: %zu moved, %zu slabs freed", r.relocated,
-                         r.slabs_freed);
+        /* the sparser slab's three move into the other's free blocks */
+        rc = defrag_expect(h, slots, n, NKEEP / 2, 1, 0);
         break;
     }
     default:
-        for (unsigned i = 0; i < NALL && !rc; i++)
-            if (!(all[i] = pheap_alloc(h, BLK)))
-                rc = -1;
-        for (unsigned i = 0; i < NALL && !rc; i++)
-            rc = pheap_free(h, all[i]);
+        rc = defrag_churn(h, BLK, BLK, NALL);
         break;
     }
     return rc;
 }
 
-static void workload(ph_crash_ctx *c)
-{
-    for (unsigned op = 0; op < NOPS; op++) {
-        if (step(c->heap, op))
-            ph_test_fail(__FILE__, __LINE__, "op %u: %s", op, pheap_errmsg());
-        ph_crash_mark(c);
-    }
-}
-
 static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     (void)c;
-    pheap_off ao = anchor_off(h);
-    if (!ao) {
-        ph_test_fail(__FILE__, __LINE__, "root \"anchor\" lost");
+    anchor *a = defrag_anchor_block(h);
+    pheap_off ao = defrag_anchor(h);
+    if (!a)
         return;
-    }
-    anchor *a = pheap_direct(h, ao);
     if (done < 1)
         return;
     unsigned k = 0;
@@ -138,19 +112,5 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 
 TEST(defrag_chain_at_every_fence)
 {
-    const char *base = ph_test_path("defrag-chain-crash.heap");
-    unlink(base);
-    pheap_options o = {.size = 1u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
-    pheap *h = ph_test_open(base, &o);
-    REQUIRE(h);
-    pheap_off a = pheap_alloc(h, sizeof(anchor));
-    REQUIRE(a);
-    memset(pheap_direct(h, a), 0, sizeof(anchor));
-    pheap_persist(h, pheap_direct(h, a), sizeof(anchor));
-    REQUIRE_OK(pheap_root_set(h, "anchor", a));
-    REQUIRE_OK(pheap_close(h));
-    ph_crash_stats st = ph_crash_enumerate("defrag-chain", base, workload, verify, NULL);
-    CHECK(st.fences > NOPS);
-    CHECK_EQ(st.violations, 0);
-    unlink(base);
+    defrag_enumerate("defrag-chain", "defrag-chain-crash.heap", sizeof(anchor), NOPS, verify);
 }

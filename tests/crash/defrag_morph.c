@@ -8,10 +8,7 @@
  * 1 KiB blocks move in one batch.  At every crash point each anchor word
  * names a live block of its size with its contents.
  */
-#include <string.h>
-#include <unistd.h>
-
-#include "harness.h"
+#include "defrag_common.h"
 
 #define NOLD 32u
 #define NNEW 58u
@@ -22,12 +19,6 @@ typedef struct anchor {
     pheap_off blk[NKEEP];
     uint64_t size[NKEEP];
 } anchor;
-
-static anchor *anchor_of(pheap *h)
-{
-    pheap_off a = pheap_root_get(h, "anchor");
-    return a ? pheap_direct(h, a) : NULL;
-}
 
 static int kept_old(unsigned i)
 {
@@ -49,10 +40,10 @@ static int put(pheap *h, anchor *a, unsigned k, size_t size)
     return 0;
 }
 
-static int step(pheap *h, unsigned op)
+static int defrag_step(pheap *h, unsigned op)
 {
     static pheap_off old[NOLD];
-    anchor *a = anchor_of(h);
+    anchor *a = defrag_anchor_block(h);
     int rc = 0;
     switch (op) {
     case 0: /* two slabs of 4 KiB blocks; all but 4 + 5 freed; caches given back */
@@ -83,48 +74,26 @@ static int step(pheap *h, unsigned op)
         pheap_off *slots[NKEEP];
         for (unsigned k = 0; k < NKEEP; k++)
             slots[k] = &a->blk[k];
-        pheap_defrag_result r;
-        uint64_t morphs;
         struct pheap_stats st;
         pheap_stats(h, &st);
-        morphs = st.slab_morphs;
-        rc = pheap_defrag(h, slots, NKEEP, &r);
-        if (!rc && (r.relocated < 60 || r.slabs_freed < 2 || morphs == 0))
-            ph_test_fail(__FILE__, __LINE__, "defrag: %zu moved, %zu slabs freed, %llu morphs",
-                         r.relocated, r.slabs_freed, (unsigned long long)morphs);
+        if (st.slab_morphs == 0)
+            ph_test_fail(__FILE__, __LINE__, "no slab morphed");
+        rc = defrag_expect(h, slots, NKEEP, 60, 2, 1);
         break;
     }
-    default: { /* the heap keeps working */
-        pheap_off x[40];
-        for (unsigned i = 0; i < 40 && !rc; i++)
-            if (!(x[i] = pheap_alloc(h, i % 2 ? 4096 : 1024)))
-                rc = -1;
-        for (unsigned i = 0; i < 40 && !rc; i++)
-            rc = pheap_free(h, x[i]);
+    default: /* the heap keeps working */
+        rc = defrag_churn(h, 1024, 4096, 40);
         break;
-    }
     }
     return rc;
-}
-
-static void workload(ph_crash_ctx *c)
-{
-    (void)ph_test_pin_cpu(0);
-    for (unsigned op = 0; op < NOPS; op++) {
-        if (step(c->heap, op))
-            ph_test_fail(__FILE__, __LINE__, "op %u: %s", op, pheap_errmsg());
-        ph_crash_mark(c);
-    }
 }
 
 static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 {
     (void)c;
-    anchor *a = anchor_of(h);
-    if (!a) {
-        ph_test_fail(__FILE__, __LINE__, "root \"anchor\" lost");
+    anchor *a = defrag_anchor_block(h);
+    if (!a)
         return;
-    }
     unsigned n = done >= 2 ? NKEEP : done >= 1 ? 9 : 0;
     for (unsigned k = 0; k < n; k++) {
         pheap_off o = a->blk[k];
@@ -141,19 +110,5 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
 
 TEST(defrag_of_a_morphed_slab_at_every_fence)
 {
-    const char *base = ph_test_path("defrag-morph-crash.heap");
-    unlink(base);
-    pheap_options o = {.size = 1u << 20, .max_size = 8u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
-    pheap *h = ph_test_open(base, &o);
-    REQUIRE(h);
-    pheap_off a = pheap_alloc(h, sizeof(anchor));
-    REQUIRE(a);
-    memset(pheap_direct(h, a), 0, sizeof(anchor));
-    pheap_persist(h, pheap_direct(h, a), sizeof(anchor));
-    REQUIRE_OK(pheap_root_set(h, "anchor", a));
-    REQUIRE_OK(pheap_close(h));
-    ph_crash_stats st = ph_crash_enumerate("defrag-morph", base, workload, verify, NULL);
-    CHECK(st.fences > NOPS);
-    CHECK_EQ(st.violations, 0);
-    unlink(base);
+    defrag_enumerate("defrag-morph", "defrag-morph-crash.heap", sizeof(anchor), NOPS, verify);
 }
