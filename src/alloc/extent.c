@@ -51,7 +51,7 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
 /* Freed extents whose free is durable wait on x->xreleased (a stack linked
  * through `next`, pushed without the lock) until the next holder of the
  * lock returns them to free space: a free takes the lock once, not twice. */
-static void drain_released(ph_extents *x)
+void ph_extent_drain_released(ph_extents *x)
 {
     ph_extnode *n = __atomic_exchange_n(&x->xreleased, NULL, __ATOMIC_ACQUIRE);
     if (n && !x->dirty_since)
@@ -68,7 +68,7 @@ static void drain_released(ph_extents *x)
 static void lock_index(ph_extents *x)
 {
     ph_spin_lock(&x->xlock);
-    drain_released(x);
+    ph_extent_drain_released(x);
     ph_extent_backing_maybe_purge(x);
 }
 
@@ -107,7 +107,7 @@ static int extents_init(ph_space *sp, ph_extents *x)
     return 0;
 }
 
-static void extents_fini(ph_extents *x)
+void ph_extents_fini(ph_extents *x)
 {
     ph_extent_index_fini(x);
     ph_os_free_pages(x->head, PH_ALIGN_UP(x->pages_max * sizeof(*x->head), PH_PAGE_SIZE));
@@ -137,7 +137,7 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
             on_slab(arg, sp->data_off + live[i].page * PH_PAGE_SIZE, live[i].cls);
     free(live);
     if (rc) {
-        extents_fini(x);
+        ph_extents_fini(x);
         free(x);
         return rc;
     }
@@ -147,7 +147,7 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
 
 void ph_extents_purge_now(ph_extents *x)
 {
-    drain_released(x);
+    ph_extent_drain_released(x);
     if (x->dirty_since) /* something was freed in this open: purge it now */
         ph_extent_backing_purge(x);
 }
@@ -157,7 +157,7 @@ void ph_extents_close(ph_extents *x)
     if (!x)
         return;
     ph_extents_purge_now(x);
-    extents_fini(x);
+    ph_extents_fini(x);
     free(x);
 }
 
@@ -394,7 +394,7 @@ size_t ph_extents_copy(ph_extents *x, uint64_t page, ph_extnode *out, size_t max
 {
     size_t n = 0;
     ph_spin_lock(&x->xlock);
-    drain_released(x);
+    ph_extent_drain_released(x);
     /* `page` starts a node unless the index changed since the caller's
      * last copy: then the node holding it starts further back (nodes tile
      * the backed pages, and only a node's first page has a head). */

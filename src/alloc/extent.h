@@ -159,6 +159,19 @@ void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), 
  * data region (what a growth extends, see ph_extent_backing_grow). */
 uint64_t ph_extents_largest_free(ph_extents *x, uint64_t *tail);
 
+/* Brings the index up to date with what other indexes of the heap have
+ * appended to the log since it last looked (extent_sync.c): their entries
+ * replayed, the heap's growth taken in, and after a compaction the index
+ * built again from the new half with this index's reservations kept.  The
+ * appenders must be done (their entries fenced).  *info (may be NULL):
+ * entries replayed, and whether the index was built again.  0, or
+ * PHEAP_ECORRUPT (an entry contradicts the index), PHEAP_ENOMEM. */
+typedef struct ph_extents_sync_info {
+    uint64_t applied;
+    int rebuilt;
+} ph_extents_sync_info;
+int ph_extents_sync(ph_extents *x, ph_extents_sync_info *info);
+
 /* Compares the index with a fresh replay of the log and checks that the
  * extents tile the backed data region.  0 or 1 with a message. */
 int ph_extents_check(ph_extents *x, char *err, size_t errlen);

@@ -44,13 +44,11 @@ static void clear_new_descriptors(ph_extents *x, ph_pctx *c, uint64_t from, uint
         ph_persist_fence(&sp->persist, c);
 }
 
-/* Makes [x->pages, new pages) free space after the heap grew. */
-static int add_backed(ph_extents *x, ph_pctx *c)
+int ph_extent_backing_adopt(ph_extents *x)
 {
     uint64_t pages = (ph_space_size(x->sp) - x->sp->data_off) / PH_PAGE_SIZE;
     if (pages <= x->pages)
         return 0;
-    clear_new_descriptors(x, c, x->pages, pages);
     ph_extent_backing_prefault(x, x->pages, pages);
     ph_extnode *n = ph_extent_index_node(x, x->pages, pages - x->pages, PH_EXT_FREE, 0);
     if (!n)
@@ -60,6 +58,15 @@ static int add_backed(ph_extents *x, ph_pctx *c)
     ph_extent_index_set(x, n);
     ph_extent_index_make_free(x, n, 0);
     return 0;
+}
+
+/* Makes [x->pages, new pages) free space after the heap grew. */
+static int add_backed(ph_extents *x, ph_pctx *c)
+{
+    uint64_t pages = (ph_space_size(x->sp) - x->sp->data_off) / PH_PAGE_SIZE;
+    if (pages > x->pages)
+        clear_new_descriptors(x, c, x->pages, pages);
+    return ph_extent_backing_adopt(x);
 }
 
 /* Grows the heap (lock held) until a free extent of n pages (chunk-aligned

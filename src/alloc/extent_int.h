@@ -21,6 +21,13 @@ static inline uint64_t off_of(const ph_extents *x, uint64_t page)
     return x->sp->data_off + page * PH_PAGE_SIZE;
 }
 
+/* ---- operations (extent.c) ---- */
+
+/* Returns the extents whose free is durable to free space (lock held). */
+void ph_extent_drain_released(ph_extents *x);
+/* Frees what ph_extents_open made, but not x itself; no purge. */
+void ph_extents_fini(ph_extents *x);
+
 /* ---- index (extent_index.c) ---- */
 
 /* Size bin of a free extent of n pages. */
@@ -60,6 +67,10 @@ void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32
  * contradicts itself. */
 int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uint64_t *used);
 
+/* 1 and *out when slot j (in log order) of the active half holds an entry
+ * of its epoch; else 0. */
+int ph_extent_log_entry(const ph_extents *x, uint64_t j, ph_extent_rec *out);
+
 /* Whether recovery can trust the log: its header's epochs, and every slot
  * of the active half that replay reads holds an entry of the active epoch,
  * zeros, or one word of a torn append (heaps with tagged logs: see
@@ -72,6 +83,10 @@ int ph_extent_log_audit(const ph_extents *x, char *err, size_t errlen);
 void ph_extent_backing_prefault(ph_extents *x, uint64_t from, uint64_t to);
 /* Grows the heap so that n free pages (chunk-aligned) can fit at its end. */
 int ph_extent_backing_grow(ph_extents *x, ph_pctx *c, uint64_t n, int aligned);
+/* Makes the pages the heap has grown by since the index last looked
+ * (another index's growth: their descriptors are clear already) free
+ * space.  0 or PHEAP_ENOMEM. */
+int ph_extent_backing_adopt(ph_extents *x);
 /* Punched pages: marked by a purge (and, at open, every free page, whose
  * past is not known); refill reserves the file space of a range about to
  * be handed out if any of its pages is marked (PHEAP_ENOSPC when the file

@@ -250,6 +250,11 @@ void ph_extent_log_append(ph_extents *x, ph_pctx *c, const ph_extnode *n, uint32
     ph_persist_store_nt_words(&x->sp->persist, c, &e->w0, (const uint64_t[2]){v.w0, v.w1}, 2);
 }
 
+int ph_extent_log_entry(const ph_extents *x, uint64_t j, ph_extent_rec *out)
+{
+    return decode(slot(x, x->active, j), x->epoch, out);
+}
+
 /* Recovery: zeroes what a crash left in the active half at or past the
  * tail -- slots that do not decode (one word of an append that was never
  * fenced), since nothing past the tail does -- so that the next append

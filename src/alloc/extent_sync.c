@@ -1,0 +1,160 @@
+/*
+ * extent_sync.c -- an index brought up to date with what other indexes of
+ * the same heap appended to the extent log: the piece of sharing a heap
+ * between processes (docs/SHARING.md) where each process keeps its own
+ * index in DRAM and, when it takes the lock that serialises appends,
+ * replays the entries appended since it last held it.
+ *
+ * The log says it all.  Appends fill the active half's slots in log order
+ * (extent_log.c), so the entries another index appended are the valid
+ * slots from this index's tail on; the appender fences them before it
+ * lets the lock go, so none is seen half written.  A growth shows in the
+ * heap's size; a compaction in the log header's active epoch, and then
+ * the index is built again from the new half, as at open.  What no entry
+ * says is kept across a rebuild: this index's reservations (a block
+ * chosen, not yet committed, or freed and held until its lane retires).
+ *
+ * Not yet: reservations that every index sees (another index could choose
+ * pages this one reserved), and the lock between processes around appends
+ * (util/plock.h); until then the only caller is the test of this file.
+ */
+#include "alloc/extent_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pheap.h"
+#include "util/error.h"
+
+/* The node whose pages hold `page`, or NULL. */
+static ph_extnode *holding(ph_extents *x, uint64_t page)
+{
+    uint64_t p = page;
+    while (p > 0 && !x->head[p])
+        p--;
+    ph_extnode *n = x->head[p];
+    return n && n->page + n->npages > page ? n : NULL;
+}
+
+/* One entry another index appended. */
+static int apply(ph_extents *x, uint64_t j, const ph_extent_rec *e)
+{
+    if (e->page + e->n > x->pages)
+        return ph_err(PHEAP_ECORRUPT, "extent log entry %llu: pages %llu..%llu lie beyond the "
+                      "heap's %llu", (unsigned long long)j, (unsigned long long)e->page,
+                      (unsigned long long)(e->page + e->n), (unsigned long long)x->pages);
+    if (e->kind == PH_EXT_FREE) {
+        ph_extnode *n = x->head[e->page];
+        if (!n || (n->kind != PH_EXT_LARGE && n->kind != PH_EXT_SLAB) || n->npages != e->n)
+            return ph_err(PHEAP_ECORRUPT, "extent log entry %llu frees pages %llu..%llu, which "
+                          "this index does not hold as one extent", (unsigned long long)j,
+                          (unsigned long long)e->page, (unsigned long long)(e->page + e->n));
+        if (n->kind == PH_EXT_LARGE)
+            x->freed[n->page / 64] |= 1ull << (n->page % 64);
+        /* the other index may purge them: their file space is not known */
+        ph_extent_backing_mark_punched(x, n->page, n->npages);
+        ph_extent_index_make_free(x, n, 1);
+        return 0;
+    }
+    ph_extnode *f = holding(x, e->page);
+    if (!f || f->kind != PH_EXT_FREE || f->page + f->npages < e->page + e->n)
+        return ph_err(PHEAP_ECORRUPT, "extent log entry %llu takes pages %llu..%llu, which this "
+                      "index does not hold free", (unsigned long long)j,
+                      (unsigned long long)e->page, (unsigned long long)(e->page + e->n));
+    if (!ph_extent_index_carve(x, f, e->page, e->n, e->kind, e->cls))
+        return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    x->freed[e->page / 64] &= ~(1ull << (e->page % 64));
+    return 0;
+}
+
+/* The entries appended since x->tail, in the half x knows. */
+static int replay_new(ph_extents *x, uint64_t *applied)
+{
+    x->high = x->bounded ? ph_load(&x->hdr->xhigh[x->active]) : x->half_entries;
+    ph_extent_rec e;
+    for (; x->tail < x->high && ph_extent_log_entry(x, x->tail, &e); x->tail++) {
+        int rc = apply(x, x->tail, &e);
+        if (rc)
+            return rc;
+        ++*applied;
+    }
+    return 0;
+}
+
+typedef struct held {
+    uint64_t page, n;
+} held;
+
+/* After a compaction: the index of the new half, as an open builds it,
+ * with this index's reservations carved in again and its record of freed
+ * large blocks (for the messages of double frees) kept. */
+static int rebuild(ph_extents *x)
+{
+    size_t nh = 0, cap = 16;
+    held *h = malloc(cap * sizeof(*h));
+    if (!h)
+        return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages) {
+        const ph_extnode *n = x->head[p];
+        if (n->kind != PH_EXT_RESERVED)
+            continue;
+        if (nh == cap) {
+            held *v = realloc(h, 2 * cap * sizeof(*h));
+            if (!v) {
+                free(h);
+                return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+            }
+            h = v;
+            cap *= 2;
+        }
+        h[nh++] = (held){n->page, n->npages};
+    }
+    ph_extents *nx = NULL;
+    int rc = ph_extents_open(x->sp, &nx, NULL, NULL);
+    for (size_t i = 0; !rc && i < nh; i++) {
+        ph_extnode *f = holding(nx, h[i].page);
+        if (!f || f->kind != PH_EXT_FREE || f->page + f->npages < h[i].page + h[i].n)
+            rc = ph_err(PHEAP_ECORRUPT, "extent index: pages %llu..%llu this index holds "
+                        "reserved are not free in the log", (unsigned long long)h[i].page,
+                        (unsigned long long)(h[i].page + h[i].n));
+        else if (!ph_extent_index_carve(nx, f, h[i].page, h[i].n, PH_EXT_RESERVED, 0))
+            rc = ph_err(PHEAP_ENOMEM, "extent index: out of memory");
+    }
+    free(h);
+    if (rc) {
+        if (nx) {
+            ph_extents_fini(nx);
+            free(nx);
+        }
+        return rc;
+    }
+    memcpy(nx->freed, x->freed, (x->pages_max + 63) / 64 * 8);
+    uint8_t lock = x->xlock; /* held by the caller */
+    uint64_t dirty_bytes = x->dirty_bytes, dirty_since = x->dirty_since;
+    ph_extents_fini(x);
+    *x = *nx;
+    x->xlock = lock;
+    x->dirty_bytes = dirty_bytes;
+    x->dirty_since = dirty_since;
+    free(nx);
+    return 0;
+}
+
+int ph_extents_sync(ph_extents *x, ph_extents_sync_info *info)
+{
+    ph_extents_sync_info st = {0, 0};
+    ph_spin_lock(&x->xlock);
+    ph_extent_drain_released(x);
+    int rc = ph_extent_backing_adopt(x);
+    uint64_t v = ph_load(&x->hdr->xactive), epoch = v ? v >> 1 : 1;
+    if (!rc && (epoch != x->epoch || (unsigned)(v & 1) != x->active)) {
+        rc = rebuild(x);
+        st.rebuilt = rc == 0;
+    } else if (!rc) {
+        rc = replay_new(x, &st.applied);
+    }
+    ph_spin_unlock(&x->xlock);
+    if (info)
+        *info = st;
+    return rc;
+}

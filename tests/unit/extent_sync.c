@@ -1,0 +1,186 @@
+/*
+ * extent_sync.c -- a second index of a heap's extents, kept up to date
+ * with ph_extents_sync while the heap's own index allocates and frees
+ * large blocks and slabs, grows the heap and compacts the log: after every
+ * round the two tile the data region alike, extent for extent, and the
+ * second passes the check against a fresh replay of the log; a reservation
+ * of the second survives the rebuild a compaction forces; an entry that
+ * contradicts the index is refused.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "alloc/engine_int.h"
+#include "alloc/extent.h"
+#include "harness.h"
+#include "heap/heap.h"
+
+/* The two indexes tile the backed pages with the same extents (free ones
+ * are always merged, so the tiling is the same whatever the history). */
+static void expect_same(ph_extents *a, ph_extents *b, int line)
+{
+    enum { MAX = 512 };
+    ph_extnode *va = malloc(MAX * sizeof(*va)), *vb = malloc(MAX * sizeof(*vb));
+    uint64_t page = 0;
+    for (;;) {
+        size_t na = ph_extents_copy(a, page, va, MAX), nb = ph_extents_copy(b, page, vb, MAX);
+        if (na != nb) {
+            ph_test_fail(__FILE__, line, "from page %llu: %zu extents against %zu",
+                         (unsigned long long)page, na, nb);
+            break;
+        }
+        for (size_t i = 0; i < na; i++)
+            if (va[i].page != vb[i].page || va[i].npages != vb[i].npages ||
+                va[i].kind != vb[i].kind || va[i].cls != vb[i].cls) {
+                ph_test_fail(__FILE__, line, "extent at page %llu: %llu pages kind %u against "
+                             "page %llu: %llu pages kind %u", (unsigned long long)va[i].page,
+                             (unsigned long long)va[i].npages, va[i].kind,
+                             (unsigned long long)vb[i].page, (unsigned long long)vb[i].npages,
+                             vb[i].kind);
+                na = 0;
+                break;
+            }
+        if (na < MAX)
+            break;
+        page = va[na - 1].page + va[na - 1].npages;
+    }
+    char err[256];
+    if (ph_extents_check(b, err, sizeof(err)))
+        ph_test_fail(__FILE__, line, "the synced index: %s", err);
+    free(va);
+    free(vb);
+}
+
+static pheap *fresh(const char *name)
+{
+    const char *path = ph_test_path(name);
+    unlink(path);
+    pheap_options o = {.size = 2u << 20, .max_size = 256u << 20, .flags = PHEAP_CREATE,
+                       .flush = PHEAP_FLUSH_NONE};
+    pheap *h = NULL;
+    if (pheap_open(path, &o, &h))
+        ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
+    return h;
+}
+
+TEST(a_second_index_follows_the_first)
+{
+    pheap *h = fresh("extsync.heap");
+    REQUIRE(h);
+    ph_extents *own = h->engine->ext, *other = NULL;
+    REQUIRE_OK(ph_extents_open(&h->sp, &other, NULL, NULL));
+    enum { LIVE = 64 };
+    pheap_off big[LIVE] = {0}, small[LIVE * 8] = {0};
+    uint64_t rng = 5, applied = 0;
+    unsigned rebuilds = 0, grew = 0;
+    uint64_t size0 = ph_space_size(&h->sp);
+    for (unsigned round = 0; round < 60; round++) {
+        for (unsigned k = 0; k < 24; k++) {
+            unsigned i = (unsigned)(ph_test_rand(&rng) % LIVE);
+            if (big[i]) {
+                REQUIRE_OK(pheap_free(h, big[i]));
+                big[i] = 0;
+            } else {
+                size_t sz = 20000 + ph_test_rand(&rng) % (round % 7 == 6 ? 2000000 : 300000);
+                REQUIRE(big[i] = pheap_alloc(h, sz));
+            }
+            /* small blocks of many classes: slabs made and released */
+            unsigned j = (unsigned)(ph_test_rand(&rng) % (LIVE * 8));
+            if (small[j]) {
+                REQUIRE_OK(pheap_free(h, small[j]));
+                small[j] = 0;
+            } else {
+                REQUIRE(small[j] = pheap_alloc(h, 16u << (j % 10)));
+            }
+        }
+        ph_engine_release_empty_slabs(h->engine, ph_heap_pctx(h));
+        for (unsigned k = 0; k < 40; k++) /* appends without growth: the log compacts */
+            REQUIRE_OK(pheap_free(h, pheap_alloc(h, 40000)));
+        ph_extents_sync_info info;
+        REQUIRE_OK(ph_extents_sync(other, &info));
+        applied += info.applied;
+        rebuilds += (unsigned)info.rebuilt;
+        grew |= ph_space_size(&h->sp) > size0;
+        expect_same(own, other, __LINE__);
+    }
+    fprintf(stderr, "  %llu entries replayed, %u rebuilds after compactions, heap %s\n",
+            (unsigned long long)applied, rebuilds, grew ? "grew" : "did not grow");
+    CHECK(applied > 200);
+    CHECK(rebuilds > 0);
+    CHECK(grew);
+    ph_extents_close(other);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    unlink(ph_test_path("extsync.heap"));
+}
+
+/* The kind of the extent at `off` in x, or -1. */
+static int kind_at(ph_extents *x, uint64_t page)
+{
+    ph_extnode n;
+    return ph_extents_copy(x, page, &n, 1) == 1 && n.page == page ? (int)n.kind : -1;
+}
+
+TEST(a_reservation_survives_a_rebuild)
+{
+    pheap *h = fresh("extsync-res.heap");
+    REQUIRE(h);
+    ph_extents *own = h->engine->ext, *other = NULL;
+    REQUIRE_OK(ph_extents_open(&h->sp, &other, NULL, NULL));
+    /* A 64 KiB hole between two blocks; the other index reserves it (best
+     * fit), and the heap's own index, which does not know (sharing will
+     * tell it), churns blocks too large for it until the log compacts. */
+    pheap_off a = pheap_alloc(h, 256u << 10), b = pheap_alloc(h, 64u << 10),
+              c = pheap_alloc(h, 256u << 10);
+    REQUIRE(a && b && c);
+    REQUIRE_OK(pheap_free(h, b));
+    REQUIRE_OK(ph_extents_sync(other, NULL));
+    uint64_t res;
+    REQUIRE_OK(ph_extent_reserve(other, ph_heap_pctx(h), 64u << 10, PH_EXT_LARGE, &res));
+    CHECK_EQ(res, b);
+    uint64_t page = (res - h->sp.data_off) / 4096;
+    unsigned rebuilds = 0;
+    for (unsigned k = 0; k < 4000 && !rebuilds; k++) {
+        pheap_off x = pheap_alloc(h, 100u << 10);
+        REQUIRE(x);
+        REQUIRE_OK(pheap_free(h, x));
+        if (k % 20 == 19) {
+            ph_extents_sync_info info;
+            REQUIRE_OK(ph_extents_sync(other, &info));
+            rebuilds += (unsigned)info.rebuilt;
+        }
+    }
+    CHECK(rebuilds > 0);
+    CHECK_EQ(kind_at(other, page), PH_EXT_RESERVED);
+    CHECK_EQ(kind_at(own, page), PH_EXT_FREE);
+    ph_extent_cancel(other, res);
+    REQUIRE_OK(ph_extents_sync(other, NULL));
+    expect_same(own, other, __LINE__);
+    ph_extents_close(other);
+    REQUIRE_OK(pheap_free(h, a));
+    REQUIRE_OK(pheap_free(h, c));
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    unlink(ph_test_path("extsync-res.heap"));
+}
+
+/* Until reservations are shared: the heap's own index allocates pages the
+ * other holds reserved, and the other refuses the entry that says so. */
+TEST(a_contradicting_entry_is_refused)
+{
+    pheap *h = fresh("extsync-bad.heap");
+    REQUIRE(h);
+    ph_extents *other = NULL;
+    REQUIRE_OK(ph_extents_open(&h->sp, &other, NULL, NULL));
+    uint64_t res;
+    REQUIRE_OK(ph_extent_reserve(other, ph_heap_pctx(h), 64u << 10, PH_EXT_LARGE, &res));
+    pheap_off b = pheap_alloc(h, 64u << 10);
+    REQUIRE(b == res); /* the same best fit */
+    CHECK_EQ(ph_extents_sync(other, NULL), PHEAP_ECORRUPT);
+    CHECK(strstr(pheap_errmsg(), "does not hold free") != NULL);
+    ph_extents_close(other);
+    REQUIRE_OK(pheap_check(h, NULL)); /* the heap's own view is whole */
+    REQUIRE_OK(pheap_close(h));
+    unlink(ph_test_path("extsync-bad.heap"));
+}
