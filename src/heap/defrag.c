@@ -65,6 +65,7 @@ typedef struct defrag {
     size_t nblocks;
     uint64_t *pins;        /* offsets of blocks that may not move, sorted */
     size_t npins, pins_cap;
+    int pins_oom;          /* a realloc of pins failed */
     slab_plan *slabs;
     size_t nslabs;
     pheap_defrag_result res;
@@ -178,11 +179,13 @@ static void add_pin(void *arg, uint64_t off, const char *name)
 {
     defrag *d = arg;
     (void)name;
+    if (d->pins_oom)
+        return;
     if (d->npins == d->pins_cap) {
         size_t cap = d->pins_cap ? 2 * d->pins_cap : 64;
         uint64_t *v = realloc(d->pins, cap * sizeof(*v));
         if (!v) {
-            d->pins_cap = SIZE_MAX; /* reported by the caller */
+            d->pins_oom = 1; /* reported by the caller */
             return;
         }
         d->pins = v;
@@ -196,12 +199,12 @@ static int collect_pins(defrag *d)
 {
     char name[PHEAP_ROOT_NAME_MAX + 1];
     pheap_off off;
-    for (unsigned i = 0; d->pins_cap != SIZE_MAX && pheap_root_at(d->h, i, name, &off) == 0; i++)
+    for (unsigned i = 0; !d->pins_oom && pheap_root_at(d->h, i, name, &off) == 0; i++)
         if (off)
             add_pin(d, off, name);
-    if (d->pins_cap != SIZE_MAX)
+    if (!d->pins_oom)
         ph_names_roots(d->h, add_pin, d);
-    if (d->pins_cap == SIZE_MAX)
+    if (d->pins_oom)
         return ph_err(PHEAP_ENOMEM, "pheap_defrag: out of memory");
     sort(d->pins, d->npins, sizeof(*d->pins), by_off);
     return 0;
