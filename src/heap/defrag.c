@@ -43,7 +43,6 @@ typedef struct block {
     uint64_t pending;      /* its new offset while its batch is open */
     size_t slot0, nslots;  /* its slots in the sorted refs */
     int pinned;            /* named by a root or a name: stays */
-    int move;              /* chosen to move */
 } block;
 
 typedef struct slab_plan {
@@ -443,16 +442,15 @@ static int run(defrag *d)
         slab_plan *s = &d->slabs[i];
         s->set_aside = s->chosen && ph_engine_evacuate(d->h->engine, s->chunk);
     }
-    /* Slab by slab, the sparsest first: each batch empties whole slabs. */
     for (size_t i = 0; i < d->nblocks; i++) {
         slab_plan *s = slab_of(d, d->blocks[i].chunk);
         if (s && s->set_aside) {
-            d->blocks[i].move = 1;
             order[n++] = i;
             s->left++;
         }
     }
-    /* slab by slab, the sparsest first (then by chunk) */
+    /* Slab by slab, the sparsest first (then by chunk): batches empty
+     * whole slabs one after another. */
     qsort_r(order, n, sizeof(*order), by_slab_order, d);
     /* A batch that finds no room (for its blocks, or for its transaction's
      * log to grow past the lane's own area) was rolled back whole: it is
