@@ -1004,18 +1004,25 @@ int pheap_tx_free(pheap *h, pheap_off off);
  * skipped): inside a live block of the heap (its program address, as
  * pheap_direct gives) or in the program's own memory.  Several slots may
  * name one block.  The program must pass EVERY word that names a block it
- * passes (a word left out would name freed space afterwards), and no other
- * thread may use those blocks or slots during the call.  The words hold
- * plain offsets (pheap_off); self-relative pointers (the C++ layer's
- * pheap::ptr) are no slots: blocks they point at must not move.
+ * passes (a word left out would name freed space afterwards; a copy of an
+ * offset is not a word that names the block: pass the words the program
+ * will read the offsets from), and no other thread may use those blocks or
+ * slots during the call.  Slots are addresses of words (pheap_off *), never
+ * offsets.  After the call, words that lay inside moved blocks are at the
+ * blocks' new places: collect the slots again before another call.  The
+ * words hold plain offsets (pheap_off); self-relative pointers (the C++
+ * layer's pheap::ptr) are no slots: blocks they point at must not move.
  *
  * What moves: small blocks (up to 16 KiB) of slabs all of whose live
  * blocks the slots name, where moving them frees whole slabs -- the
  * sparsest slabs of a size class first, into the free blocks of the
- * class's slabs that stay (a full heap is compacted in place), as many as
- * free the most slabs net of the new slabs they need.  Large blocks, blocks named
- * by a root or a name (pheap_alloc_named), and blocks of slabs that hold
- * blocks the slots do not name stay where they are.  A moved block gets a
+ * class's slabs that stay (a full heap is compacted in place; the calling
+ * thread allocates the new blocks from those slabs first, in any arena),
+ * as many as free the most slabs net of the new slabs they need.  A
+ * morphed slab (one that changed size class while blocks of the old class
+ * stayed in it) moves only as a whole, when that gains a slab.  Large
+ * blocks, blocks named by a root or a name (pheap_alloc_named), and blocks
+ * of slabs that hold blocks the slots do not name stay where they are.  A moved block gets a
  * block of the same size with the same bytes, the old one is freed, and the
  * emptied slabs go back to free space at once (their pages to the file
  * system at the next purge).
@@ -1034,7 +1041,8 @@ int pheap_tx_free(pheap *h, pheap_off off);
 typedef struct pheap_defrag_result {
     size_t total;          /* distinct blocks the slots name */
     size_t relocated;      /* of which moved */
-    size_t slabs_freed;    /* slabs emptied and given back to free space */
+    size_t slabs_freed;    /* slabs emptied and given back to free space (the moved
+                              blocks may have needed a new slab: pheap_stats counts) */
     uint64_t bytes_moved;  /* bytes of the moved blocks */
 } pheap_defrag_result;
 
@@ -1062,9 +1070,10 @@ int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_resul
  * nor serve another size until the thread allocates that size again or
  * exits.  Call it in a thread that stops using a size for long, and in
  * every thread before one thread runs pheap_defrag over blocks they all
- * freed into.  pheap_defrag does it for its own thread.  A slab it leaves
- * empty may go back to free space, durably, as after any free (one
- * extent-log entry and one fence each); no block changes.
+ * freed into.  pheap_defrag does it for its own thread.  It may be called
+ * inside a transaction (the transaction's blocks are no cached ones).  A
+ * slab it leaves empty may go back to free space, durably, as after any
+ * free (one extent-log entry and one fence each); no block changes.
  * Errors: PHEAP_EINVAL (NULL), PHEAP_ERDONLY, PHEAP_EROMODE, PHEAP_EFORKED,
  * PHEAP_ERECOVER (a GC-mode heap before pheap_recover). */
 int pheap_thread_collect(pheap *h);

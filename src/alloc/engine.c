@@ -439,6 +439,28 @@ static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_t
 
 static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
 
+/* Moves available blocks of class cls from the thread's preferred slabs
+ * (whatever their arena) into bin b, up to `want`; whether any came. */
+static int take_preferred(ph_engine *e, const ph_tcache *t, unsigned cls, ph_tbin *b,
+                          uint32_t want)
+{
+    uint32_t before = b->n;
+    for (uint32_t k = 0; k < t->nprefer && b->n < want; k++) {
+        ph_slab *s = ph_engine_chunk_slab(e, t->prefer[k]);
+        if (!s || ph_load_relaxed(&s->xcls) != cls)
+            continue;
+        ph_arena *a = &e->arenas[s->arena];
+        pthread_mutex_lock(&a->lock);
+        if (ph_engine_chunk_slab(e, t->prefer[k]) == s && s->xcls == cls && !s->evac) {
+            ph_store_relaxed(&b->n, b->n + ph_slab_take(s, b->v + b->n, want - b->n));
+            if (s->navail == 0 && s->in_partial)
+                partial_remove(a, s);
+        }
+        pthread_mutex_unlock(&a->lock);
+    }
+    return b->n > before;
+}
+
 /* A thread's home arena: the current CPU's, unless another arena has fewer
  * threads -- threads that first run on the same CPU (as new threads often
  * do) would otherwise share one arena for life, and its slabs' words.  The
@@ -481,6 +503,8 @@ ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, un
     if (t->arena < 0)
         t->arena = (int)pick_arena(e);
     if (e->gc && batch_take(e, cls, b))
+        return ph_tcache_pop(t, cls);
+    if (ph_unlikely(t->prefer) && take_preferred(e, t, cls, b, want))
         return ph_tcache_pop(t, cls);
     unsigned ai = (unsigned)t->arena;
     if (!take_blocks(e, c, ai, cls, b, want, 1)) {

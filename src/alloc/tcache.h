@@ -24,6 +24,9 @@ typedef struct ph_tcache {
     uint64_t *store;       /* backing array of all bins */
     ph_lane lane;          /* this thread's lane, for logged operations */
     int arena;             /* home arena, chosen at first refill; -1 before */
+    const uint64_t *prefer; /* chunks of slabs (of any arena) a refill takes blocks
+                              from first, fullest first: pheap_defrag's destinations */
+    uint32_t nprefer;
 } ph_tcache;
 
 static inline uint64_t ph_tcache_pop(ph_tcache *t, unsigned cls)

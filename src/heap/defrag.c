@@ -430,11 +430,42 @@ static int by_slab_order(const void *a, const void *b, void *arg)
     return c ? c : cmp_u64(*(const size_t *)a, *(const size_t *)b);
 }
 
+static int by_room(const void *a, const void *b, void *arg)
+{
+    defrag *d = arg;
+    const slab_plan *x = slab_of(d, *(const uint64_t *)a), *y = slab_of(d, *(const uint64_t *)b);
+    if (x->room != y->room)
+        return x->room < y->room ? -1 : 1;
+    return cmp_u64(x->chunk, y->chunk);
+}
+
+/* The slabs that stay and have room, fullest first: where the moved
+ * blocks go (the thread's refills take from them first, whatever arena
+ * they are in: its own arena might otherwise make a slab while they wait). */
+static uint64_t *destinations(defrag *d, uint32_t *n)
+{
+    uint64_t *v = malloc((d->nslabs ? d->nslabs : 1) * sizeof(*v));
+    *n = 0;
+    for (size_t i = 0; v && i < d->nslabs; i++)
+        if (!d->slabs[i].chosen && d->slabs[i].room)
+            v[(*n)++] = d->slabs[i].chunk;
+    if (v && *n > 1)
+        qsort_r(v, *n, sizeof(*v), by_room, d);
+    return v;
+}
+
 static int run(defrag *d)
 {
     size_t *order = malloc((d->nblocks ? d->nblocks : 1) * sizeof(*order)), n = 0;
-    if (!order)
+    uint32_t ndest = 0;
+    uint64_t *dest = destinations(d, &ndest);
+    if (!order || !dest) {
+        free(order);
+        free(dest);
         return ph_err(PHEAP_ENOMEM, "pheap_defrag: out of memory");
+    }
+    d->t->tc.prefer = dest;
+    d->t->tc.nprefer = ndest;
     /* The caller's cache may hold free blocks of the chosen slabs: back to
      * them, or the first allocations would land there. */
     ph_engine_drain_cache(d->h->engine, &d->t->tc, &d->t->pctx);
@@ -468,6 +499,9 @@ static int run(defrag *d)
         }
     }
     end_slabs(d, 1);
+    d->t->tc.prefer = NULL;
+    d->t->tc.nprefer = 0;
+    free(dest);
     free(order);
     return rc;
 }

@@ -548,3 +548,57 @@ TEST(collect_gives_cached_blocks_back)
     free(o.v);
     unlink(ph_test_path("defrag-collect.heap"));
 }
+
+/* The blocks and the slabs that stay belong to another thread's arena: one
+ * call still packs them into as few slabs as they need (the caller's
+ * refills take from those slabs, not from a new slab of its own arena). */
+typedef struct filler {
+    pheap *h;
+    pheap_off *v;
+    size_t n;
+    pthread_barrier_t *meet;
+} filler;
+
+static void *fill_then_wait(void *arg)
+{
+    filler *f = arg;
+    f->n = make_sparse(f->h, f->v, 585 * 20, SMALL, 10);
+    pheap_thread_collect(f->h);
+    pthread_barrier_wait(f->meet); /* blocks ready */
+    pthread_barrier_wait(f->meet); /* pheap_defrag ran: the thread held its arena meanwhile */
+    return NULL;
+}
+
+TEST(one_call_packs_another_arenas_blocks)
+{
+    pheap *h = fresh_heap("defrag-arena.heap", 16u << 20);
+    REQUIRE(h);
+    pheap_off mine = pheap_alloc(h, SMALL); /* this thread's arena first */
+    REQUIRE(mine);
+    pthread_barrier_t meet;
+    pthread_barrier_init(&meet, NULL, 2);
+    filler f = {h, calloc(585 * 20, sizeof(pheap_off)), 0, &meet};
+    REQUIRE(f.v);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, fill_then_wait, &f) == 0);
+    pthread_barrier_wait(&meet);
+    pheap_off **s = slots_of(f.v, f.n);
+    pheap_defrag_result r;
+    REQUIRE_OK(pheap_defrag(h, s, f.n, &r));
+    pthread_barrier_wait(&meet);
+    pthread_join(t, NULL);
+    struct pheap_stats st = stats(h);
+    size_t need = (f.n + 584) / 585;
+    fprintf(stderr, "  %zu blocks: %zu moved, %zu slabs freed; in %zu slabs (%zu needed)\n", f.n,
+            r.relocated, r.slabs_freed, chunks_of(&st, f.v, f.n), need);
+    CHECK_EQ(chunks_of(&st, f.v, f.n), need);
+    for (size_t i = 0; i < f.n; i++)
+        CHECK(ph_test_intact(pheap_direct(h, f.v[i]), SMALL, i * 10));
+    REQUIRE_OK(pheap_free(h, mine));
+    expect_sound(h, f.n, __LINE__);
+    REQUIRE_OK(pheap_close(h));
+    pthread_barrier_destroy(&meet);
+    free(s);
+    free(f.v);
+    unlink(ph_test_path("defrag-arena.heap"));
+}
