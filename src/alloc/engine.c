@@ -129,7 +129,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
             break;
         uint64_t ch = ph_engine_chunk_of(e, offs[n]);
         if (!e->slabs[ch] && !(e->slabs[ch] = ph_slab_new(e->sp, offs[n]))) {
-            ph_extent_cancel(e->ext, offs[n]);
+            ph_extent_cancel(e->ext, c, offs[n]);
             rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
             break;
         }
@@ -757,7 +757,7 @@ static ph_noinline uint64_t alloc_large(ph_engine *e, ph_tcache *t, ph_pctx *c, 
     if (ph_engine_reserve_large(e, t, c, size, &off))
         return 0;
     if (init_block(e, c, init, off, PH_ALIGN_UP(size, PH_PAGE_SIZE))) {
-        ph_extent_cancel(e->ext, off);
+        ph_extent_cancel(e->ext, c, off);
         return 0;
     }
     ph_extent_commit(e->ext, c, off, PH_EXT_LARGE, 0, NULL, 0);
@@ -856,7 +856,7 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
         if (init && (rc = init_block(e, c, init, off, bytes)) == 0 && init->program_dest)
             rc = dest_still_ok(e, dest_off);
         if (rc) {
-            ph_extent_cancel(e->ext, off);
+            ph_extent_cancel(e->ext, c, off);
             return rc;
         }
         if (init)
@@ -963,7 +963,7 @@ static int free_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uin
         rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, src, nv, 1);
         ph_lane_end(&e->lanes, c, &t->lane); /* also when another thread freed it first */
         if (!rc)
-            ph_extent_release(e->ext, off); /* reusable only once retired */
+            ph_extent_release(e->ext, c, off); /* reusable only once retired */
         return rc;
     }
     ph_blockref r;

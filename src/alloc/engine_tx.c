@@ -74,7 +74,7 @@ void ph_engine_tx_unreserve(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off
     if (s)
         ph_engine_cache_block(e, t, c, s->xcls, off);
     else
-        ph_extent_cancel(e->ext, off);
+        ph_extent_cancel(e->ext, c, off);
 }
 
 int ph_engine_block_at(ph_engine *e, uint64_t off, uint64_t *start, uint64_t *bytes,
@@ -198,7 +198,7 @@ void ph_engine_tx_release(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_tx_ch
         else if (v[k].slab)
             ph_engine_cache_block(e, t, c, v[k].slab->xcls, v[k].off);
         else
-            ph_extent_release(e->ext, v[k].off);
+            ph_extent_release(e->ext, c, v[k].off);
     }
 }
 

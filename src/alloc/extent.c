@@ -117,7 +117,19 @@ void ph_extents_fini(ph_extents *x)
     ph_os_free_pages(x->scratch, PH_ALIGN_UP(x->half_entries * sizeof(*x->scratch), PH_PAGE_SIZE));
 }
 
-int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg)
+/* Drops the reservations of a shared heap's log from live[] (an index of
+ * an exclusive open: their processes are gone, their pages free). */
+static uint64_t drop_reserved(ph_extent_rec *live, uint64_t n)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (live[i].kind != PH_EXT_RESERVED)
+            live[k++] = live[i];
+    return k;
+}
+
+static int open_index(ph_space *sp, unsigned owner, ph_extents **out, ph_extent_slab_fn on_slab,
+                      void *arg)
 {
     ph_extents *x = malloc(sizeof(*x));
     if (!x)
@@ -130,6 +142,8 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
         rc = ph_err(PHEAP_ECORRUPT, "%s", why);
     if (!rc)
         rc = ph_extent_log_replay(x, &live, &n, &x->tail);
+    if (!rc && !owner)
+        n = drop_reserved(live, n);
     if (!rc)
         rc = ph_extent_index_build(x, live, n);
     for (uint64_t i = 0; !rc && on_slab && i < n; i++)
@@ -141,8 +155,19 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
         free(x);
         return rc;
     }
+    x->owner = owner;
     *out = x;
     return 0;
+}
+
+int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, void *arg)
+{
+    return open_index(sp, 0, out, on_slab, arg);
+}
+
+int ph_extents_open_owned(ph_space *sp, unsigned owner, ph_extents **out)
+{
+    return open_index(sp, owner, out, NULL, NULL);
 }
 
 void ph_extents_purge_now(ph_extents *x)
@@ -204,6 +229,13 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
     if (!rc) {
         n->kind = PH_EXT_RESERVED;
         *off = off_of(x, n->page);
+        if (x->owner) { /* every index must see it: logged, and visible before the unlock */
+            ph_extnode e = *n;
+            e.cls = x->owner;
+            ph_extent_log_append(x, c, &e, PH_EXT_RESERVED);
+            n->cls = x->owner; /* logged (see compaction) */
+            ph_persist_fence(&x->sp->persist, c);
+        }
     }
     ph_spin_unlock(&x->xlock);
     return rc;
@@ -236,10 +268,15 @@ void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, uns
     ph_persist_fence(&x->sp->persist, c);
 }
 
-void ph_extent_cancel(ph_extents *x, uint64_t off)
+void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off)
 {
     lock_index(x);
-    ph_extent_index_make_free(x, x->head[page_of(x, off)], 1);
+    ph_extnode *n = x->head[page_of(x, off)];
+    if (x->owner) {
+        ph_extent_log_append(x, c, n, PH_EXT_FREE);
+        ph_persist_fence(&x->sp->persist, c);
+    }
+    ph_extent_index_make_free(x, n, 1);
     ph_spin_unlock(&x->xlock);
 }
 
@@ -281,7 +318,7 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
         return rc;
     ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
     if (!hold)
-        ph_extent_release(x, off);
+        ph_extent_release(x, c, off);
     return 0;
 }
 
@@ -292,8 +329,14 @@ int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind
     ph_extnode *n = NULL;
     int rc = classify_locked(x, off, kind, &n);
     if (!rc) {
-        ph_extent_log_append(x, c, n, PH_EXT_FREE);
-        n->kind = PH_EXT_RESERVED; /* free in the log, not reusable before the fence */
+        /* Free in the log, not reusable before the fence -- nor, in a shared
+         * heap, by another index before its release: there the entry is a
+         * reservation of this process's (free to a recovery all the same). */
+        ph_extnode e = *n; /* n stays as it is until its entry is in (see compaction) */
+        e.cls = x->owner;
+        ph_extent_log_append(x, c, &e, x->owner ? PH_EXT_RESERVED : PH_EXT_FREE);
+        n->kind = PH_EXT_RESERVED;
+        n->cls = x->owner;
         if (!x->dirty_since) /* the purge delay counts from the first free */
             x->dirty_since = ph_space_now(x->sp);
         if (kind == PH_EXT_LARGE)
@@ -307,9 +350,19 @@ int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind
     return rc;
 }
 
-void ph_extent_release(ph_extents *x, uint64_t off)
+void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
 {
     ph_space_unguard(x->sp, off); /* never hand out a page the program cannot write */
+    if (x->owner) { /* the free the other indexes replay */
+        lock_index(x);
+        ph_extnode *n = x->head[page_of(x, off)];
+        ph_extent_log_append(x, c, n, PH_EXT_FREE);
+        ph_persist_fence(&x->sp->persist, c);
+        x->dirty_bytes += n->npages * PH_PAGE_SIZE;
+        ph_extent_index_make_free(x, n, 1);
+        ph_spin_unlock(&x->xlock);
+        return;
+    }
     /* The node is RESERVED, so no one else changes it or its head[] slot
      * (only free nodes merge): read it without the lock. */
     ph_extnode *n = x->head[page_of(x, off)];
@@ -430,6 +483,8 @@ int ph_extents_check(ph_extents *x, char *err, size_t errlen)
         snprintf(err, errlen, "%s", pheap_errmsg());
         bad = 1;
     }
+    if (!bad && !x->owner) /* reservations of processes gone: free space */
+        n = drop_reserved(live, n);
     for (p = 0; !bad && p < x->pages;) {
         const ph_extnode *e = x->head[p];
         if (!e || e->page != p || e->npages == 0 || x->last[p + e->npages - 1] != e) {

@@ -23,7 +23,9 @@
 #include "alloc/space.h"
 #include "util/spin.h"
 
-#define PH_EXT_RESERVED 4u   /* volatile kind: chosen, not yet committed */
+/* PH_EXT_RESERVED (format/layout.h) is also the kind of an exclusive
+ * open's reservations: chosen, not yet committed, or freed and held; those
+ * are in no log entry. */
 #define PH_EXT_BINS 128u
 #define PH_PUNCH_MIN (256u * 1024u) /* free extents this large go back to the file system */
 #define PH_PURGE_DELAY_NS (100u * 1000u * 1000u) /* ... this long after a free at the latest */
@@ -67,6 +69,10 @@ typedef struct ph_extents {
     uint64_t free_pages;       /* pages in free nodes */
     uint64_t dirty_bytes;      /* freed since the last purge */
     uint64_t dirty_since;      /* first free since then (coarse clock), 0: none */
+    unsigned owner;            /* a heap shared between processes (docs/SHARING.md): this
+                                  process's lease slot + 1, and every reservation is an
+                                  entry of the log that names it (RESERVED); 0: an
+                                  exclusive open, whose reservations are its own */
 } ph_extents;
 
 typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);
@@ -77,6 +83,11 @@ int ph_extents_open(ph_space *sp, ph_extents **out, ph_extent_slab_fn on_slab, v
 /* Recovery after an unclean shutdown: durably zeroes the torn appends a
  * crash left past the log's tail (extent_log.c). */
 void ph_extent_log_scrub(ph_extents *x, ph_pctx *c);
+/* An index of a heap shared between processes, for the process whose
+ * lease slot is owner - 1: the reservations the log holds (every process's)
+ * are kept, and its own are logged.  (ph_extents_open drops them: an
+ * exclusive open's index, for which their processes are gone.) */
+int ph_extents_open_owned(ph_space *sp, unsigned owner, ph_extents **out);
 void ph_extents_close(ph_extents *x);
 /* Gives back to the file system, now, the pages of every block freed in
  * this open (what close does first). */
@@ -95,7 +106,7 @@ int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, un
 int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, uint64_t *off);
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val);
-void ph_extent_cancel(ph_extents *x, uint64_t off);
+void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off);
 /* ph_extent_commit of a reserved large block without the fence: the entry
  * is durable at the caller's next fence (a transaction's commit). */
 void ph_extent_commit_staged(ph_extents *x, ph_pctx *c, uint64_t off);
@@ -122,8 +133,9 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
 int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                           uint64_t dest_val);
 /* Makes the held extent at `off` reusable (without taking the lock: the
- * next holder of the lock does it). */
-void ph_extent_release(ph_extents *x, uint64_t off);
+ * next holder of the lock does it; in a shared heap it takes the lock and
+ * appends the free, which other indexes replay). */
+void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off);
 
 /* Recovery: makes [off, off + bytes) a live large block if it is free
  * space now; 0 if it already is one.  The entry is durable at the caller's

@@ -99,6 +99,7 @@ static void node_free(ph_extents *x, ph_extnode *e)
 void ph_extent_index_make_free(ph_extents *x, ph_extnode *n, int dirty)
 {
     n->kind = PH_EXT_FREE;
+    n->cls = 0;
     n->dirty = (uint32_t)dirty;
     if (n->page > 0) {
         ph_extnode *l = x->last[n->page - 1];

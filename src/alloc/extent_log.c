@@ -86,7 +86,7 @@ static int decode(const ph_extlog_entry *e, uint64_t epoch, ph_extent_rec *out)
         return 0;
     *out = (ph_extent_rec){w0 & 0xfffffffffull, w1 & 0xffffffffull, (uint32_t)(w0 >> 36) & 0xf,
                    (uint32_t)(w0 >> 40) & 0xff};
-    return out->kind >= PH_EXT_FREE && out->kind <= PH_EXT_SLAB && out->n > 0;
+    return out->kind >= PH_EXT_FREE && out->kind <= PH_EXT_RESERVED && out->n > 0;
 }
 
 /* Entry j (in log order) of a half.  Entries are interleaved over the
@@ -138,6 +138,16 @@ static void raise_high(ph_extents *x, ph_pctx *c, uint64_t high)
     x->high = high;
 }
 
+/* Whether a compaction writes node n: live extents, and in a shared heap
+ * the reservations of every process (an exclusive open's are its own),
+ * once logged: a reservation whose entry is being appended (the append
+ * may compact first) has no owner yet, or it would be in the log twice. */
+static int logged(const ph_extents *x, const ph_extnode *n)
+{
+    return n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB ||
+           (x->owner && n->kind == PH_EXT_RESERVED && n->cls);
+}
+
 /* C2 of a half whose mark is at most its L lines: entry j < high alone in
  * line j (slot 0); the line's other slots lie past the mark.  Slots that
  * already hold what they should (zero) are not written. */
@@ -149,7 +159,7 @@ static void write_sparse_half(ph_extents *x, ph_pctx *c, unsigned half, uint64_t
     uint64_t j = 0;
     for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
         const ph_extnode *n = x->head[pg];
-        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+        if (logged(x, n)) {
             ph_extlog_entry v = encode(n->page, n->npages, n->kind, n->cls, epoch);
             ph_persist_store_nt_words(p, c, &slot(x, half, j++)->w0, &v.w0, 2);
         }
@@ -171,7 +181,7 @@ static void write_full_half(ph_extents *x, ph_pctx *c, unsigned half, uint64_t u
     memset(v, 0, x->half_entries * sizeof(*v));
     for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages) {
         const ph_extnode *n = x->head[pg];
-        if (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB) {
+        if (logged(x, n)) {
             v[(j % lines) * 4 + j / lines] = encode(n->page, n->npages, n->kind, n->cls, epoch);
             j++;
         }
@@ -193,7 +203,7 @@ static void compact(ph_extents *x, ph_pctx *c)
     ph_persist *p = &x->sp->persist;
     uint64_t used = 0;
     for (uint64_t pg = 0; pg < x->pages; pg += x->head[pg]->npages)
-        used += x->head[pg]->kind == PH_EXT_LARGE || x->head[pg]->kind == PH_EXT_SLAB;
+        used += logged(x, x->head[pg]);
     /* The other half's new mark: the live extents and room for appends
      * (the cap counts an entry per 16 KiB of data, more than live ones). */
     uint64_t high = x->bounded ? PH_MIN(used + PH_EXTLOG_RAISE, log_cap(x)) : x->half_entries;
@@ -373,12 +383,19 @@ int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uin
         tail = i + 1;
         const char *why = NULL;
         ph_extent_rec *slot = live_find(&s, e.page, e.kind != PH_EXT_FREE);
+        /* A shared heap's reservations (RESERVED, owner in cls): of free
+         * space, or a held free of a live extent; a reservation becomes
+         * live (LARGE, SLAB) or free again, never anything else. */
+        int was_reserved = slot && slot->n && slot->kind == PH_EXT_RESERVED;
         if (e.page + e.n > x->pages)
             why = "extent beyond the heap's size";
         else if (e.kind == PH_EXT_SLAB &&
                  (e.n != PAGES_PER_CHUNK || e.page % PAGES_PER_CHUNK || e.cls >= PH_CLASSES))
             why = "malformed slab extent";
-        else if (e.kind != PH_EXT_FREE && slot->n)
+        else if (e.kind == PH_EXT_RESERVED && slot->n && (was_reserved || slot->n != e.n))
+            why = "reservation of an extent that is not free or held whole";
+        else if ((e.kind == PH_EXT_LARGE || e.kind == PH_EXT_SLAB) && slot->n &&
+                 (!was_reserved || slot->n != e.n))
             why = "extent allocated twice";
         else if (e.kind == PH_EXT_FREE && (!slot || slot->n != e.n))
             why = "free of an extent that is not allocated";
@@ -398,8 +415,8 @@ int ph_extent_log_replay(ph_extents *x, ph_extent_rec **out, uint64_t *nout, uin
             }
             s.count--;
         } else {
+            s.count += slot->n == 0;
             *slot = e;
-            s.count++;
         }
     }
     uint64_t n = 0;

@@ -12,11 +12,14 @@
  * heap's size; a compaction in the log header's active epoch, and then
  * the index is built again from the new half, as at open.  What no entry
  * says is kept across a rebuild: this index's reservations (a block
- * chosen, not yet committed, or freed and held until its lane retires).
+ * chosen, not yet committed, or freed and held until its lane retires),
+ * in an exclusive open; a shared heap's are entries of the log.
  *
- * Not yet: reservations that every index sees (another index could choose
- * pages this one reserved), and the lock between processes around appends
- * (util/plock.h); until then the only caller is the test of this file.
+ * In a shared heap (x->owner) every reservation is an entry of the log
+ * (RESERVED, naming its process), so every index sees every process's;
+ * an exclusive open's reservations are its own and are carried over.
+ * Not yet: the lock between processes around appends (util/plock.h);
+ * until then the only caller is the test of this file.
  */
 #include "alloc/extent_int.h"
 
@@ -36,19 +39,32 @@ static ph_extnode *holding(ph_extents *x, uint64_t page)
     return n && n->page + n->npages > page ? n : NULL;
 }
 
-/* One entry another index appended. */
+static int contradicts(uint64_t j, const ph_extent_rec *e, const char *what)
+{
+    static const char *const kinds[] = {"?", "frees", "allocates", "makes a slab of",
+                                        "reserves"};
+    return ph_err(PHEAP_ECORRUPT, "extent log entry %llu %s pages %llu..%llu, which this index "
+                  "does not hold %s", (unsigned long long)j, kinds[e->kind],
+                  (unsigned long long)e->page, (unsigned long long)(e->page + e->n), what);
+}
+
+/* One entry another index appended.  Besides allocations and frees, a
+ * shared heap's log holds reservations (RESERVED, the owner in cls): of
+ * free space, or a held free of a live extent; a reservation becomes
+ * live or free. */
 static int apply(ph_extents *x, uint64_t j, const ph_extent_rec *e)
 {
     if (e->page + e->n > x->pages)
         return ph_err(PHEAP_ECORRUPT, "extent log entry %llu: pages %llu..%llu lie beyond the "
                       "heap's %llu", (unsigned long long)j, (unsigned long long)e->page,
                       (unsigned long long)(e->page + e->n), (unsigned long long)x->pages);
+    ph_extnode *n = x->head[e->page];
+    int whole = n && n->npages == e->n;
+    /* this index's own reservation: no other index commits or frees it */
+    int mine = whole && n->kind == PH_EXT_RESERVED && n->cls == x->owner;
     if (e->kind == PH_EXT_FREE) {
-        ph_extnode *n = x->head[e->page];
-        if (!n || (n->kind != PH_EXT_LARGE && n->kind != PH_EXT_SLAB) || n->npages != e->n)
-            return ph_err(PHEAP_ECORRUPT, "extent log entry %llu frees pages %llu..%llu, which "
-                          "this index does not hold as one extent", (unsigned long long)j,
-                          (unsigned long long)e->page, (unsigned long long)(e->page + e->n));
+        if (!whole || n->kind == PH_EXT_FREE || mine)
+            return contradicts(j, e, "as one extent of another's");
         if (n->kind == PH_EXT_LARGE)
             x->freed[n->page / 64] |= 1ull << (n->page % 64);
         /* the other index may purge them: their file space is not known */
@@ -56,14 +72,27 @@ static int apply(ph_extents *x, uint64_t j, const ph_extent_rec *e)
         ph_extent_index_make_free(x, n, 1);
         return 0;
     }
+    if (whole && e->kind == PH_EXT_RESERVED && (n->kind == PH_EXT_LARGE || n->kind == PH_EXT_SLAB)) {
+        if (n->kind == PH_EXT_LARGE) /* a held free */
+            x->freed[n->page / 64] |= 1ull << (n->page % 64);
+        n->kind = PH_EXT_RESERVED;
+        n->cls = e->cls;
+        return 0;
+    }
+    if (whole && e->kind != PH_EXT_RESERVED && n->kind == PH_EXT_RESERVED && !mine) {
+        /* another's reservation, committed */
+        n->kind = e->kind;
+        n->cls = e->cls;
+        x->freed[e->page / 64] &= ~(1ull << (e->page % 64));
+        return 0;
+    }
     ph_extnode *f = holding(x, e->page);
     if (!f || f->kind != PH_EXT_FREE || f->page + f->npages < e->page + e->n)
-        return ph_err(PHEAP_ECORRUPT, "extent log entry %llu takes pages %llu..%llu, which this "
-                      "index does not hold free", (unsigned long long)j,
-                      (unsigned long long)e->page, (unsigned long long)(e->page + e->n));
+        return contradicts(j, e, "free");
     if (!ph_extent_index_carve(x, f, e->page, e->n, e->kind, e->cls))
         return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
-    x->freed[e->page / 64] &= ~(1ull << (e->page % 64));
+    if (e->kind != PH_EXT_RESERVED)
+        x->freed[e->page / 64] &= ~(1ull << (e->page % 64));
     return 0;
 }
 
@@ -110,7 +139,11 @@ static int rebuild(ph_extents *x)
         h[nh++] = (held){n->page, n->npages};
     }
     ph_extents *nx = NULL;
-    int rc = ph_extents_open(x->sp, &nx, NULL, NULL);
+    /* a shared heap's reservations, this index's included, are in the log */
+    int rc = x->owner ? ph_extents_open_owned(x->sp, x->owner, &nx)
+                      : ph_extents_open(x->sp, &nx, NULL, NULL);
+    if (x->owner)
+        nh = 0;
     for (size_t i = 0; !rc && i < nh; i++) {
         ph_extnode *f = holding(nx, h[i].page);
         if (!f || f->kind != PH_EXT_FREE || f->page + f->npages < h[i].page + h[i].n)

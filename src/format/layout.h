@@ -445,6 +445,17 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
 #define PH_EXT_FREE 1u      /* pages returned to free space */
 #define PH_EXT_LARGE 2u     /* pages allocated as one large block */
 #define PH_EXT_SLAB 3u      /* one chunk allocated as a slab */
+/* Kind 4 (RESERVED, size class bits = the lease slot + 1 of its process):
+ * a reservation of a heap shared between processes (docs/SHARING.md) --
+ * of free space (a block chosen, not yet committed: a later LARGE or SLAB
+ * entry of the same pages commits it, a FREE entry cancels it), or of a
+ * live extent whose free waits for its lane to retire (a later FREE
+ * releases it).  Replay keeps it for indexes of the shared heap; every
+ * other open (no process of the sharing is left) takes its pages for free
+ * space.  Only a shared open writes it, which no build makes yet: the
+ * heaps it writes will carry an incompatible feature bit, so that builds
+ * that read kind 4 as damage refuse them. */
+#define PH_EXT_RESERVED 4u
 
 /* No heap reaches this many compactions (one per filled half); an epoch
  * above it in the header is damage, not history. */
