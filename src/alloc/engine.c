@@ -1234,6 +1234,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engin
         if (!o.rc && e->txlogs)
             o.rc = ph_engine_tx_recover(e, c);
     }
+    if (!o.rc && writable) /* a shared heap's processes are gone: their reservations too */
+        ph_extent_log_forget_reserved(e->ext, c);
     for (uint64_t ch = 0; !o.rc && ch < ph_engine_backed_chunks(e); ch++) {
         ph_slab *s = e->chunks[ch];
         if (!s)

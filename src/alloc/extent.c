@@ -142,8 +142,11 @@ static int open_index(ph_space *sp, unsigned owner, ph_extents **out, ph_extent_
         rc = ph_err(PHEAP_ECORRUPT, "%s", why);
     if (!rc)
         rc = ph_extent_log_replay(x, &live, &n, &x->tail);
-    if (!rc && !owner)
+    if (!rc && !owner) {
+        uint64_t all = n;
         n = drop_reserved(live, n);
+        x->dropped = all - n;
+    }
     if (!rc)
         rc = ph_extent_index_build(x, live, n);
     for (uint64_t i = 0; !rc && on_slab && i < n; i++)

@@ -69,6 +69,8 @@ typedef struct ph_extents {
     uint64_t free_pages;       /* pages in free nodes */
     uint64_t dirty_bytes;      /* freed since the last purge */
     uint64_t dirty_since;      /* first free since then (coarse clock), 0: none */
+    uint64_t dropped;          /* reservations of processes gone that the open found in
+                                  the log (ph_extent_log_forget_reserved) */
     unsigned owner;            /* a heap shared between processes (docs/SHARING.md): this
                                   process's lease slot + 1, and every reservation is an
                                   entry of the log that names it (RESERVED); 0: an
@@ -88,6 +90,10 @@ void ph_extent_log_scrub(ph_extents *x, ph_pctx *c);
  * are kept, and its own are logged.  (ph_extents_open drops them: an
  * exclusive open's index, for which their processes are gone.) */
 int ph_extents_open_owned(ph_space *sp, unsigned owner, ph_extents **out);
+/* A read-write open of an index that dropped reservations (above): the
+ * log is compacted, so that no entry of theirs stays to meet the entries
+ * the index appends over their pages (three fences; nothing when none). */
+void ph_extent_log_forget_reserved(ph_extents *x, ph_pctx *c);
 void ph_extents_close(ph_extents *x);
 /* Gives back to the file system, now, the pages of every block freed in
  * this open (what close does first). */

@@ -265,6 +265,16 @@ int ph_extent_log_entry(const ph_extents *x, uint64_t j, ph_extent_rec *out)
     return decode(slot(x, x->active, j), x->epoch, out);
 }
 
+void ph_extent_log_forget_reserved(ph_extents *x, ph_pctx *c)
+{
+    if (!x->dropped)
+        return;
+    ph_spin_lock(&x->xlock);
+    compact(x, c);
+    x->dropped = 0;
+    ph_spin_unlock(&x->xlock);
+}
+
 /* Recovery: zeroes what a crash left in the active half at or past the
  * tail -- slots that do not decode (one word of an append that was never
  * fenced), since nothing past the tail does -- so that the next append

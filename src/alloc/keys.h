@@ -69,6 +69,14 @@ static inline void ph_window_end(int *token)
     int ph_gate_token_ __attribute__((cleanup(ph_gate_end), unused)) = ph_gate_begin(); \
     int ph_window_token_ __attribute__((cleanup(ph_window_end), unused)) = ph_window_open()
 
+/* The window of a thread of pheap's own that works for a call in progress
+ * in another thread (util/gate.h: ph_gate_helper_begin): open, and counted
+ * inside that call rather than passing the gate. */
+#define PH_HELPER_WINDOW()                                                                    \
+    int ph_gate_token_ __attribute__((cleanup(ph_gate_helper_end), unused)) =                \
+        ph_gate_helper_begin();                                                              \
+    int ph_window_token_ __attribute__((cleanup(ph_window_end), unused)) = ph_window_open()
+
 /* Copies n bytes into the program's memory with this thread's window
  * shut: what a call hands back lands where the program's own store would,
  * and traps where that would trap (a stale pointer into a block that is

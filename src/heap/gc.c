@@ -324,7 +324,7 @@ static void mark_loop(pheap_tracer *tr)
 
 static void *mark_thread(void *arg)
 {
-    PH_WINDOW(); /* a thread of pheap's own: its window is open throughout */
+    PH_HELPER_WINDOW(); /* a thread of pheap's own, working for pheap_gc's caller */
     mark_loop(arg);
     return NULL;
 }

@@ -150,6 +150,23 @@ void ph_gate_leave_slow(void)
         ph_store(&r->active, 0);
 }
 
+int ph_gate_helper_begin(void)
+{
+    if (!ph_load_relaxed(&ph_gate_in_use))
+        return 0;
+    gate_rec *r = self ? self : own_record();
+    if (!r)
+        return 0;
+    r->depth++; /* inside, not active: see gate.h */
+    return 1;
+}
+
+void ph_gate_helper_end(int *token)
+{
+    if (*token && self)
+        self->depth--;
+}
+
 unsigned ph_gate_depth(void)
 {
     return self ? self->depth : 0;

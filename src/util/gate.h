@@ -44,6 +44,15 @@ static inline void ph_gate_end(int *token)
         ph_gate_leave_slow();
 }
 
+/* A thread of pheap's own that works for a call in progress in another
+ * thread (pheap_gc's markers): between ph_gate_helper_begin and its end it
+ * counts as inside that call.  Its own calls (a filter's pheap_trace) nest
+ * in it and never wait at the gate, and a stop does not wait for it: the
+ * stop waits for the call, which waits for this thread -- were the thread
+ * gated, neither would ever go on. */
+int ph_gate_helper_begin(void);
+void ph_gate_helper_end(int *token);
+
 /* The calling thread's nesting depth inside calls (0: outside any). */
 unsigned ph_gate_depth(void);
 

@@ -673,3 +673,63 @@ TEST(a_purge_before_a_crash_reaches_the_file)
     REQUIRE_OK(pheap_close(h));
     CHECK(all_hole(path, first, (1u << 20) - 8192));
 }
+
+/* pheap_gc's marking threads work for the call in progress: a checkpoint
+ * that stops the calls waits for that call, so the markers (and the
+ * filters they run, which call pheap_trace) must not wait at the gate for
+ * the checkpoint -- they did, and neither went on.  Many collections with
+ * several markers and a filter, a checkpoint every millisecond; an alarm
+ * turns a hang into a failure. */
+typedef struct gc_node {
+    pheap_off next[2];
+} gc_node;
+
+static void gc_node_filter(pheap_tracer *tr, pheap_off off, const void *block, size_t usable)
+{
+    (void)off, (void)usable;
+    const gc_node *n = block;
+    pheap_trace(tr, n->next[0], gc_node_filter);
+    pheap_trace(tr, n->next[1], gc_node_filter);
+}
+
+TEST(collections_with_marking_threads_meet_checkpoints)
+{
+    const char *path = ph_test_path("ckpt-gc.heap");
+    unlink(path);
+    workdir();
+    pheap_options po = {.flags = PHEAP_CREATE, .size = 8u << 20, .max_size = 64u << 20,
+                        .durability = PHEAP_DURABILITY_CHECKPOINT, .checkpoint_ms = 1};
+    pheap *h = NULL;
+    REQUIRE_OK(pheap_open(path, &po, &h));
+    /* a tree of 4095 nodes, rooted, and some garbage */
+    enum { N = 4095 };
+    pheap_off *v = calloc(N, sizeof(*v));
+    REQUIRE(v);
+    for (unsigned i = 0; i < N; i++)
+        REQUIRE(v[i] = pheap_alloc(h, sizeof(gc_node)));
+    for (unsigned i = 0; i < N; i++) {
+        gc_node *n = pheap_direct(h, v[i]);
+        n->next[0] = 2 * i + 1 < N ? v[2 * i + 1] : 0;
+        n->next[1] = 2 * i + 2 < N ? v[2 * i + 2] : 0;
+        pheap_persist(h, n, sizeof(*n));
+    }
+    REQUIRE_OK(pheap_root_set(h, "tree", v[0]));
+    REQUIRE_OK(pheap_root_set_filter(h, "tree", gc_node_filter));
+    alarm(120);
+    pheap_gc_options o = {.threads = 4};
+    for (unsigned round = 0; round < 200; round++) {
+        for (unsigned k = 0; k < 16; k++)
+            REQUIRE(pheap_alloc(h, 48)); /* garbage */
+        pheap_gc_report rep;
+        REQUIRE_OK(pheap_gc_ex(h, &o, &rep));
+        CHECK_EQ(rep.freed_blocks, 16);
+    }
+    alarm(0);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK(st.checkpoints > 0);
+    REQUIRE_OK(pheap_check(h, NULL));
+    REQUIRE_OK(pheap_close(h));
+    free(v);
+    unlink(path);
+}
