@@ -299,12 +299,8 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
     if (n && n->kind == PH_EXT_RESERVED && was_freed) /* held by a free_from in flight */
         return ph_err(PHEAP_EDOUBLEFREE, "double free of the large block at %llu",
                       (unsigned long long)off);
-    /* Find the extent containing the page: walk back to a head. */
-    uint64_t p = page;
-    while (!x->head[p] && p > 0)
-        p--;
-    n = x->head[p];
-    if (n && n->kind != PH_EXT_FREE && p + n->npages > page)
+    n = ph_extent_index_holding(x, page);
+    if (n && n->kind != PH_EXT_FREE)
         return ph_err(PHEAP_EINTERIOR, "offset %llu is inside the block at %llu",
                       (unsigned long long)off, (unsigned long long)off_of(x, n->page));
     if (was_freed)
@@ -378,11 +374,9 @@ void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
 int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
 {
     lock_index(x);
-    uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE, p = page;
+    uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE;
     int rc = 0;
-    while (p > 0 && !x->head[p])
-        p--;
-    ph_extnode *f = x->head[p];
+    ph_extnode *f = ph_extent_index_holding(x, page);
     if (f && f->page == page && f->kind == PH_EXT_LARGE && f->npages == n)
         goto out; /* the commit was durable */
     if (!f || f->kind != PH_EXT_FREE || page + n > f->page + f->npages) {
@@ -429,11 +423,8 @@ int ph_extent_live_at(ph_extents *x, uint64_t off)
     if (off < x->sp->data_off || off >= ph_space_size(x->sp))
         return 0;
     lock_index(x);
-    uint64_t page = page_of(x, off), p = page;
-    while (!x->head[p] && p > 0) /* walk back to the head of the extent */
-        p--;
-    ph_extnode *n = x->head[p];
-    int live = n && n->kind == PH_EXT_LARGE && p + n->npages > page;
+    ph_extnode *n = ph_extent_index_holding(x, page_of(x, off));
+    int live = n && n->kind == PH_EXT_LARGE;
     ph_spin_unlock(&x->xlock);
     return live;
 }

@@ -172,6 +172,15 @@ ph_extnode *ph_extent_index_carve(ph_extents *x, ph_extnode *f, uint64_t page, u
     return f;
 }
 
+ph_extnode *ph_extent_index_holding(const ph_extents *x, uint64_t page)
+{
+    uint64_t p = page;
+    while (p > 0 && !x->head[p])
+        p--;
+    ph_extnode *n = x->head[p];
+    return n && n->page + n->npages > page ? n : NULL;
+}
+
 /* Best fit for n pages (chunk-aligned when `aligned`); *at gets the page. */
 ph_extnode *ph_extent_index_find_fit(ph_extents *x, uint64_t n, int aligned, uint64_t *at)
 {

@@ -44,6 +44,9 @@ void ph_extent_index_make_free(ph_extents *x, ph_extnode *n, int dirty);
  * memory (f unchanged). */
 ph_extnode *ph_extent_index_carve(ph_extents *x, ph_extnode *f, uint64_t page, uint64_t n,
                                   uint32_t kind, unsigned cls);
+/* The node whose pages hold `page` (walking back to its head), or NULL
+ * (past the backed pages). */
+ph_extnode *ph_extent_index_holding(const ph_extents *x, uint64_t page);
 /* Best free fit for n pages (chunk-aligned when `aligned`); *at gets the
  * first page.  NULL when nothing fits. */
 ph_extnode *ph_extent_index_find_fit(ph_extents *x, uint64_t n, int aligned, uint64_t *at);

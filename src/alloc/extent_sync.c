@@ -29,16 +29,6 @@
 #include "pheap.h"
 #include "util/error.h"
 
-/* The node whose pages hold `page`, or NULL. */
-static ph_extnode *holding(ph_extents *x, uint64_t page)
-{
-    uint64_t p = page;
-    while (p > 0 && !x->head[p])
-        p--;
-    ph_extnode *n = x->head[p];
-    return n && n->page + n->npages > page ? n : NULL;
-}
-
 static int contradicts(uint64_t j, const ph_extent_rec *e, const char *what)
 {
     static const char *const kinds[] = {"?", "frees", "allocates", "makes a slab of",
@@ -86,7 +76,7 @@ static int apply(ph_extents *x, uint64_t j, const ph_extent_rec *e)
         x->freed[e->page / 64] &= ~(1ull << (e->page % 64));
         return 0;
     }
-    ph_extnode *f = holding(x, e->page);
+    ph_extnode *f = ph_extent_index_holding(x, e->page);
     if (!f || f->kind != PH_EXT_FREE || f->page + f->npages < e->page + e->n)
         return contradicts(j, e, "free");
     if (!ph_extent_index_carve(x, f, e->page, e->n, e->kind, e->cls))
@@ -145,7 +135,7 @@ static int rebuild(ph_extents *x)
     if (x->owner)
         nh = 0;
     for (size_t i = 0; !rc && i < nh; i++) {
-        ph_extnode *f = holding(nx, h[i].page);
+        ph_extnode *f = ph_extent_index_holding(nx, h[i].page);
         if (!f || f->kind != PH_EXT_FREE || f->page + f->npages < h[i].page + h[i].n)
             rc = ph_err(PHEAP_ECORRUPT, "extent index: pages %llu..%llu this index holds "
                         "reserved are not free in the log", (unsigned long long)h[i].page,

@@ -52,10 +52,4 @@ static inline void ph_plock_unlock(uint64_t *w)
     __atomic_store_n(w, 0, __ATOMIC_RELEASE);
 }
 
-/* The holder now (0: free); a racy read, for reports. */
-static inline uint64_t ph_plock_holder(const uint64_t *w)
-{
-    return __atomic_load_n(w, __ATOMIC_RELAXED);
-}
-
 #endif
