@@ -51,16 +51,22 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
 /* Freed extents whose free is durable wait on x->xreleased (a stack linked
  * through `next`, pushed without the lock) until the next holder of the
  * lock returns them to free space: a free takes the lock once, not twice. */
+/* A released extent becomes free space, counted for the purge (lock held). */
+static void released(ph_extents *x, ph_extnode *n)
+{
+    if (!x->dirty_since)
+        x->dirty_since = ph_space_now(x->sp);
+    x->dirty_bytes += n->npages * PH_PAGE_SIZE;
+    ph_extent_index_make_free(x, n, 1);
+}
+
 void ph_extent_drain_released(ph_extents *x)
 {
     ph_extnode *n = __atomic_exchange_n(&x->xreleased, NULL, __ATOMIC_ACQUIRE);
-    if (n && !x->dirty_since)
-        x->dirty_since = ph_space_now(x->sp);
     while (n) {
         ph_extnode *next = n->next;
         n->next = NULL;
-        x->dirty_bytes += n->npages * PH_PAGE_SIZE;
-        ph_extent_index_make_free(x, n, 1);
+        released(x, n);
         n = next;
     }
 }
@@ -357,8 +363,7 @@ void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
         ph_extnode *n = x->head[page_of(x, off)];
         ph_extent_log_append(x, c, n, PH_EXT_FREE);
         ph_persist_fence(&x->sp->persist, c);
-        x->dirty_bytes += n->npages * PH_PAGE_SIZE;
-        ph_extent_index_make_free(x, n, 1);
+        released(x, n);
         ph_spin_unlock(&x->xlock);
         return;
     }
