@@ -71,11 +71,80 @@ void ph_extent_drain_released(ph_extents *x)
     }
 }
 
-static void lock_index(ph_extents *x)
+static int open_index(ph_space *sp, unsigned owner, ph_extents **out, ph_extent_slab_fn on_slab,
+                      void *arg);
+
+/* A dead holder of the lock between processes may have left entries it
+ * appended unfenced and one torn append after them: the entries the sync
+ * replayed (slots [from, x->tail)) are flushed, the torn slot zeroed, and
+ * both fenced before this index appends anything. */
+static void repair_taken(ph_extents *x, ph_pctx *c, uint64_t from)
 {
+    for (uint64_t j = from; j < x->tail; j++)
+        ph_persist_flush(&x->sp->persist, c, &x->half[x->active][j], sizeof(ph_extlog_entry));
+    ph_extent_log_scrub(x, c);
+    ph_persist_fence(&x->sp->persist, c);
+    __atomic_fetch_add(&x->xtakeovers, 1, __ATOMIC_RELAXED);
+}
+
+int ph_extent_lock(ph_extents *x, ph_pctx *c, int purge, ph_extents_sync_info *info)
+{
+    int rc = 0;
     ph_spin_lock(&x->xlock);
-    ph_extent_drain_released(x);
-    ph_extent_backing_maybe_purge(x);
+    if (x->xplock) {
+        int taken = ph_plock_lock(x->xplock, x->plock_owner) == PH_PLOCK_TAKEN;
+        uint64_t from = x->tail;
+        rc = ph_extent_sync_locked(x, info);
+        if (taken) {
+            ph_pctx own = {0}; /* a lookup's caller has no context: one of its own */
+            repair_taken(x, c ? c : &own, x->tail < from ? 0 : from);
+            ph_persist_ctx_release(&own);
+        }
+    }
+    if (purge) {
+        ph_extent_drain_released(x);
+        ph_extent_backing_maybe_purge(x);
+    }
+    return rc;
+}
+
+void ph_extent_unlock(ph_extents *x, ph_pctx *c, int fence)
+{
+    if (x->xplock) {
+        if (fence)
+            ph_persist_fence(&x->sp->persist, c);
+        ph_plock_unlock(x->xplock);
+        ph_spin_unlock(&x->xlock);
+        return;
+    }
+    ph_spin_unlock(&x->xlock);
+    if (fence)
+        ph_persist_fence(&x->sp->persist, c); /* the entries, after the lock */
+}
+
+void ph_extents_share(ph_extents *x, uint64_t *word, const ph_plock_owner *o)
+{
+    x->plock_owner = o;
+    x->xplock = word;
+}
+
+int ph_extents_open_shared(ph_space *sp, unsigned owner, uint64_t *word, const ph_plock_owner *o,
+                           ph_extents **out)
+{
+    int taken = ph_plock_lock(word, o) == PH_PLOCK_TAKEN; /* no append while it replays */
+    int rc = ph_space_follow(sp); /* the log may speak of pages another process added */
+    if (!rc)
+        rc = open_index(sp, owner, out, NULL, NULL);
+    if (!rc) {
+        ph_extents_share(*out, word, o);
+        if (taken) {
+            ph_pctx own = {0};
+            repair_taken(*out, &own, 0);
+            ph_persist_ctx_release(&own);
+        }
+    }
+    ph_plock_unlock(word);
+    return rc;
 }
 
 static void *alloc_map(uint64_t bytes)
@@ -217,76 +286,77 @@ static void stage_commit(ph_extents *x, ph_pctx *c, ph_extnode *n, uint32_t kind
 int ph_extent_alloc(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
                     uint64_t *dest, uint64_t *off)
 {
-    lock_index(x);
     ph_extnode *n;
-    int rc = reserve_locked(x, c, bytes, PH_EXT_RESERVED, 0, &n);
+    int rc = ph_extent_lock(x, c, 1, NULL);
+    if (!rc) /* a slab's chunk is aligned */
+        rc = reserve_locked(x, c, bytes, kind == PH_EXT_SLAB ? PH_EXT_SLAB : PH_EXT_LARGE, 0, &n);
     if (!rc) {
+        n->kind = PH_EXT_RESERVED;
         *off = off_of(x, n->page);
         stage_commit(x, c, n, kind, cls, dest, *off);
     }
-    ph_spin_unlock(&x->xlock);
-    if (!rc)
-        ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
+    ph_extent_unlock(x, c, !rc);
     return rc;
 }
 
 int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, uint64_t *off)
 {
-    lock_index(x);
     ph_extnode *n;
-    int rc = reserve_locked(x, c, bytes, kind == PH_EXT_SLAB ? PH_EXT_SLAB : PH_EXT_LARGE, 0, &n);
+    int rc = ph_extent_lock(x, c, 1, NULL);
+    if (!rc)
+        rc = reserve_locked(x, c, bytes, kind == PH_EXT_SLAB ? PH_EXT_SLAB : PH_EXT_LARGE, 0, &n);
     if (!rc) {
         n->kind = PH_EXT_RESERVED;
         *off = off_of(x, n->page);
-        if (x->owner) { /* every index must see it: logged, and visible before the unlock */
+        if (x->owner) { /* every index must see it: logged, and fenced before the unlock */
             ph_extnode e = *n;
             e.cls = x->owner;
             ph_extent_log_append(x, c, &e, PH_EXT_RESERVED);
             n->cls = x->owner; /* logged (see compaction) */
-            ph_persist_fence(&x->sp->persist, c);
+            if (!x->xplock) /* else the unlock fences */
+                ph_persist_fence(&x->sp->persist, c);
         }
     }
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, c, !rc && x->xplock);
     return rc;
 }
 
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val)
 {
-    lock_index(x);
+    (void)ph_extent_lock(x, c, 1, NULL); /* a sync that failed left this reservation as it was */
     stage_commit(x, c, x->head[page_of(x, off)], kind, cls, dest, dest_val);
-    ph_spin_unlock(&x->xlock);
-    ph_persist_fence(&x->sp->persist, c); /* the entry, after the lock */
+    ph_extent_unlock(x, c, 1);
 }
 
 void ph_extent_commit_staged(ph_extents *x, ph_pctx *c, uint64_t off)
 {
-    lock_index(x);
+    (void)ph_extent_lock(x, c, 1, NULL);
     stage_commit(x, c, x->head[page_of(x, off)], PH_EXT_LARGE, 0, NULL, 0);
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, c, x->xplock != NULL);
 }
 
 void ph_extent_commit_slabs(ph_extents *x, ph_pctx *c, const uint64_t *offs, unsigned n,
                             unsigned cls)
 {
     n = PH_MIN(n, PH_EXT_COMMIT_MAX);
-    lock_index(x);
+    (void)ph_extent_lock(x, c, 1, NULL);
     for (unsigned i = 0; i < n; i++)
         stage_commit(x, c, x->head[page_of(x, offs[i])], PH_EXT_SLAB, cls, NULL, 0);
-    ph_spin_unlock(&x->xlock);
-    ph_persist_fence(&x->sp->persist, c);
+    ph_extent_unlock(x, c, 1);
 }
 
 void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off)
 {
-    lock_index(x);
+    (void)ph_extent_lock(x, c, 1, NULL);
     ph_extnode *n = x->head[page_of(x, off)];
     if (x->owner) {
         ph_extent_log_append(x, c, n, PH_EXT_FREE);
-        ph_persist_fence(&x->sp->persist, c);
+        if (!x->xplock) /* else the unlock fences */
+            ph_persist_fence(&x->sp->persist, c);
     }
     ph_extent_index_make_free(x, n, 1);
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, c, x->owner && x->xplock);
 }
 
 /* What is at `page` that is not the head of a live extent of `kind`. */
@@ -330,9 +400,10 @@ int ph_extent_free(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint6
 int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, uint64_t *dest,
                           uint64_t dest_val)
 {
-    lock_index(x);
     ph_extnode *n = NULL;
-    int rc = classify_locked(x, off, kind, &n);
+    int rc = ph_extent_lock(x, c, 1, NULL);
+    if (!rc)
+        rc = classify_locked(x, off, kind, &n);
     if (!rc) {
         /* Free in the log, not reusable before the fence -- nor, in a shared
          * heap, by another index before its release: there the entry is a
@@ -351,7 +422,7 @@ int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind
             ph_persist_flush(&x->sp->persist, c, dest, sizeof(*dest));
         }
     }
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, c, !rc && x->xplock);
     return rc;
 }
 
@@ -359,12 +430,13 @@ void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
 {
     ph_space_unguard(x->sp, off); /* never hand out a page the program cannot write */
     if (x->owner) { /* the free the other indexes replay */
-        lock_index(x);
+        (void)ph_extent_lock(x, c, 1, NULL);
         ph_extnode *n = x->head[page_of(x, off)];
         ph_extent_log_append(x, c, n, PH_EXT_FREE);
-        ph_persist_fence(&x->sp->persist, c);
+        if (!x->xplock) /* else the unlock fences */
+            ph_persist_fence(&x->sp->persist, c);
         released(x, n);
-        ph_spin_unlock(&x->xlock);
+        ph_extent_unlock(x, c, x->xplock != NULL);
         return;
     }
     /* The node is RESERVED, so no one else changes it or its head[] slot
@@ -376,11 +448,39 @@ void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
         ;
 }
 
+uint64_t ph_extents_drop_owner(ph_extents *x, ph_pctx *c, unsigned owner)
+{
+    uint64_t dropped = 0, n = 0, cap = 0, *pages = NULL;
+    (void)ph_extent_lock(x, c, 1, NULL); /* a failed sync: the reservations it knew */
+    for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages) {
+        const ph_extnode *e = x->head[p];
+        if (e->kind != PH_EXT_RESERVED || e->cls != owner)
+            continue;
+        if (n == cap) { /* collected first: each free merges nodes */
+            uint64_t *v = realloc(pages, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+            if (!v)
+                break; /* the rest at the next takeover */
+            pages = v;
+        }
+        pages[n++] = p;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        ph_extnode *e = x->head[pages[i]];
+        ph_extent_log_append(x, c, e, PH_EXT_FREE);
+        released(x, e);
+        dropped++;
+    }
+    free(pages);
+    ph_extent_unlock(x, c, dropped != 0);
+    return dropped;
+}
+
 int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
 {
-    lock_index(x);
     uint64_t page = page_of(x, off), n = PH_ALIGN_UP(bytes, PH_PAGE_SIZE) / PH_PAGE_SIZE;
-    int rc = 0;
+    int rc = ph_extent_lock(x, c, 1, NULL);
+    if (rc)
+        goto out;
     ph_extnode *f = ph_extent_index_holding(x, page);
     if (f && f->page == page && f->kind == PH_EXT_LARGE && f->npages == n)
         goto out; /* the commit was durable */
@@ -396,18 +496,19 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
         stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0); /* fenced by the caller */
     }
 out:
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, c, !rc && x->xplock);
     return rc;
 }
 
 int ph_extent_lookup(ph_extents *x, uint64_t off, uint64_t *bytes)
 {
-    lock_index(x);
     ph_extnode *n = NULL;
-    int rc = classify_locked(x, off, PH_EXT_LARGE, &n);
+    int rc = ph_extent_lock(x, NULL, 1, NULL);
+    if (!rc)
+        rc = classify_locked(x, off, PH_EXT_LARGE, &n);
     if (!rc)
         *bytes = n->npages * PH_PAGE_SIZE;
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, NULL, 0);
     return rc;
 }
 
@@ -427,25 +528,25 @@ int ph_extent_live_at(ph_extents *x, uint64_t off)
 {
     if (off < x->sp->data_off || off >= ph_space_size(x->sp))
         return 0;
-    lock_index(x);
+    (void)ph_extent_lock(x, NULL, 1, NULL); /* after a failed sync: what the index knew */
     ph_extnode *n = ph_extent_index_holding(x, page_of(x, off));
     int live = n && n->kind == PH_EXT_LARGE;
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, NULL, 0);
     return live;
 }
 
 void ph_extents_walk(ph_extents *x, void (*fn)(void *arg, const ph_extnode *n), void *arg)
 {
-    lock_index(x);
+    (void)ph_extent_lock(x, NULL, 1, NULL);
     for (uint64_t p = 0; p < x->pages; p += x->head[p]->npages)
         fn(arg, x->head[p]);
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, NULL, 0);
 }
 
 size_t ph_extents_copy(ph_extents *x, uint64_t page, ph_extnode *out, size_t max)
 {
     size_t n = 0;
-    ph_spin_lock(&x->xlock);
+    (void)ph_extent_lock(x, NULL, 0, NULL);
     ph_extent_drain_released(x);
     /* `page` starts a node unless the index changed since the caller's
      * last copy: then the node holding it starts further back (nodes tile
@@ -455,29 +556,32 @@ size_t ph_extents_copy(ph_extents *x, uint64_t page, ph_extnode *out, size_t max
         p--;
     for (; p < x->pages && x->head[p] && n < max; p += x->head[p]->npages)
         out[n++] = *x->head[p];
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, NULL, 0);
     return n;
 }
 
 uint64_t ph_extents_largest_free(ph_extents *x, uint64_t *tail)
 {
     uint64_t best = 0;
-    lock_index(x);
+    (void)ph_extent_lock(x, NULL, 1, NULL);
     for (int b = PH_EXT_BINS - 1; b >= 0 && !best; b--)
         for (ph_extnode *f = x->bins[b]; f; f = f->next)
             best = PH_MAX(best, f->npages);
     const ph_extnode *last = x->pages ? x->last[x->pages - 1] : NULL;
     *tail = last && last->kind == PH_EXT_FREE ? last->npages : 0;
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, NULL, 0);
     return best;
 }
 
 int ph_extents_check(ph_extents *x, char *err, size_t errlen)
 {
-    lock_index(x);
     ph_extent_rec *live = NULL;
     uint64_t n = 0, i = 0, free_pages = 0, p = 0, used;
-    int bad = ph_extent_log_audit(x, err, errlen);
+    int bad = ph_extent_lock(x, NULL, 1, NULL);
+    if (bad)
+        snprintf(err, errlen, "%s", pheap_errmsg());
+    if (!bad)
+        bad = ph_extent_log_audit(x, err, errlen);
     if (!bad && ph_extent_log_replay(x, &live, &n, &used) != 0) {
         snprintf(err, errlen, "%s", pheap_errmsg());
         bad = 1;
@@ -515,6 +619,6 @@ int ph_extents_check(ph_extents *x, char *err, size_t errlen)
         bad = 1;
     }
     free(live);
-    ph_spin_unlock(&x->xlock);
+    ph_extent_unlock(x, NULL, 0);
     return bad;
 }

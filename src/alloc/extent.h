@@ -5,7 +5,9 @@
  * chunks from here too.  All calls lock the extent index (a spin lock:
  * short sections); log entries are written under the lock and fenced after
  * it (see extent_log.c for why replay copes with entries that become durable
- * out of order).
+ * out of order).  An index of a heap shared between processes also holds
+ * the log's lock between processes, and fences before it lets that go
+ * (ph_extents_share).
  *
  * Free extents of PH_PUNCH_MIN or more are handed back to the file system
  * (hole punch) in purges, not at each free: a block freed and allocated
@@ -21,6 +23,7 @@
 #include <stdint.h>
 
 #include "alloc/space.h"
+#include "util/plock.h"
 #include "util/spin.h"
 
 /* PH_EXT_RESERVED (format/layout.h) is also the kind of an exclusive
@@ -75,6 +78,10 @@ typedef struct ph_extents {
                                   process's lease slot + 1, and every reservation is an
                                   entry of the log that names it (RESERVED); 0: an
                                   exclusive open, whose reservations are its own */
+    uint64_t *xplock;          /* a shared heap's lock of the log between processes
+                                  (ph_extents_share), or NULL */
+    const ph_plock_owner *plock_owner;
+    uint64_t xtakeovers;       /* that lock taken over from a dead holder (relaxed) */
 } ph_extents;
 
 typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);
@@ -95,6 +102,26 @@ int ph_extents_open_owned(ph_space *sp, unsigned owner, ph_extents **out);
  * the index appends over their pages (three fences; nothing when none). */
 void ph_extent_log_forget_reserved(ph_extents *x, ph_pctx *c);
 void ph_extents_close(ph_extents *x);
+/* Shares an owned index's log with other processes (docs/SHARING.md):
+ * from now on every operation holds the process lock `*word` (util/plock.h)
+ * besides the index lock, first brings the index up to date with what
+ * other processes appended (ph_extents_sync), and fences its entries
+ * before it lets the lock go -- the staged calls too, which then fence
+ * at once.  A lock taken over from a dead holder is repaired first: the
+ * entries it appended are made durable, a torn append past them is
+ * zeroed.  `o` must outlive the index. */
+void ph_extents_share(ph_extents *x, uint64_t *word, const ph_plock_owner *o);
+/* ph_extents_open_owned and ph_extents_share in one step, the log read
+ * under the lock (other processes append meanwhile).  Errors as
+ * ph_extents_open. */
+int ph_extents_open_shared(ph_space *sp, unsigned owner, uint64_t *word, const ph_plock_owner *o,
+                           ph_extents **out);
+/* Takeover of a dead process of a shared heap (lease slot owner - 1): its
+ * reservations -- blocks chosen and not committed, frees held until its
+ * lane retired -- become free space, each by a logged free, one fence.
+ * Returns how many; 0 with nothing to do.  Its lanes must have been rolled
+ * forward first (a committed free_from is among the held frees). */
+uint64_t ph_extents_drop_owner(ph_extents *x, ph_pctx *c, unsigned owner);
 /* Gives back to the file system, now, the pages of every block freed in
  * this open (what close does first). */
 void ph_extents_purge_now(ph_extents *x);

@@ -23,6 +23,19 @@ static inline uint64_t off_of(const ph_extents *x, uint64_t page)
 
 /* ---- operations (extent.c) ---- */
 
+/* Takes the index lock -- and in a shared heap the lock between processes,
+ * then brings the index up to date (ph_extent_sync_locked, what it did in
+ * *info, which may be NULL); with `purge`, returns released extents to
+ * free space and may purge.  `c` may be NULL (a call that appends
+ * nothing).  0, or the sync's error (the locks are held all the same). */
+int ph_extent_lock(ph_extents *x, ph_pctx *c, int purge, ph_extents_sync_info *info);
+/* Drops the locks; with `fence`, the caller's entries are fenced -- in a
+ * shared heap before the lock between processes goes (no other process
+ * may read an entry that a crash could still lose), else after. */
+void ph_extent_unlock(ph_extents *x, ph_pctx *c, int fence);
+/* ph_extents_sync with the locks held. */
+int ph_extent_sync_locked(ph_extents *x, ph_extents_sync_info *info);
+
 /* Returns the extents whose free is durable to free space (lock held). */
 void ph_extent_drain_released(ph_extents *x);
 /* Frees what ph_extents_open made, but not x itself; no purge. */

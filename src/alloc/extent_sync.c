@@ -18,8 +18,8 @@
  * In a shared heap (x->owner) every reservation is an entry of the log
  * (RESERVED, naming its process), so every index sees every process's;
  * an exclusive open's reservations are its own and are carried over.
- * Not yet: the lock between processes around appends (util/plock.h);
- * until then the only caller is the test of this file.
+ * An index shared with ph_extents_share syncs under the lock between
+ * processes at every operation (extent.c: ph_extent_lock).
  */
 #include "alloc/extent_int.h"
 
@@ -152,23 +152,26 @@ static int rebuild(ph_extents *x)
         return rc;
     }
     memcpy(nx->freed, x->freed, (x->pages_max + 63) / 64 * 8);
-    uint8_t lock = x->xlock; /* held by the caller */
-    uint64_t dirty_bytes = x->dirty_bytes, dirty_since = x->dirty_since;
+    ph_extents old = *x; /* its locks are held by the caller */
     ph_extents_fini(x);
     *x = *nx;
-    x->xlock = lock;
-    x->dirty_bytes = dirty_bytes;
-    x->dirty_since = dirty_since;
+    x->xlock = old.xlock;
+    x->xplock = old.xplock;
+    x->plock_owner = old.plock_owner;
+    x->xtakeovers = old.xtakeovers;
+    x->dirty_bytes = old.dirty_bytes;
+    x->dirty_since = old.dirty_since;
     free(nx);
     return 0;
 }
 
-int ph_extents_sync(ph_extents *x, ph_extents_sync_info *info)
+int ph_extent_sync_locked(ph_extents *x, ph_extents_sync_info *info)
 {
     ph_extents_sync_info st = {0, 0};
-    ph_spin_lock(&x->xlock);
     ph_extent_drain_released(x);
-    int rc = ph_extent_backing_adopt(x);
+    int rc = x->xplock ? ph_space_follow(x->sp) : 0; /* another process's growth */
+    if (!rc)
+        rc = ph_extent_backing_adopt(x);
     uint64_t v = ph_load(&x->hdr->xactive), epoch = v ? v >> 1 : 1;
     if (!rc && (epoch != x->epoch || (unsigned)(v & 1) != x->active)) {
         rc = rebuild(x);
@@ -176,8 +179,21 @@ int ph_extents_sync(ph_extents *x, ph_extents_sync_info *info)
     } else if (!rc) {
         rc = replay_new(x, &st.applied);
     }
-    ph_spin_unlock(&x->xlock);
     if (info)
         *info = st;
+    return rc;
+}
+
+int ph_extents_sync(ph_extents *x, ph_extents_sync_info *info)
+{
+    int rc;
+    if (x->xplock) { /* the lock syncs */
+        rc = ph_extent_lock(x, NULL, 0, info);
+        ph_extent_unlock(x, NULL, 0);
+        return rc;
+    }
+    ph_spin_lock(&x->xlock);
+    rc = ph_extent_sync_locked(x, info);
+    ph_spin_unlock(&x->xlock);
     return rc;
 }

@@ -109,6 +109,17 @@ out:
     return rc;
 }
 
+int ph_space_follow(ph_space *s)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->grow_lock);
+    uint64_t cur = s->xsize, now = ph_load(&s->state->xsize);
+    if (now > cur && now <= s->max_size && (rc = ph_space_extend_map(s, cur, now)) == 0)
+        ph_store(&s->xsize, now);
+    pthread_mutex_unlock(&s->grow_lock);
+    return rc;
+}
+
 int ph_space_refill(ph_space *s, uint64_t off, uint64_t len)
 {
     if (s->inherited || s->snapshot || s->sim)

@@ -209,6 +209,11 @@ static inline uint64_t ph_space_extlog_bytes(uint64_t half_entries, uint64_t cap
  * is full; nothing changed), PHEAP_EIO. */
 int ph_space_grow(ph_space *s, ph_pctx *c, uint64_t min_size);
 
+/* A heap shared between processes: another process grew it (its durable
+ * size, state->xsize, is past this mapping's): maps the new part and takes
+ * the size.  0, or the error of the mapping (nothing changed). */
+int ph_space_follow(ph_space *s);
+
 /* Returns the whole pages of [off, off+len) to the file system; they read
  * as zero afterwards.  Best effort: failures (file systems without hole
  * punching) are ignored.  Simulated: the range reads as zeros in the

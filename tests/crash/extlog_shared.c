@@ -3,10 +3,14 @@
  * through crashes.  The heap's own index logs its reservations as a
  * process of a shared heap would (owner 1): reservations, commits and
  * cancels, a free held and then released, a reservation kept across a
- * compaction (under make torture; the rest in make test).  At every crash point, in every mode, the open that follows
+ * compaction (under make torture; the rest in make test).  At every crash
+ * point, in every mode, the open that follows
  * (an exclusive one: the process is gone) passes pheap_check, every block
  * whose commit returned is live, every reservation that no commit made
- * live is free space, and the heap keeps working.
+ * live is free space, and the heap keeps working.  And a takeover: a
+ * process dies inside the log's lock between processes, halfway through
+ * an append; another takes the lock over, drops the dead one's
+ * reservations and allocates, crashed at every point as well.
  */
 #include <string.h>
 #include <unistd.h>
@@ -126,6 +130,102 @@ TEST(shared_reservations_at_every_fence)
     ph_crash_stats st = ph_crash_enumerate("extlog-shared", base, workload, verify, NULL);
     CHECK(st.fences > NOPS);
     CHECK(st.images > st.fences);
+    CHECK_EQ(st.violations, 0);
+    unlink(base);
+}
+
+/* ---- a takeover: the survivor drops a dead process's reservations ------------------- */
+
+static uint64_t lockw;            /* the lock between the two processes (volatile) */
+static uint64_t ta, tb, tf, tg;   /* the dead one's live block, reservation and held free;
+                                     the survivor's block */
+
+static int first_is_dead(void *ctx, uint64_t who)
+{
+    (void)ctx;
+    return who == 1;
+}
+
+static const ph_plock_owner dead_one = {1, first_is_dead, NULL}, survivor = {2, first_is_dead, NULL};
+
+/* Process 1 (the heap's own index, as a process of a shared heap) commits
+ * ta, reserves tb, frees tf with a hold, and dies inside the lock halfway
+ * through an append; process 2 takes the lock over, drops what process 1
+ * held and allocates tg.  Marks: 1 ta committed, 2 tb reserved, 3 tf
+ * committed, 4 tf freed and held, 5 the takeover, 6 tg committed. */
+static void takeover_workload(ph_crash_ctx *c)
+{
+    pheap *h = c->heap;
+    ph_extents *x = h->engine->ext, *y = NULL;
+    ph_pctx *pc = ph_heap_pctx(h);
+    lockw = 0;
+    x->owner = 1;
+    ph_extents_share(x, &lockw, &dead_one);
+    int rc = ph_extent_reserve(x, pc, A_SIZE, PH_EXT_LARGE, &ta);
+    if (!rc)
+        ph_extent_commit(x, pc, ta, PH_EXT_LARGE, 0, NULL, 0);
+    ph_crash_mark(c);
+    if (!rc)
+        rc = ph_extent_reserve(x, pc, B_SIZE, PH_EXT_LARGE, &tb);
+    ph_crash_mark(c);
+    if (!rc && (rc = ph_extent_reserve(x, pc, C_SIZE, PH_EXT_LARGE, &tf)) == 0)
+        ph_extent_commit(x, pc, tf, PH_EXT_LARGE, 0, NULL, 0);
+    ph_crash_mark(c);
+    if (!rc)
+        rc = ph_extent_free(x, pc, tf, PH_EXT_LARGE, NULL, 0, 1);
+    ph_crash_mark(c);
+    /* it dies holding the lock, one word of an append written */
+    lockw = dead_one.me;
+    uint64_t lines = x->half_entries / 4, j = x->tail;
+    ph_extlog_entry *torn = &x->half[x->active][(j % lines) * 4 + j / lines];
+    ph_persist_store_nt_words(&h->sp.persist, pc, &torn->w0,
+                              (const uint64_t[1]){(x->epoch >> 16 & 0xffff) << 48 | 7}, 1);
+    if (!rc)
+        rc = ph_extents_open_owned(&h->sp, 2, &y);
+    if (!rc) {
+        ph_extents_share(y, &lockw, &survivor);
+        uint64_t dropped = ph_extents_drop_owner(y, pc, 1);
+        if (dropped != 2)
+            ph_test_fail(__FILE__, __LINE__, "%llu reservations dropped, not 2",
+                         (unsigned long long)dropped);
+        if (y->xtakeovers != 1)
+            ph_test_fail(__FILE__, __LINE__, "the lock was not taken over");
+    }
+    ph_crash_mark(c);
+    if (!rc && (rc = ph_extent_reserve(y, pc, E_SIZE, PH_EXT_LARGE, &tg)) == 0)
+        ph_extent_commit(y, pc, tg, PH_EXT_LARGE, 0, NULL, 0);
+    ph_crash_mark(c);
+    if (rc)
+        ph_test_fail(__FILE__, __LINE__, "%s", pheap_errmsg());
+    /* the heap's index learns it all, and closes as an exclusive open's */
+    ph_extents_close(y);
+    ph_extents_share(x, NULL, NULL);
+    x->owner = 0;
+    if (ph_extents_sync(x, NULL))
+        ph_test_fail(__FILE__, __LINE__, "%s", pheap_errmsg());
+}
+
+static void takeover_verify(pheap *h, unsigned done, ph_crash_ctx *c)
+{
+    (void)c;
+    expect(h, "committed by the dead process", ta, A_SIZE, done, 1, 0);
+    expect(h, "reserved by the dead process", tb, B_SIZE, done, 0, 0);
+    expect(h, "freed with a hold by the dead process", tf, C_SIZE, done, 3, 4);
+    expect(h, "committed by the survivor", tg, E_SIZE, done, 6, 0);
+    ph_test_map_check(h);
+}
+
+TEST(takeover_at_every_fence)
+{
+    const char *base = ph_test_path("extlog-takeover.heap");
+    unlink(base);
+    pheap_options o = {.size = 1u << 20, .max_size = 64u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = ph_test_open(base, &o);
+    REQUIRE(h);
+    REQUIRE_OK(pheap_close(h));
+    ph_crash_stats st = ph_crash_enumerate("extlog-takeover", base, takeover_workload,
+                                           takeover_verify, NULL);
+    CHECK(st.fences > 6);
     CHECK_EQ(st.violations, 0);
     unlink(base);
 }
