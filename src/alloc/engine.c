@@ -587,12 +587,7 @@ static int bad_small(const ph_slab *s, uint64_t off, uint32_t i)
 
 int ph_engine_clear_error(int rc, uint64_t off)
 {
-    return rc == PHEAP_EDOUBLEFREE
-               ? ph_err(rc, "double free of the block at %llu", (unsigned long long)off)
-           : rc == PHEAP_EINTERIOR
-               ? ph_err(rc, "offset %llu is inside a block the slab held before it changed "
-                        "size class", (unsigned long long)off)
-               : ph_err(rc, "offset %llu was never allocated", (unsigned long long)off);
+    return ph_slab_free_error(rc, off);
 }
 
 /* 0 and *r when `off` starts a live block of slab s (of its class, or an

@@ -152,15 +152,25 @@ static int rebuild(ph_extents *x)
         return rc;
     }
     memcpy(nx->freed, x->freed, (x->pages_max + 63) / 64 * 8);
-    ph_extents old = *x; /* its locks are held by the caller */
     ph_extents_fini(x);
-    *x = *nx;
-    x->xlock = old.xlock;
-    x->xplock = old.xplock;
-    x->plock_owner = old.plock_owner;
-    x->xtakeovers = old.xtakeovers;
-    x->dirty_bytes = old.dirty_bytes;
-    x->dirty_since = old.dirty_since;
+    /* The index and the log position; not the lock, which the caller holds
+     * and others spin on, nor what never changes, which others read
+     * without it (released extents were drained before the rebuild). */
+    x->epoch = nx->epoch;
+    x->active = nx->active;
+    x->tail = nx->tail;
+    x->high = nx->high;
+    x->pages = nx->pages;
+    x->head = nx->head;
+    x->last = nx->last;
+    x->freed = nx->freed;
+    x->punched = nx->punched;
+    x->scratch = nx->scratch;
+    memcpy(x->bins, nx->bins, sizeof(x->bins));
+    x->spare = nx->spare;
+    x->pools = nx->pools;
+    x->free_pages = nx->free_pages;
+    x->dropped = nx->dropped;
     free(nx);
     return 0;
 }

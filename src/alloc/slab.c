@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "pheap.h"
+#include "util/error.h"
 
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
 {
@@ -129,6 +130,16 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)
     }
     s->navail -= got;
     return got;
+}
+
+int ph_slab_free_error(int rc, uint64_t off)
+{
+    return rc == PHEAP_EDOUBLEFREE
+               ? ph_err(rc, "double free of the block at %llu", (unsigned long long)off)
+           : rc == PHEAP_EINTERIOR
+               ? ph_err(rc, "offset %llu is inside a block the slab held before it changed "
+                        "size class", (unsigned long long)off)
+               : ph_err(rc, "offset %llu was never allocated", (unsigned long long)off);
 }
 
 void ph_slab_give(ph_slab *s, uint64_t off)

@@ -170,6 +170,10 @@ static inline int ph_slab_unmark(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t 
     return rc;
 }
 
+/* Sets the message of an error of ph_slab_pair_error for a free of `off`
+ * and returns the error. */
+int ph_slab_free_error(int rc, uint64_t off);
+
 /* A and E of block i, read atomically (bit 0 = A, bit 1 = E). */
 static inline unsigned ph_slab_bits(const ph_slab *s, uint32_t i)
 {

@@ -617,6 +617,20 @@ _Static_assert(PH_NAME_HEAD_BYTES + 4 * PH_NAME_CONT_BYTES >= PH_NAME_MAX, "5 li
 #define PH_PROCS_GATE_BYTE(region_off) (region_off)
 #define PH_PROCS_LOCK_BYTE(region_off, i) ((region_off) + PH_PAGE_SIZE + (uint64_t)(i) * PH_LINE_SIZE)
 
+/* Pages 2 on: one ph_procs_chunk per data chunk (the chunk at data offset
+ * i * PH_CHUNK_SIZE has entry i), for a heap shared between processes
+ * (docs/SHARING.md): which process owns the slab there, and the blocks
+ * that other processes freed in it and its owner has not taken back yet.
+ * Zero in a heap no two processes share; volatile like the rest of the
+ * region. */
+typedef struct ph_procs_chunk {
+    uint64_t xowner;   /* identity of the process that owns the slab (ph_procs_identity), 0: none */
+    uint64_t xremote;  /* data offset of the first block of the remote-free list, 0: empty;
+                          a listed block's first word holds the next one's offset */
+} ph_procs_chunk;
+_Static_assert(sizeof(ph_procs_chunk) == PH_PROCS_CHUNK_BYTES, "ph_procs_chunk size");
+#define PH_PROCS_CHUNKS_AT(region_off) ((region_off) + 2u * PH_PAGE_SIZE)
+
 typedef struct ph_procs_header {
     uint64_t magic;        /* PH_PROCS_MAGIC once the table was first used */
     uint64_t xattaches;    /* read-write opens that took a lease */

@@ -160,6 +160,23 @@ static inline void ph_persist_write(ph_persist *p, ph_pctx *c, uint64_t *word, u
         ph_store(word, v);
 }
 
+/* Compare-and-swap of a durable word that other processes change too (a
+ * slab bitmap word of a heap shared between processes): 1 when *word held
+ * *expected and now holds `desired`, else 0 with *expected updated.
+ * Durable, like a store, after a flush of its line and a fence.  The
+ * simulator counts a successful one as a store (its runs are
+ * single-threaded where these meet). */
+static inline int ph_persist_cas(ph_persist *p, ph_pctx *c, uint64_t *word, uint64_t *expected,
+                                 uint64_t desired)
+{
+    if (!__atomic_compare_exchange_n(word, expected, desired, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return 0;
+    if (ph_unlikely(p->sim != NULL))
+        ph_sim_store(p->sim, c, word, desired);
+    return 1;
+}
+
 /* Starts writing back [addr, addr+len); durable after the next fence. */
 #define ph_persist_flush(...) ph_persist_flush_at(__VA_ARGS__, PH_SITE(PH_SITE_FLUSH))
 static inline void ph_persist_flush_at(ph_persist *p, ph_pctx *c, const void *addr, size_t len,

@@ -24,6 +24,7 @@
 
 #include "alloc/engine_int.h"
 #include "alloc/extent.h"
+#include "extent_common.h"
 #include "harness.h"
 #include "heap/heap.h"
 
@@ -37,38 +38,6 @@ static pheap *fresh(const char *name)
     if (pheap_open(path, &o, &h))
         ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
     return h;
-}
-
-/* The two indexes tile the backed pages with the same extents. */
-static void expect_same(ph_extents *a, ph_extents *b, int line)
-{
-    enum { MAX = 512 };
-    ph_extnode *va = malloc(MAX * sizeof(*va)), *vb = malloc(MAX * sizeof(*vb));
-    uint64_t page = 0;
-    for (;;) {
-        size_t na = ph_extents_copy(a, page, va, MAX), nb = ph_extents_copy(b, page, vb, MAX);
-        if (na != nb) {
-            ph_test_fail(__FILE__, line, "from page %llu: %zu extents against %zu",
-                         (unsigned long long)page, na, nb);
-            break;
-        }
-        for (size_t i = 0; i < na; i++)
-            if (va[i].page != vb[i].page || va[i].npages != vb[i].npages ||
-                va[i].kind != vb[i].kind || va[i].cls != vb[i].cls) {
-                ph_test_fail(__FILE__, line, "extent at page %llu differs",
-                             (unsigned long long)va[i].page);
-                na = 0;
-                break;
-            }
-        if (na < MAX)
-            break;
-        page = va[na - 1].page + va[na - 1].npages;
-    }
-    char err[256];
-    if (ph_extents_check(a, err, sizeof(err)) || ph_extents_check(b, err, sizeof(err)))
-        ph_test_fail(__FILE__, line, "check: %s", err);
-    free(va);
-    free(vb);
 }
 
 /* The kind of the extent starting at data offset `off` in x, or -1. */
