@@ -18,6 +18,7 @@
  * Locks, in order: arena -> extent index -> growth.  Thread caches need none.
  */
 #include "alloc/engine_int.h"
+#include "alloc/engine_share.h"
 
 #include "alloc/morph.h"
 
@@ -90,7 +91,10 @@ static int slab_release(ph_engine *e, ph_pctx *c, ph_slab *s)
         ph_slab_zero_desc(e->sp, c, s);
         ph_persist_fence(&e->sp->persist, c);
     }
-    return ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0);
+    int rc = ph_extent_free(e->ext, c, s->off, PH_EXT_SLAB, NULL, 0, 0);
+    if (!rc && e->shared) /* after: no one may adopt a slab on its way out */
+        ph_engine_share_disown(e, s);
+    return rc;
 }
 
 /* Releases the empty slabs of arena a (lock held); returns how many. */
@@ -136,6 +140,8 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
         if (e->gc) /* its descriptor may differ from the copy: zero it all */
             e->slabs[ch]->bits_known = 0;
         ph_slab_format(e->sp, c, e->slabs[ch], cls);
+        if (e->shared) /* before its commit: no one may adopt it as a slab no one owns */
+            ph_engine_share_own(e, e->slabs[ch]);
         n++;
     }
     if (n == 0)
@@ -423,6 +429,8 @@ static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_t
     pthread_mutex_lock(&a->lock);
     while (b->n < want) {
         ph_slab *s = a->partial[cls];
+        if (!s && e->shared && (s = ph_engine_share_refill(e, c, ai, cls)) != NULL)
+            partial_push(a, s); /* others freed blocks of its, or no one owned it */
         if (!s && (!create || (!try_morph(e, c, ai, cls, &s) &&
                                slab_create(e, c, ai, cls, &s) != 0)))
             break;
@@ -567,6 +575,8 @@ void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
     if (t->lane.index >= 0) {
         pthread_mutex_lock(&e->lane_lock);
         e->lane_used[t->lane.index] = 0;
+        if (e->shared) /* its entries are retired: no survivor has anything to replay */
+            __atomic_store_n(&e->share.lanes[t->lane.index], 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&e->lane_lock);
         t->lane.index = -1;
     }
@@ -783,8 +793,10 @@ uint64_t ph_engine_alloc(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
 int ph_engine_free(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off)
 {
     ph_slab *s = ph_engine_chunk_slab(e, off);
-    if (!s)
-        return ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0);
+    if (!s) {
+        int rc = e->shared ? ph_engine_share_free(e, c, off) : 1; /* another process's slab? */
+        return rc != 1 ? rc : ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, 0);
+    }
     ph_blockref r;
     int rc;
     do {
@@ -816,10 +828,16 @@ int ph_engine_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
     int index = -1;
     pthread_mutex_lock(&e->lane_lock);
     for (unsigned i = 0; i < PH_LANES_MAX && index < 0; i++) {
-        if (!e->lane_used[i]) {
-            e->lane_used[i] = 1;
-            index = (int)i;
-        }
+        uint8_t none = 0;
+        if (e->lane_used[i])
+            continue;
+        /* in a shared heap, also free of every other process's threads */
+        if (e->shared && !__atomic_compare_exchange_n(&e->share.lanes[i], &none,
+                                                      (uint8_t)e->share.owner, 0,
+                                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            continue;
+        e->lane_used[i] = 1;
+        index = (int)i;
     }
     pthread_mutex_unlock(&e->lane_lock);
     if (index < 0)
@@ -951,6 +969,19 @@ static int free_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uin
     if (rc)
         return rc;
     ph_slab *s = ph_engine_chunk_slab(e, off);
+    if (!s && e->shared && (rc = ph_engine_share_live(e, c, off)) != 1) {
+        if (rc) /* a block of another process's slab, checked before it is logged */
+            return rc;
+        ph_lane_begin(&e->lanes, c, &t->lane, op, off, 0, src_off, old, 0);
+        if ((rc = ph_engine_share_clear(e, c, off)) == 0) {
+            ph_persist_write(&sp->persist, c, src, nv);
+            ph_persist_range(&sp->persist, c, src, sizeof(*src));
+        }
+        ph_lane_end(&e->lanes, c, &t->lane);
+        if (!rc) /* retired: the block may go back to its owner */
+            ph_engine_share_freed(e, c, off);
+        return rc;
+    }
     if (!s) {
         if ((rc = ph_extent_lookup(e->ext, off, &bytes)) != 0)
             return rc;
@@ -1102,6 +1133,8 @@ static int names_word(const ph_space *sp, uint64_t off)
 }
 
 /* Recovery: redo one committed logged operation (see log/lane.c). */
+static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s, int view);
+
 static void roll_forward(void *arg, const ph_lane_op *le)
 {
     open_ctx *o = arg;
@@ -1119,7 +1152,20 @@ static void roll_forward(void *arg, const ph_lane_op *le)
         return;
     }
     uint64_t *dest = ph_space_at(sp, le->dest);
-    ph_slab *s = ph_engine_chunk_slab(e, le->block);
+    ph_slab *s = ph_engine_chunk_slab(e, le->block), *view = NULL;
+    if (!s && e->shared) /* a takeover: the block may lie in another process's slab */
+        s = view = ph_engine_share_view(e, o->c, le->block);
+    redo(o, le, dest, s, view != NULL);
+    ph_engine_share_unview(e, o->c, view);
+}
+
+/* roll_forward with the destination word and the block's slab (NULL:
+ * large; `view`: another process's slab, seen through a copy of its own). */
+static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s, int view)
+{
+    ph_engine *e = o->e;
+    ph_space *sp = e->sp;
+    uint64_t size = ph_space_size(sp);
     ph_blockref r = {0};
     if (s) {
         ph_slab_resolve(s, le->block, &r);
@@ -1167,13 +1213,29 @@ static void roll_forward(void *arg, const ph_lane_op *le)
             o->rc = ph_extent_claim(e->ext, o->c, le->block, le->size);
     } else {
         uint64_t bytes;
-        if (s && ph_engine_clear_block(sp, o->c, s, &r) == 0 && r.old) /* else clear already: done before */
+        int rc = s ? ph_engine_clear_block(sp, o->c, s, &r) : -1;
+        if (rc == 0 && r.old) /* else clear already: done before */
             ph_morph_unpin(sp, o->c, s, r.index, NULL, NULL);
+        else if (view && (rc == 0 || rc == PHEAP_EDOUBLEFREE))
+            /* a dead process's free of another's block, cleared now or by it: its push
+             * comes after the retirement, so it never happened -- the owner takes the
+             * block back from the list (no adoption made it available meanwhile) */
+            ph_engine_share_push(e, le->block);
         else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
     }
     ph_persist_write(&sp->persist, o->c, dest, nv);
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
+}
+
+unsigned ph_engine_share_replay(ph_engine *e, ph_pctx *c, unsigned lane, int *rc)
+{
+    open_ctx o = {e, c, 1, 0, 0};
+    unsigned n = ph_lanes_scan_one(&e->lanes, lane, roll_forward, &o);
+    if (!o.rc)
+        ph_lanes_retire_one(&e->lanes, c, lane);
+    *rc = o.rc;
+    return n;
 }
 
 /* The chunk maps are reserved for max_size and touched only as far as the
@@ -1185,9 +1247,11 @@ static void *alloc_map(uint64_t bytes)
 }
 
 
-int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out)
+/* An engine with its maps and arenas and no extent index yet: 0, or
+ * PHEAP_ENOMEM with *out to close. */
+static int engine_new(ph_space *sp, ph_engine **out)
 {
-    ph_engine *e = calloc(1, sizeof(*e));
+    ph_engine *e = *out = calloc(1, sizeof(*e));
     if (!e)
         return ph_err(PHEAP_ENOMEM, "out of memory");
     e->sp = sp;
@@ -1205,15 +1269,42 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engin
     if (sp->features & PH_FEAT_INCOMPAT_TX)
         e->txlogs = ph_space_at(sp, sp->lane_region);
     e->morph = (sp->features & PH_FEAT_INCOMPAT_MORPH) != 0;
-    open_ctx o = {e, c, writable, 0, 0};
     if (!e->chunks || !e->slabs || !e->arenas) {
         free(e->arenas);
         e->arenas = NULL;
-        o.rc = ph_err(PHEAP_ENOMEM, "out of memory for the allocator's index");
-    } else {
-        memset(e->arenas, 0, e->narenas * sizeof(ph_arena));
-        for (unsigned a = 0; a < e->narenas; a++)
-            ph_os_mutex_init(&e->arenas[a].lock);
+        return ph_err(PHEAP_ENOMEM, "out of memory for the allocator's index");
+    }
+    memset(e->arenas, 0, e->narenas * sizeof(ph_arena));
+    for (unsigned a = 0; a < e->narenas; a++)
+        ph_os_mutex_init(&e->arenas[a].lock);
+    return 0;
+}
+
+int ph_engine_open_shared(ph_space *sp, const ph_engine_share *share, ph_engine **out)
+{
+    ph_engine *e = NULL;
+    int rc = engine_new(sp, &e);
+    if (!rc) {
+        e->share = *share;
+        e->shared = 1;
+        e->morph = 0; /* a slab changes class only with every block of it in one process */
+        rc = ph_extents_open_shared(sp, share->owner, share->ext_lock, &e->share.plock, &e->ext);
+    }
+    if (rc) {
+        ph_engine_close(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out)
+{
+    ph_engine *e = NULL;
+    open_ctx o = {NULL, c, writable, 0, 0};
+    o.rc = engine_new(sp, &e);
+    o.e = e;
+    if (!o.rc) {
         int rc = ph_extents_open(sp, &e->ext, on_slab, &o);
         if (rc && !o.rc)
             o.rc = rc;

@@ -15,7 +15,9 @@
 #include "alloc/slab.h"
 #include "alloc/space.h"
 #include "alloc/tcache.h"
+#include "format/layout.h"
 #include "log/txlog.h"
+#include "util/plock.h"
 
 typedef struct ph_arena {
     pthread_mutex_t lock;
@@ -32,6 +34,17 @@ typedef struct ph_batch {
     uint32_t n;
     uint64_t v[];
 } ph_batch;
+
+/* An engine of a heap shared between processes (docs/SHARING.md): who
+ * this process is, and where the state every process sees lives. */
+typedef struct ph_engine_share {
+    uint64_t me;               /* this process's identity (ph_procs_identity) */
+    unsigned owner;            /* its lease slot + 1: the owner of its extent reservations */
+    ph_procs_chunk *chunks;    /* the process table's words of chunk 0, 1, ... */
+    uint64_t *ext_lock;        /* the extent log's lock between processes */
+    uint8_t *lanes;            /* the process table's lane holders (PH_PROCS_LANES_AT) */
+    ph_plock_owner plock;      /* identity and death test for the locks between processes */
+} ph_engine_share;
 
 typedef struct ph_engine {
     ph_space *sp;
@@ -62,6 +75,9 @@ typedef struct ph_engine {
     uint32_t xfer_n[PH_CLASSES];   /* batches per class */
     uint64_t xxfer_blocks;         /* blocks in them, and their bytes (relaxed) */
     uint64_t xxfer_bytes;
+    int shared;                    /* a heap shared between processes (engine_share.c):
+                                      chunks[] holds the slabs this process owns */
+    ph_engine_share share;
 } ph_engine;
 
 /* Builds the engine from the durable metadata.  When `writable` (a
@@ -72,6 +88,28 @@ typedef struct ph_engine {
  * PHEAP_ECORRUPT, PHEAP_ENOMEM. */
 int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out);
 void ph_engine_close(ph_engine *e);
+/* The engine of a process attaching to a heap shared between processes:
+ * an extent index that follows the others' (ph_extents_open_shared), no
+ * slab of its own yet -- it makes its own, adopts slabs no process owns,
+ * and frees blocks of the others' through their remote-free lists
+ * (engine_share.c).  No recovery: the first process to attach did it.
+ * Errors as ph_engine_open. */
+int ph_engine_open_shared(ph_space *sp, const ph_engine_share *share, ph_engine **out);
+/* A shared engine's process detaches: its slabs (caches drained first)
+ * belong to no process any more, for others to adopt. */
+void ph_engine_detach(ph_engine *e);
+/* A survivor takes over a dead process of a shared heap (lease slot
+ * owner - 1, identity `dead`), while the others run: the committed
+ * entries of its lanes rolled forward and retired, then its extent
+ * reservations dropped, then its slabs left to no one (docs/SHARING.md,
+ * "Takeover").  Not yet: its transaction logs.  0, or the error of a lane
+ * entry that cannot be replayed (ECORRUPT; the rest left as it was). */
+typedef struct ph_takeover_info {
+    unsigned lanes, entries;      /* its lanes, and their entries rolled forward */
+    uint64_t reservations, slabs; /* reservations dropped, slabs left to no one */
+} ph_takeover_info;
+int ph_engine_takeover(ph_engine *e, ph_pctx *c, unsigned owner, uint64_t dead,
+                       ph_takeover_info *out);
 /* The purge of close, ahead of it: freed large blocks' pages go back to
  * the file system now (before the checkpoint level's last checkpoint). */
 void ph_engine_purge(ph_engine *e);

@@ -166,6 +166,13 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
                             ph_extent_free_staged(e->ext, c, v[k].off, PH_EXT_LARGE, NULL, 0) != 0;
             continue;
         }
+        if (ph_unlikely(s->shared)) { /* each change by compare-and-swap */
+            if (v[k].kind == PH_TXREC_ALLOC)
+                (void)ph_slab_cas_locked(e->sp, c, s, v[k].word, 3ull << v[k].shift, v[k].shift, 0);
+            else
+                v[k].skip = ph_slab_cas_locked(e->sp, c, s, v[k].word, 0, v[k].shift, 1) != 0;
+            continue;
+        }
         uint64_t w = ph_load_relaxed(&s->bits[v[k].word]), a = 1ull << v[k].shift;
         if (v[k].kind == PH_TXREC_ALLOC)
             w |= 3 * a;

@@ -448,6 +448,22 @@ void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
         ;
 }
 
+int ph_extents_hold(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t *kind, uint64_t *start)
+{
+    int rc = ph_extent_lock(x, c, 0, NULL);
+    const ph_extnode *n = off >= x->sp->data_off && off < ph_space_size(x->sp)
+                              ? ph_extent_index_holding(x, page_of(x, off))
+                              : NULL;
+    *kind = n ? n->kind : PH_EXT_FREE;
+    *start = n ? off_of(x, n->page) : 0;
+    return rc;
+}
+
+void ph_extents_unhold(ph_extents *x, ph_pctx *c)
+{
+    ph_extent_unlock(x, c, 0);
+}
+
 uint64_t ph_extents_drop_owner(ph_extents *x, ph_pctx *c, unsigned owner)
 {
     uint64_t dropped = 0, n = 0, cap = 0, *pages = NULL;
@@ -484,6 +500,11 @@ int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes)
     ph_extnode *f = ph_extent_index_holding(x, page);
     if (f && f->page == page && f->kind == PH_EXT_LARGE && f->npages == n)
         goto out; /* the commit was durable */
+    if (f && f->page == page && f->kind == PH_EXT_RESERVED && f->npages == n && x->owner &&
+        f->cls != x->owner) { /* a dead process's reservation (a takeover's replay) */
+        stage_commit(x, c, f, PH_EXT_LARGE, 0, NULL, 0);
+        goto out;
+    }
     if (!f || f->kind != PH_EXT_FREE || page + n > f->page + f->npages) {
         rc = ph_err(PHEAP_ECORRUPT, "recovery: extent at %llu is neither live nor free",
                     (unsigned long long)off);

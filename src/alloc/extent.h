@@ -116,6 +116,14 @@ void ph_extents_share(ph_extents *x, uint64_t *word, const ph_plock_owner *o);
  * ph_extents_open. */
 int ph_extents_open_shared(ph_space *sp, unsigned owner, uint64_t *word, const ph_plock_owner *o,
                            ph_extents **out);
+/* Holds the index's locks (a shared index: synced first) so that the
+ * extent holding data offset `off` stays what it is while the caller
+ * works on it -- a free of a block of another process's slab, an
+ * adoption.  *kind (PH_EXT_FREE when `off` lies past the backed pages)
+ * and *start of that extent.  0, or the sync's error (the locks are held
+ * all the same: call ph_extents_unhold). */
+int ph_extents_hold(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t *kind, uint64_t *start);
+void ph_extents_unhold(ph_extents *x, ph_pctx *c);
 /* Takeover of a dead process of a shared heap (lease slot owner - 1): its
  * reservations -- blocks chosen and not committed, frees held until its
  * lane retired -- become free space, each by a logged free, one fence.
@@ -171,7 +179,9 @@ int ph_extent_free_staged(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind
 void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off);
 
 /* Recovery: makes [off, off + bytes) a live large block if it is free
- * space now; 0 if it already is one.  The entry is durable at the caller's
+ * space now -- or, in a shared heap's index, another process's
+ * reservation of exactly that (a takeover replaying a dead process's
+ * allocation); 0 if it already is one.  The entry is durable at the caller's
  * next fence (recovery persists the destination word with it: until both
  * are, the lane entry stays committed and the redo repeats). */
 int ph_extent_claim(ph_extents *x, ph_pctx *c, uint64_t off, uint64_t bytes);

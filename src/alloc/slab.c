@@ -132,6 +132,15 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)
     return got;
 }
 
+void ph_slab_withhold(ph_slab *s, uint64_t off)
+{
+    uint32_t i = (uint32_t)((off - s->off) / s->block_size);
+    if (ph_slab_available(s, i)) {
+        ph_store_relaxed(&s->avail[i / 64], s->avail[i / 64] & ~(1ull << (i % 64)));
+        s->navail--;
+    }
+}
+
 int ph_slab_free_error(int rc, uint64_t off)
 {
     return rc == PHEAP_EDOUBLEFREE

@@ -40,6 +40,10 @@ typedef struct ph_slab {
     uint32_t xold_live;        /* old blocks still allocated: 0 but in a morphed slab */
     uint32_t old_cls, old_size, old_nblocks, old_magic;
     uint64_t morph;            /* the descriptor's morph word */
+    int shared;                /* a slab of a heap shared between processes: its
+                                  bitmap words change by compare-and-swap on the
+                                  descriptor, which other processes' frees change
+                                  too (alloc/slab_share.h); the copy follows it */
     int copy_ahead;            /* the copy holds a repair the descriptor does not
                                   (a read-only open of a heap left by a crash) */
     /* under the owning arena's lock: */
@@ -94,20 +98,42 @@ static inline void ph_slab_unlock(ph_slab *s, uint32_t w)
 
 /* With word w locked: sets A and E at `shift` and writes the word back,
  * durable at the caller's next fence (before it unlocks). */
-static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
-                                      uint32_t shift)
-{
-    uint64_t v = s->bits[w] | 3ull << shift;
-    ph_store(&s->bits[w], v);
-    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
-}
-
 /* The error of freeing a block whose bits are `ae` (A bit 0, E bit 1), or
  * 0 when it is allocated (A and E; A alone is a pinned block of a morphed
  * slab, which is space of an older block, not a block). */
 static inline int ph_slab_pair_error(unsigned ae)
 {
     return ae == 3 ? 0 : ae == 2 ? PHEAP_EDOUBLEFREE : ae == 1 ? PHEAP_EINTERIOR : PHEAP_ENOTALLOC;
+}
+
+/* A shared slab's word w changed by compare-and-swap: `set` bits set and
+ * A at `shift` cleared when `clear` (only while the pair there is A|E:
+ * else its ph_slab_pair_error, nothing changed); the copy refreshed, the
+ * line flushed (durable at the caller's next fence). */
+static inline int ph_slab_cas_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
+                                     uint64_t set, uint32_t shift, int clear)
+{
+    uint64_t *word = &s->desc->xbits[w], v = ph_load(word), nv;
+    do {
+        if (clear && ((v >> shift) & 3) != 3)
+            return ph_slab_pair_error((unsigned)(v >> shift) & 3);
+        nv = (v | set) & ~(clear ? 1ull << shift : 0);
+    } while (!ph_persist_cas(&sp->persist, c, word, &v, nv));
+    ph_store(&s->bits[w], nv);
+    ph_persist_flush(&sp->persist, c, word, sizeof(*word));
+    return 0;
+}
+
+static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
+                                      uint32_t shift)
+{
+    if (ph_unlikely(s->shared)) {
+        (void)ph_slab_cas_locked(sp, c, s, w, 3ull << shift, shift, 0);
+        return;
+    }
+    uint64_t v = s->bits[w] | 3ull << shift;
+    ph_store(&s->bits[w], v);
+    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
 }
 
 /* With word w locked: clears A at `shift` and writes the word back as
@@ -117,6 +143,8 @@ static inline int ph_slab_pair_error(unsigned ae)
 static inline int ph_slab_clear_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
                                        uint32_t shift)
 {
+    if (ph_unlikely(s->shared)) /* another process may have freed it first */
+        return ph_slab_cas_locked(sp, c, s, w, 0, shift, 1);
     uint64_t v = s->bits[w];
     if (ph_unlikely(((v >> shift) & 3) != 3))
         return ph_slab_pair_error((unsigned)(v >> shift) & 3);
@@ -242,6 +270,9 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n);
 
 /* Marks block `off` available again (it is free and leaves a cache). */
 void ph_slab_give(ph_slab *s, uint64_t off);
+/* Makes block `off` unavailable if it is available (a block an operation
+ * in flight, or to be replayed, names). */
+void ph_slab_withhold(ph_slab *s, uint64_t off);
 
 /* Allocated blocks of the slab's class (A and E), counted from the bitmap
  * copy; a morphed slab's old blocks are xold_live more. */

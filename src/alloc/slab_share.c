@@ -20,14 +20,9 @@ int ph_slab_shared_set(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i)
 {
     uint32_t w, sh;
     ph_slab_bitpos(i, &w, &sh);
-    uint64_t *word = &s->desc->xbits[w], v = ph_load(word);
-    do {
-        if ((v >> sh) & 1)
-            return PHEAP_EBUSY;
-    } while (!ph_persist_cas(&sp->persist, c, word, &v, v | 3ull << sh));
-    ph_store(&s->bits[w], v | 3ull << sh);
-    ph_persist_flush(&sp->persist, c, word, sizeof(*word));
-    return 0;
+    if ((ph_load(&s->desc->xbits[w]) >> sh) & 1)
+        return PHEAP_EBUSY; /* only the owner sets A: this holds until its next set */
+    return ph_slab_cas_locked(sp, c, s, w, 3ull << sh, sh, 0);
 }
 
 int ph_slab_shared_clear(ph_space *sp, ph_pctx *c, ph_slab_desc *d, uint64_t chunk_off,
@@ -60,13 +55,18 @@ int ph_slab_remote_free(ph_space *sp, ph_pctx *c, ph_slab_desc *d, ph_procs_chun
     if (rc)
         return rc;
     ph_persist_fence(&sp->persist, c);
+    ph_slab_remote_push(sp, pc, off);
+    return 0;
+}
+
+void ph_slab_remote_push(ph_space *sp, ph_procs_chunk *pc, uint64_t off)
+{
     /* The block is free and no one else's: its first word links the list. */
     uint64_t *link = ph_space_at(sp, off), head = __atomic_load_n(&pc->xremote, __ATOMIC_RELAXED);
     do
         __atomic_store_n(link, head, __ATOMIC_RELAXED);
     while (!__atomic_compare_exchange_n(&pc->xremote, &head, off, 1, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED));
-    return 0;
 }
 
 uint32_t ph_slab_collect(ph_space *sp, ph_slab *s, ph_procs_chunk *pc, int *bad)

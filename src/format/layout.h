@@ -630,6 +630,11 @@ typedef struct ph_procs_chunk {
 } ph_procs_chunk;
 _Static_assert(sizeof(ph_procs_chunk) == PH_PROCS_CHUNK_BYTES, "ph_procs_chunk size");
 #define PH_PROCS_CHUNKS_AT(region_off) ((region_off) + 2u * PH_PAGE_SIZE)
+/* Page 0, after the header's line: one byte per lane, the lease slot + 1 of
+ * the process whose thread holds the lane in a heap shared between
+ * processes, 0 when no process does (a survivor replays a dead process's
+ * lanes: docs/SHARING.md). */
+#define PH_PROCS_LANES_AT(region_off) ((region_off) + PH_LINE_SIZE)
 
 typedef struct ph_procs_header {
     uint64_t magic;        /* PH_PROCS_MAGIC once the table was first used */
@@ -638,6 +643,7 @@ typedef struct ph_procs_header {
     uint64_t reserved[5];  /* zero */
 } ph_procs_header;
 _Static_assert(sizeof(ph_procs_header) == PH_LINE_SIZE, "ph_procs_header size");
+_Static_assert(PH_LINE_SIZE + PH_LANES_MAX <= PH_PAGE_SIZE, "lane holders fit page 0");
 
 /* Lease flags (ph_lease.xflags). */
 #define PH_LEASE_EXCLUSIVE 0x1u /* an exclusive read-write open */

@@ -160,34 +160,44 @@ static int committed(const ph_lanes *L, const ph_lane_entry *e, ph_lane_op *out)
     return 1;
 }
 
-unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg)
+unsigned ph_lanes_scan_one(ph_lanes *L, unsigned lane, ph_lane_replay_fn fn, void *arg)
 {
     unsigned n = 0;
     ph_lane_op op;
-    for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
-        ph_lane_entry *e = lane_of(L, lane);
-        for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
-            if (committed(L, &e[i], &op)) {
-                fn(arg, &op);
-                n++;
-            }
+    ph_lane_entry *e = lane_of(L, lane);
+    for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
+        if (committed(L, &e[i], &op)) {
+            fn(arg, &op);
+            n++;
         }
     }
     return n;
 }
 
-void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c)
+unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg)
 {
-    for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
-        ph_lane_entry *e = lane_of(L, lane);
-        for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
-            uint64_t s = ph_load_relaxed(&e[i].xstate);
-            if ((s & 0xff) != PH_LOG_IDLE) {
-                ph_persist_write(L->persist, c, &e[i].xstate, (s & ~0xffull) | PH_LOG_IDLE);
-                ph_persist_flush(L->persist, c, &e[i].xstate, 8);
-            }
+    unsigned n = 0;
+    for (unsigned lane = 0; lane < PH_LANES_MAX; lane++)
+        n += ph_lanes_scan_one(L, lane, fn, arg);
+    return n;
+}
+
+void ph_lanes_retire_one(ph_lanes *L, ph_pctx *c, unsigned lane)
+{
+    ph_lane_entry *e = lane_of(L, lane);
+    for (unsigned i = 0; i < PH_LANE_ENTRIES; i++) {
+        uint64_t s = ph_load_relaxed(&e[i].xstate);
+        if ((s & 0xff) != PH_LOG_IDLE) {
+            ph_persist_write(L->persist, c, &e[i].xstate, (s & ~0xffull) | PH_LOG_IDLE);
+            ph_persist_flush(L->persist, c, &e[i].xstate, 8);
         }
     }
+}
+
+void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c)
+{
+    for (unsigned lane = 0; lane < PH_LANES_MAX; lane++)
+        ph_lanes_retire_one(L, c, lane);
 }
 
 unsigned ph_lanes_active(ph_lanes *L)

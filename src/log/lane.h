@@ -72,6 +72,10 @@ typedef struct ph_lane_op {
 typedef void (*ph_lane_replay_fn)(void *arg, const ph_lane_op *op);
 unsigned ph_lanes_scan(ph_lanes *L, ph_lane_replay_fn fn, void *arg);
 void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c);
+/* The same for lane `lane` alone (the takeover of a dead process of a
+ * shared heap replays its lanes while the others run). */
+unsigned ph_lanes_scan_one(ph_lanes *L, unsigned lane, ph_lane_replay_fn fn, void *arg);
+void ph_lanes_retire_one(ph_lanes *L, ph_pctx *c, unsigned lane);
 
 /* Counts ACTIVE entries (consistent only while no operation is in flight). */
 unsigned ph_lanes_active(ph_lanes *L);

@@ -1,5 +1,7 @@
 /*
- * plock.c -- the waiting side of the lock between processes (plock.h).
+ * plock.c -- the waiting side of the lock between processes (plock.h):
+ * spin, then yield, then sleep 50 microseconds at a time, looking at the
+ * clock (and, after PH_PLOCK_CHECK_NS, at the holder's life) as it goes.
  */
 #include "util/plock.h"
 
@@ -31,8 +33,14 @@ int ph_plock_wait(uint64_t *w, const ph_plock_owner *o)
 #endif
             continue;
         }
-        sched_yield();
-        if (!v || (spins & 63))
+        if (spins < 128) {
+            sched_yield();
+        } else { /* a holder that is not running: sleep, or waiters that spin and yield
+                    keep it from the processor (a convoy when processes outnumber cores) */
+            struct timespec nap = {0, 50 * 1000};
+            nanosleep(&nap, NULL);
+        }
+        if (!v || (spins < 128 && (spins & 63)))
             continue;
         uint64_t t = now_ns();
         if (!since) {

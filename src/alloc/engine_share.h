@@ -1,0 +1,55 @@
+/*
+ * engine_share.h -- what engine.c calls in a heap shared between
+ * processes (engine_share.c says how the engine differs there).
+ */
+#ifndef PH_ALLOC_ENGINE_SHARE_H
+#define PH_ALLOC_ENGINE_SHARE_H
+
+#include "alloc/engine_int.h"
+
+/* A slab this process makes is its own (its words compare-and-swap from
+ * now on), from before its commit; a slab it released is no one's --
+ * unless another process made a slab there since. */
+void ph_engine_share_own(ph_engine *e, ph_slab *s);
+void ph_engine_share_disown(ph_engine *e, ph_slab *s);
+
+/* A free of `off`, which no slab of this process holds: a block of
+ * another process's slab goes to that slab's remote-free list (0, or the
+ * error of a bad free, nothing changed); 1 when no slab holds it (the
+ * caller frees it as a large block). */
+int ph_engine_share_free(ph_engine *e, ph_pctx *c, uint64_t off);
+
+/* Whether `off`, which no slab of this process holds, is a live block of
+ * another process's slab: 0 when it is, 1 when no slab holds it (a large
+ * block's business), else the error its free would meet. */
+int ph_engine_share_live(ph_engine *e, ph_pctx *c, uint64_t off);
+
+/* A logged free of a block of another process's slab, in two steps
+ * around the retirement of its lane entry: its A bit cleared durably (0,
+ * or the error of a bad free, nothing changed), then -- the entry
+ * retired, so that no replay of it can meet the block handed out again --
+ * the block pushed onto the slab's remote-free list. */
+int ph_engine_share_clear(ph_engine *e, ph_pctx *c, uint64_t off);
+void ph_engine_share_freed(ph_engine *e, ph_pctx *c, uint64_t off);
+
+/* A takeover's view of another process's slab holding `off`: a slab
+ * (malloc'ed) whose commits are compare-and-swaps on the descriptor, with
+ * the index's locks held -- the chunk stays that slab -- until
+ * ph_engine_share_unview; NULL (nothing held) when no slab holds `off`.
+ * ph_engine_share_push pushes a block freed through it (locks held). */
+ph_slab *ph_engine_share_view(ph_engine *e, ph_pctx *c, uint64_t off);
+void ph_engine_share_unview(ph_engine *e, ph_pctx *c, ph_slab *view);
+void ph_engine_share_push(ph_engine *e, uint64_t off);
+
+/* For a refill of class cls in arena ai that found no slab with blocks
+ * (arena lock held): a slab of this process's whose blocks others freed,
+ * taken back, or else an unowned slab of the class, adopted; NULL when
+ * neither (a new slab must be made).  The slab is on no partial list. */
+ph_slab *ph_engine_share_refill(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls);
+
+/* Rolls forward and retires (durable at the caller's next fence) the
+ * committed entries of lane `lane`, a dead process's; returns how many,
+ * *rc the error that stopped it. */
+unsigned ph_engine_share_replay(ph_engine *e, ph_pctx *c, unsigned lane, int *rc);
+
+#endif
