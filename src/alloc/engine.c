@@ -1059,6 +1059,20 @@ int ph_engine_free_unbind(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, 
 int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
 {
     ph_slab *s = ph_engine_chunk_slab(e, off);
+    if (!s && e->shared) { /* another process's slab? */
+        uint64_t start;
+        uint32_t size;
+        unsigned bits;
+        if (ph_engine_share_small_at(e, off, &start, &size, &bits)) {
+            if (bits == 3 && start == off) {
+                *bytes = size;
+                return 0;
+            }
+            int rc = ph_engine_share_live(e, NULL, off); /* the error and its message */
+            return rc ? rc : ph_err(PHEAP_ENOTALLOC, "offset %llu is no block's start",
+                                    (unsigned long long)off);
+        }
+    }
     if (!s)
         return ph_extent_lookup(e->ext, off, bytes);
     ph_blockref r;
@@ -1071,10 +1085,12 @@ int ph_engine_usable(ph_engine *e, uint64_t off, uint64_t *bytes)
 int ph_engine_word_live(ph_engine *e, uint64_t off, const char *call)
 {
     ph_slab *s = ph_engine_chunk_slab(e, off);
-    if (ph_likely(s)) {
-        uint64_t start;
-        uint32_t size;
-        unsigned bits = ph_engine_small_at(s, off, &start, &size);
+    uint64_t start;
+    uint32_t size;
+    unsigned bits;
+    if (ph_likely(s) || (e->shared && ph_engine_share_small_at(e, off, &start, &size, &bits))) {
+        if (ph_likely(s))
+            bits = ph_engine_small_at(s, off, &start, &size);
         if (ph_likely(bits == 3))
             return 0;
         return ph_err(PHEAP_ENOTLIVE, "%s: the word at offset %llu is in %s", call,

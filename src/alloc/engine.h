@@ -289,6 +289,7 @@ typedef struct ph_tx_change {
     uint32_t gen;          /* the slab's xgen they were found at (alloc/morph.h) */
     uint32_t old;          /* an old block of a morphed slab ... */
     uint32_t index;        /*   and its index */
+    uint32_t foreign;      /* a free of a block of another process's slab (a shared heap) */
 } ph_tx_change;
 
 /* Applies v[0..n) in order: ph_engine_tx_lock locks the bitmap words

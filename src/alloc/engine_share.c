@@ -9,7 +9,8 @@
  * in a chunk that the map does not hold is another process's, or large:
  * under the extent index's locks (which keep the chunk what it is) a
  * block of a slab is freed into the slab's remote-free list
- * (alloc/slab_share.h), anything else as a large block.  When a class
+ * (alloc/slab_share.h), anything else as a large block; the calls that
+ * ask whether a block or word is live read such a slab's descriptor.  When a class
  * has no slab with available blocks, the owner first takes back the
  * blocks others freed in its slabs of that class, then adopts an unowned
  * slab of the class, and only then makes one.
@@ -99,6 +100,17 @@ void ph_engine_share_unview(ph_engine *e, ph_pctx *c, ph_slab *view)
         return;
     free(view);
     ph_extents_unhold(e->ext, c);
+}
+
+int ph_engine_share_small_at(ph_engine *e, uint64_t off, uint64_t *start, uint32_t *size,
+                             unsigned *bits)
+{
+    ph_slab *view = ph_engine_share_view(e, NULL, off);
+    if (!view)
+        return 0;
+    *bits = ph_engine_small_at(view, off, start, size);
+    ph_engine_share_unview(e, NULL, view);
+    return 1;
 }
 
 void ph_engine_share_push(ph_engine *e, uint64_t off)

@@ -40,6 +40,10 @@ void ph_engine_share_freed(ph_engine *e, ph_pctx *c, uint64_t off);
 ph_slab *ph_engine_share_view(ph_engine *e, ph_pctx *c, uint64_t off);
 void ph_engine_share_unview(ph_engine *e, ph_pctx *c, ph_slab *view);
 void ph_engine_share_push(ph_engine *e, uint64_t off);
+/* ph_engine_small_at for `off` in another process's slab: 1 with *bits,
+ * *start and *size; 0 when no slab holds `off`. */
+int ph_engine_share_small_at(ph_engine *e, uint64_t off, uint64_t *start, uint32_t *size,
+                             unsigned *bits);
 
 /* For a refill of class cls in arena ai that found no slab with blocks
  * (arena lock held): a slab of this process's whose blocks others freed,

@@ -42,6 +42,7 @@
  * A crash at any point is recovered by the next open the same way.
  */
 #include "alloc/engine_int.h"
+#include "alloc/engine_share.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,9 +82,12 @@ int ph_engine_block_at(ph_engine *e, uint64_t off, uint64_t *start, uint64_t *by
                        const char *call)
 {
     ph_slab *s = ph_engine_chunk_slab(e, off);
-    if (s) {
-        uint32_t size;
-        if (ph_engine_small_at(s, off, start, &size) == 3) {
+    uint32_t size;
+    unsigned bits;
+    if (s || (e->shared && ph_engine_share_small_at(e, off, start, &size, &bits))) {
+        if (s)
+            bits = ph_engine_small_at(s, off, start, &size);
+        if (bits == 3) {
             *bytes = size;
             return 0;
         }
@@ -133,6 +137,9 @@ void ph_engine_tx_lock(ph_engine *e, ph_tx_change *v, size_t n)
         for (size_t k = 0; k < n; k++) {
             v[k].skip = 0;
             v[k].slab = ph_engine_chunk_slab(e, v[k].off);
+            /* in a shared heap, a block no slab of this process holds may be another's */
+            v[k].foreign = !v[k].slab && e->shared && v[k].kind == PH_TXREC_FREE &&
+                           ph_engine_share_live(e, NULL, v[k].off) != 1;
             if (v[k].slab) {
                 ph_blockref r;
                 ph_slab_resolve(v[k].slab, v[k].off, &r);
@@ -158,6 +165,10 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
         ph_slab *s = v[k].slab;
+        if (ph_unlikely(v[k].foreign)) { /* cleared now, pushed once the log is retired */
+            v[k].skip = ph_engine_share_clear(e, c, v[k].off) != 0;
+            continue;
+        }
         if (!s) {
             if (v[k].kind == PH_TXREC_ALLOC)
                 ph_extent_commit_staged(e->ext, c, v[k].off);
@@ -200,7 +211,9 @@ void ph_engine_tx_release(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_tx_ch
     for (size_t k = 0; k < n; k++) {
         if (v[k].kind != PH_TXREC_FREE || v[k].skip)
             continue;
-        if (v[k].slab && v[k].old)
+        if (v[k].foreign)
+            ph_engine_share_freed(e, c, v[k].off);
+        else if (v[k].slab && v[k].old)
             ph_engine_old_freed(e, c, v[k].slab, v[k].index);
         else if (v[k].slab)
             ph_engine_cache_block(e, t, c, v[k].slab->xcls, v[k].off);

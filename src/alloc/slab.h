@@ -39,11 +39,12 @@ typedef struct ph_slab {
     uint32_t xgen;             /* even; +2 per morph */
     uint32_t xold_live;        /* old blocks still allocated: 0 but in a morphed slab */
     uint32_t old_cls, old_size, old_nblocks, old_magic;
-    uint64_t morph;            /* the descriptor's morph word */
     int shared;                /* a slab of a heap shared between processes: its
                                   bitmap words change by compare-and-swap on the
                                   descriptor, which other processes' frees change
-                                  too (alloc/slab_share.h); the copy follows it */
+                                  too (alloc/slab_share.h); the copy follows it.
+                                  (In the first line, with what every commit reads.) */
+    uint64_t morph;            /* the descriptor's morph word */
     int copy_ahead;            /* the copy holds a repair the descriptor does not
                                   (a read-only open of a heap left by a crash) */
     /* under the owning arena's lock: */

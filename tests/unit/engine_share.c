@@ -4,7 +4,7 @@
  * allocates small and large blocks from its own slabs and frees blocks of
  * both (the other's small ones through the remote-free lists), plain and
  * logged (alloc_to and free_from, whose lanes the two take from one
- * table); one detaches and the other adopts the slabs it left.  No
+ * table), each seeing the other's blocks live; one detaches and the other adopts the slabs it left.  No
  * block is ever handed out twice; at the end the heap, opened alone,
  * passes pheap_check and holds exactly the blocks still allocated.
  */
@@ -72,6 +72,12 @@ static void *worker(void *p)
             if ((who & 1) != a->eng)
                 __atomic_fetch_add(&s->cross, 1, __ATOMIC_RELAXED);
             uint64_t *word = (uint64_t *)ph_space_at(&s->h->sp, s->words) + a->k * 8;
+            uint64_t bytes = 0;
+            /* a block of either engine is live to both */
+            if (ph_engine_usable(e, off, &bytes) || bytes == 0 ||
+                ph_engine_word_live(e, off + bytes - 8, "test"))
+                ph_test_fail(__FILE__, __LINE__, "block %llu not live: %s", (unsigned long long)off,
+                             pheap_errmsg());
             int rc;
             if (ph_test_rand(&a->seed) % 4 == 0) { /* a logged free, from a word of the heap */
                 ph_store(word, off);
