@@ -273,6 +273,19 @@ int ph_test_release(int pid)
     return -1;
 }
 
+void ph_test_kill(int pid, const char *file, int line)
+{
+    int status = 0;
+    if (pid <= 0) /* never 0: kill(0) would hit the whole process group */
+        return;
+    kill(pid, SIGKILL);
+    if (waitpid(pid, &status, 0) != pid)
+        ph_test_fail(file, line, "process %d could not be reaped", pid);
+    else if (!WIFSIGNALED(status))
+        ph_test_fail(file, line, "process %d exited with %d before it was killed", pid,
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 void ph_test_unchanged(pheap *h, const struct pheap_stats *before, const char *after,
                        const char *file, int line)
 {

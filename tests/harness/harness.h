@@ -136,6 +136,12 @@ int ph_test_hold(const char *path, unsigned flags);
 /* Makes the holder close the heap and exit; 0 when it closed cleanly. */
 int ph_test_release(int pid);
 
+/* Kills child `pid` with SIGKILL and reaps it; fails the test (at
+ * file:line) when it had exited on its own before (its exit status says
+ * why: a check of the child's). */
+void ph_test_kill(int pid, const char *file, int line);
+#define PH_TEST_KILL(pid) ph_test_kill((pid), __FILE__, __LINE__)
+
 /* Writes to `image` a heap left by a crash inside a pheap_alloc_to: its
  * lane entry durable, its changes not (made with the crash simulator), so
  * that recovery has one operation to roll forward: a 64-byte block into

@@ -130,11 +130,7 @@ TEST(processes_killed_and_taken_over)
             break;
         usleep((useconds_t)(300 + ph_test_rand(&rng) % 3000));
         unsigned p = 1 + (unsigned)(ph_test_rand(&rng) % PROCS);
-        kill(pid[p], SIGKILL);
-        int st;
-        REQUIRE(waitpid(pid[p], &st, 0) == pid[p]);
-        if (!WIFSIGNALED(st))
-            ph_test_fail(__FILE__, __LINE__, "process %u exited with %d", p, WEXITSTATUS(st));
+        PH_TEST_KILL(pid[p]);
         __atomic_store_n(&f.s->dead[gen_of[p]], 1, __ATOMIC_RELEASE);
         pid[p] = 0;
         kills++;

@@ -354,11 +354,7 @@ TEST(freers_and_owner_killed)
     for (unsigned round = 0; round < 150; round++) {
         usleep((useconds_t)(300 + ph_test_rand(&rng) % 2000));
         unsigned k = 1 + (unsigned)(ph_test_rand(&rng) % FREERS);
-        kill(fr[k], SIGKILL);
-        int st;
-        waitpid(fr[k], &st, 0);
-        if (!WIFSIGNALED(st))
-            ph_test_fail(__FILE__, __LINE__, "freer exited with %d", WEXITSTATUS(st));
+        PH_TEST_KILL(fr[k]);
         kills++;
         /* its block in hand: freed or not; if freed, maybe on no list */
         uint64_t off = s->taken[k];
@@ -376,11 +372,7 @@ TEST(freers_and_owner_killed)
             break;
     }
     /* the owner dies; the freers stop; the test process adopts the slab */
-    kill(own, SIGKILL);
-    int st;
-    waitpid(own, &st, 0);
-    if (!WIFSIGNALED(st))
-        ph_test_fail(__FILE__, __LINE__, "owner exited with %d", WEXITSTATUS(st));
+    PH_TEST_KILL(own);
     for (unsigned k = 1; k <= FREERS; k++) {
         kill(fr[k], SIGKILL);
         waitpid(fr[k], NULL, 0);
