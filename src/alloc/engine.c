@@ -977,9 +977,10 @@ static int free_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t off, uin
             ph_persist_write(&sp->persist, c, src, nv);
             ph_persist_range(&sp->persist, c, src, sizeof(*src));
         }
-        ph_lane_end(&e->lanes, c, &t->lane);
-        if (!rc) /* retired: the block may go back to its owner */
-            ph_engine_share_freed(e, c, off);
+        /* Retired, then the block goes back to its owner, with no adoption
+         * between: one would make it available (no entry names it) before
+         * the push did it again.  A replay never meets a pushed block. */
+        ph_engine_share_retire_push(e, c, &t->lane, rc == 0 ? off : 0);
         return rc;
     }
     if (!s) {
@@ -1149,7 +1150,7 @@ static int names_word(const ph_space *sp, uint64_t off)
 }
 
 /* Recovery: redo one committed logged operation (see log/lane.c). */
-static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s, int view);
+static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s);
 
 static void roll_forward(void *arg, const ph_lane_op *le)
 {
@@ -1171,13 +1172,14 @@ static void roll_forward(void *arg, const ph_lane_op *le)
     ph_slab *s = ph_engine_chunk_slab(e, le->block), *view = NULL;
     if (!s && e->shared) /* a takeover: the block may lie in another process's slab */
         s = view = ph_engine_share_view(e, o->c, le->block);
-    redo(o, le, dest, s, view != NULL);
+    redo(o, le, dest, s);
     ph_engine_share_unview(e, o->c, view);
 }
 
 /* roll_forward with the destination word and the block's slab (NULL:
- * large; `view`: another process's slab, seen through a copy of its own). */
-static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s, int view)
+ * large; in a takeover, perhaps another process's slab seen through a
+ * view of its own). */
+static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s)
 {
     ph_engine *e = o->e;
     ph_space *sp = e->sp;
@@ -1232,10 +1234,11 @@ static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s, 
         int rc = s ? ph_engine_clear_block(sp, o->c, s, &r) : -1;
         if (rc == 0 && r.old) /* else clear already: done before */
             ph_morph_unpin(sp, o->c, s, r.index, NULL, NULL);
-        else if (view && (rc == 0 || rc == PHEAP_EDOUBLEFREE))
-            /* a dead process's free of another's block, cleared now or by it: its push
-             * comes after the retirement, so it never happened -- the owner takes the
-             * block back from the list (no adoption made it available meanwhile) */
+        else if (e->shared && s && !r.old && (rc == 0 || rc == PHEAP_EDOUBLEFREE))
+            /* a takeover: a dead process's free of another's block -- or of this
+             * process's own -- cleared now or by it; its push comes with the
+             * retirement, so it never happened: the owner takes the block back from
+             * the list (no adoption made it available meanwhile: the entry withholds it) */
             ph_engine_share_push(e, le->block);
         else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);

@@ -68,11 +68,24 @@ int ph_engine_share_clear(ph_engine *e, ph_pctx *c, uint64_t off)
     return rc;
 }
 
-void ph_engine_share_freed(ph_engine *e, ph_pctx *c, uint64_t off)
+void ph_engine_share_retire_push(ph_engine *e, ph_pctx *c, ph_lane *lane, uint64_t off)
 {
     uint64_t start;
-    if (hold_slab(e, c, off, &start))
+    int slab = hold_slab(e, c, off ? off : e->sp->data_off, &start);
+    ph_lane_end(&e->lanes, c, lane);
+    if (off && slab)
         ph_slab_remote_push(e->sp, chunk_words(e, ph_engine_chunk_of(e, off)), off);
+    ph_extents_unhold(e->ext, c);
+}
+
+void ph_engine_share_free_now(ph_engine *e, ph_pctx *c, uint64_t off, int *skip)
+{
+    uint64_t start;
+    *skip = 1;
+    if (hold_slab(e, c, off, &start)) {
+        uint64_t ch = ph_engine_chunk_of(e, off);
+        *skip = ph_slab_remote_free(e->sp, c, desc_of(e, ch), chunk_words(e, ch), start, off) != 0;
+    }
     ph_extents_unhold(e->ext, c);
 }
 
@@ -250,7 +263,8 @@ int ph_engine_takeover(ph_engine *e, ph_pctx *c, unsigned owner, uint64_t dead,
                        ph_takeover_info *out)
 {
     ph_takeover_info st = {0, 0, 0, 0};
-    int rc = 0;
+    /* first what it did to the heap: grown it, appended to the log */
+    int rc = ph_extents_sync(e->ext, NULL);
     /* 1: its lanes rolled forward and retired (frees of others' blocks pushed
      * onto their lists), before anything it held becomes anyone's */
     for (unsigned l = 0; l < PH_LANES_MAX && !rc; l++) {

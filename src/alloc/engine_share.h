@@ -26,11 +26,18 @@ int ph_engine_share_live(ph_engine *e, ph_pctx *c, uint64_t off);
 
 /* A logged free of a block of another process's slab, in two steps
  * around the retirement of its lane entry: its A bit cleared durably (0,
- * or the error of a bad free, nothing changed), then -- the entry
- * retired, so that no replay of it can meet the block handed out again --
- * the block pushed onto the slab's remote-free list. */
+ * or the error of a bad free, nothing changed); then, under the extent
+ * index's locks, which adoptions hold too, the entry retired and the
+ * block (`off`; 0: none, the free failed) pushed onto the slab's
+ * remote-free list -- after the retirement, so that no replay of the
+ * entry meets the block handed out again, and with no adoption between,
+ * which would make the block available before the push did it again. */
 int ph_engine_share_clear(ph_engine *e, ph_pctx *c, uint64_t off);
-void ph_engine_share_freed(ph_engine *e, ph_pctx *c, uint64_t off);
+void ph_engine_share_retire_push(ph_engine *e, ph_pctx *c, ph_lane *lane, uint64_t off);
+/* A transaction's free of a block of another process's slab, at its
+ * commit: cleared durably and pushed in one hold of those locks (*skip:
+ * it was not live any more, nothing done). */
+void ph_engine_share_free_now(ph_engine *e, ph_pctx *c, uint64_t off, int *skip);
 
 /* A takeover's view of another process's slab holding `off`: a slab
  * (malloc'ed) whose commits are compare-and-swaps on the descriptor, with

@@ -165,8 +165,10 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
         ph_slab *s = v[k].slab;
-        if (ph_unlikely(v[k].foreign)) { /* cleared now, pushed once the log is retired */
-            v[k].skip = ph_engine_share_clear(e, c, v[k].off) != 0;
+        if (ph_unlikely(v[k].foreign)) { /* cleared and pushed at once (engine_share.h) */
+            int skip;
+            ph_engine_share_free_now(e, c, v[k].off, &skip);
+            v[k].skip = (uint32_t)skip;
             continue;
         }
         if (!s) {
@@ -212,8 +214,8 @@ void ph_engine_tx_release(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_tx_ch
         if (v[k].kind != PH_TXREC_FREE || v[k].skip)
             continue;
         if (v[k].foreign)
-            ph_engine_share_freed(e, c, v[k].off);
-        else if (v[k].slab && v[k].old)
+            continue; /* back with its owner since the commit */
+        if (v[k].slab && v[k].old)
             ph_engine_old_freed(e, c, v[k].slab, v[k].index);
         else if (v[k].slab)
             ph_engine_cache_block(e, t, c, v[k].slab->xcls, v[k].off);

@@ -83,12 +83,17 @@ uint32_t ph_slab_collect(ph_space *sp, ph_slab *s, ph_procs_chunk *pc, int *bad)
             break;
         }
         ph_slab_bitpos(i, &w, &sh);
+        /* the copy refreshed under the word's lock: the owner's threads set
+         * bits of the word under it (ph_slab_cas_locked), copy included */
+        ph_spin_lock(&s->wlock[w]);
         uint64_t v = ph_load(&s->desc->xbits[w]);
+        if (!((v >> sh) & 1))
+            ph_store(&s->bits[w], v);
+        ph_slab_unlock(s, w);
         if ((v >> sh) & 1) { /* allocated: no remote free put it here */
             *bad = 1;
             break;
         }
-        ph_store(&s->bits[w], v);
         uint64_t next = __atomic_load_n((const uint64_t *)ph_space_at(sp, off), __ATOMIC_RELAXED);
         ph_slab_give(s, off);
         n++;
