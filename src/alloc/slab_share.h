@@ -55,8 +55,8 @@ int ph_slab_remote_free(ph_space *sp, ph_pctx *c, ph_slab_desc *d, ph_procs_chun
                         uint64_t chunk_off, uint64_t off);
 
 /* The second step alone: `off`, whose A bit a free cleared durably, pushed
- * onto the list (a logged free pushes only after its lane entry is
- * retired: a replay of the entry must never meet the block handed out
+ * onto the list (a logged free pushes only with its lane entry's
+ * retirement: a replay of the entry must never meet the block handed out
  * again).  Under the same lock. */
 void ph_slab_remote_push(ph_space *sp, ph_procs_chunk *pc, uint64_t off);
 
