@@ -1025,6 +1025,8 @@ int ph_engine_free_from(ph_engine *e, ph_tcache *t, ph_pctx *c, uint64_t *src)
     uint64_t off = ph_load(src);
     if (off == 0)
         return 0;
+    if (off >= ph_space_size(sp) && e->shared)
+        (void)ph_space_follow(sp); /* a block in pages another process added */
     if (off < sp->data_off || off >= ph_space_size(sp))
         return ph_err(PHEAP_ERANGE, "*src = %llu is outside the data region", (unsigned long long)off);
     if (e->gc) { /* checked, unlinked, freed: a crash between is recovery's business */

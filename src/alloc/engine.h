@@ -102,8 +102,10 @@ void ph_engine_detach(ph_engine *e);
  * owner - 1, identity `dead`), while the others run: the committed
  * entries of its lanes rolled forward and retired, then its extent
  * reservations dropped, then its slabs left to no one (docs/SHARING.md,
- * "Takeover").  Not yet: its transaction logs.  0, or the error of a lane
- * entry that cannot be replayed (ECORRUPT; the rest left as it was). */
+ * "Takeover").  Not yet: its transaction logs.  One survivor at a time
+ * per dead process: the caller claims the takeover first (two replays
+ * would push one block twice).  0, or the error of a lane entry that
+ * cannot be replayed (ECORRUPT; the rest left as it was). */
 typedef struct ph_takeover_info {
     unsigned lanes, entries;      /* its lanes, and their entries rolled forward */
     uint64_t reservations, slabs; /* reservations dropped, slabs left to no one */

@@ -51,16 +51,16 @@ static int emit_slab(map_walk *w, uint64_t off, unsigned cls)
                          .blocks_total = ph_class_blocks(cls)};
     /* No slab in the chunk map: committed a moment ago, not yet handed
      * to its arena, so nothing is allocated in it. */
-    if (s) { /* as of one moment between morphs; by the class it has now */
+    if (s) { /* as of one moment between morphs; by the class it has now -- which
+              * the walk's copy of the index may not know: the chunk may have been
+              * released and made a slab of another class since the copy */
         ph_slab_view v;
         ph_slab_view_of(s, &v);
         r.blocks_used = v.live;
-        if (v.morph) {
-            r.cls = v.cls;
-            r.blocks_total = v.nblocks;
-            if ((r.old_used = v.old_live) != 0)
-                r.old_cls = v.old_cls;
-        }
+        r.cls = v.cls;
+        r.blocks_total = v.nblocks;
+        if (v.morph && (r.old_used = v.old_live) != 0)
+            r.old_cls = v.old_cls;
     }
     return w->req->fn(w->req->arg, &r);
 }

@@ -80,6 +80,7 @@ static int open_index(ph_space *sp, unsigned owner, ph_extents **out, ph_extent_
  * both fenced before this index appends anything. */
 static void repair_taken(ph_extents *x, ph_pctx *c, uint64_t from)
 {
+    ph_persist_flush(&x->sp->persist, c, x->hdr, sizeof(*x->hdr)); /* a switch or mark of its */
     for (uint64_t j = from; j < x->tail; j++)
         ph_persist_flush(&x->sp->persist, c, &x->half[x->active][j], sizeof(ph_extlog_entry));
     ph_extent_log_scrub(x, c);
@@ -94,10 +95,13 @@ int ph_extent_lock(ph_extents *x, ph_pctx *c, int purge, ph_extents_sync_info *i
     if (x->xplock) {
         int taken = ph_plock_lock(x->xplock, x->plock_owner) == PH_PLOCK_TAKEN;
         uint64_t from = x->tail;
-        rc = ph_extent_sync_locked(x, info);
-        if (taken) {
+        ph_extents_sync_info st = {0, 0};
+        rc = ph_extent_sync_locked(x, &st);
+        if (info)
+            *info = st;
+        if (taken) { /* after a compaction of the dead holder's: the whole new half */
             ph_pctx own = {0}; /* a lookup's caller has no context: one of its own */
-            repair_taken(x, c ? c : &own, x->tail < from ? 0 : from);
+            repair_taken(x, c ? c : &own, st.rebuilt || x->tail < from ? 0 : from);
             ph_persist_ctx_release(&own);
         }
     }
