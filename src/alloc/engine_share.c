@@ -10,10 +10,10 @@
  * under the extent index's locks (which keep the chunk what it is) a
  * block of a slab is freed into the slab's remote-free list
  * (alloc/slab_share.h), anything else as a large block; the calls that
- * ask whether a block or word is live read such a slab's descriptor.  When a class
- * has no slab with available blocks, the owner first takes back the
- * blocks others freed in its slabs of that class, then adopts an unowned
- * slab of the class, and only then makes one.
+ * ask whether a block or word is live read such a slab's descriptor.
+ * When a class has no slab with available blocks, the owner first takes
+ * back the blocks others freed in its slabs of that class, then adopts an
+ * unowned slab of the class, and only then makes one.
  */
 #include "alloc/engine_share.h"
 
@@ -203,7 +203,8 @@ static void withhold(void *arg, const ph_lane_op *op)
 static ph_slab *adopt(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls)
 {
     for (uint64_t ch = 0; ch < ph_engine_backed_chunks(e); ch++) {
-        if (ph_load(&e->chunks[ch]) || __atomic_load_n(&chunk_words(e, ch)->xowner, __ATOMIC_RELAXED) ||
+        if (ph_load(&e->chunks[ch]) ||
+            __atomic_load_n(&chunk_words(e, ch)->xowner, __ATOMIC_RELAXED) ||
             ph_load_relaxed(&desc_of(e, ch)->cls) != cls)
             continue;
         uint64_t off = e->sp->data_off + ch * PH_CHUNK_SIZE, start, none = 0;

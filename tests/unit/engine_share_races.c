@@ -64,7 +64,8 @@ static int fx_open(fx *f, const char *name)
     for (unsigned i = 0; i < 2; i++) {
         f->sh[i] = (ph_engine_share){i + 1, i + 1,
                                      ph_space_at(&f->h->sp, PH_PROCS_CHUNKS_AT(f->r->offset)),
-                                     &f->lock, ph_space_at(&f->h->sp, PH_PROCS_LANES_AT(f->r->offset)),
+                                     &f->lock,
+                                     ph_space_at(&f->h->sp, PH_PROCS_LANES_AT(f->r->offset)),
                                      {i + 1, never_dead, NULL}};
         if (ph_engine_open_shared(&f->h->sp, &f->sh[i], &f->e[i]))
             return -1;
@@ -269,7 +270,8 @@ static void *remote_and_collect(void *p)
         int bad;
         uint32_t got = ph_slab_collect(&r->h->sp, r->s, r->pc, &bad);
         if (bad)
-            ph_test_fail(__FILE__, __LINE__, "collect: bad list after %u, navail %u", got, r->s->navail);
+            ph_test_fail(__FILE__, __LINE__, "collect: bad list after %u, navail %u", got,
+                         r->s->navail);
         uint64_t buf[64];
         ph_slab_take(r->s, buf, 64); /* into a cache again */
         r->collects++;
