@@ -78,17 +78,6 @@ void ph_engine_share_retire_push(ph_engine *e, ph_pctx *c, ph_lane *lane, uint64
     ph_extents_unhold(e->ext, c);
 }
 
-void ph_engine_share_free_now(ph_engine *e, ph_pctx *c, uint64_t off, int *skip)
-{
-    uint64_t start;
-    *skip = 1;
-    if (hold_slab(e, c, off, &start)) {
-        uint64_t ch = ph_engine_chunk_of(e, off);
-        *skip = ph_slab_remote_free(e->sp, c, desc_of(e, ch), chunk_words(e, ch), start, off) != 0;
-    }
-    ph_extents_unhold(e->ext, c);
-}
-
 ph_slab *ph_engine_share_view(ph_engine *e, ph_pctx *c, uint64_t off)
 {
     uint64_t start;
@@ -154,18 +143,8 @@ int ph_engine_share_live(ph_engine *e, ph_pctx *c, uint64_t off)
     if (!rc && kind != PH_EXT_SLAB)
         rc = 1;
     if (!rc) {
-        const ph_slab_desc *d = desc_of(e, ph_engine_chunk_of(e, off));
-        uint64_t size = ph_load(&d->block_size), nb = ph_load(&d->nblocks);
         uint32_t w, sh;
-        if (!size || (off - start) % size || (off - start) / size >= nb) {
-            rc = ph_err(PHEAP_EINTERIOR, "offset %llu is inside a block of another process's "
-                        "slab", (unsigned long long)off);
-        } else {
-            ph_slab_bitpos((uint32_t)((off - start) / size), &w, &sh);
-            rc = ph_slab_pair_error((unsigned)(ph_load(&d->xbits[w]) >> sh) & 3u);
-            if (rc)
-                rc = ph_slab_free_error(rc, off);
-        }
+        rc = ph_slab_desc_live(desc_of(e, ph_engine_chunk_of(e, off)), start, off, &w, &sh);
     }
     ph_extents_unhold(e->ext, c);
     return rc;
@@ -229,9 +208,8 @@ static ph_slab *adopt(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls)
         s->in_partial = 0;
         s->evac = 0;
         ph_store(&e->chunks[ch], s);
-        if (s->navail)
+        if (s->navail) /* else full: kept, its blocks come back through its list */
             return s;
-        s->in_partial = 0; /* full: kept, its blocks come back through its list */
     }
     return NULL;
 }

@@ -14,9 +14,11 @@ void ph_engine_share_own(ph_engine *e, ph_slab *s);
 void ph_engine_share_disown(ph_engine *e, ph_slab *s);
 
 /* A free of `off`, which no slab of this process holds: a block of
- * another process's slab goes to that slab's remote-free list (0, or the
- * error of a bad free, nothing changed); 1 when no slab holds it (the
- * caller frees it as a large block). */
+ * another process's slab is cleared durably and goes to that slab's
+ * remote-free list in one hold of the extent index's locks (pheap_free,
+ * and a transaction's commit); 0, or the error of a bad free, nothing
+ * changed; 1 when no slab holds it (the caller frees it as a large
+ * block). */
 int ph_engine_share_free(ph_engine *e, ph_pctx *c, uint64_t off);
 
 /* Whether `off`, which no slab of this process holds, is a live block of
@@ -34,10 +36,7 @@ int ph_engine_share_live(ph_engine *e, ph_pctx *c, uint64_t off);
  * which would make the block available before the push did it again. */
 int ph_engine_share_clear(ph_engine *e, ph_pctx *c, uint64_t off);
 void ph_engine_share_retire_push(ph_engine *e, ph_pctx *c, ph_lane *lane, uint64_t off);
-/* A transaction's free of a block of another process's slab, at its
- * commit: cleared durably and pushed in one hold of those locks (*skip:
- * it was not live any more, nothing done). */
-void ph_engine_share_free_now(ph_engine *e, ph_pctx *c, uint64_t off, int *skip);
+
 
 /* A takeover's view of another process's slab holding `off`: a slab
  * (malloc'ed) whose commits are compare-and-swaps on the descriptor, with

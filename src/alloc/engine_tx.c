@@ -166,9 +166,7 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
     for (size_t k = 0; k < n; k++) {
         ph_slab *s = v[k].slab;
         if (ph_unlikely(v[k].foreign)) { /* cleared and pushed at once (engine_share.h) */
-            int skip;
-            ph_engine_share_free_now(e, c, v[k].off, &skip);
-            v[k].skip = (uint32_t)skip;
+            v[k].skip = ph_engine_share_free(e, c, v[k].off) != 0;
             continue;
         }
         if (!s) {

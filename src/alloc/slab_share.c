@@ -25,8 +25,8 @@ int ph_slab_shared_set(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i)
     return ph_slab_cas_locked(sp, c, s, w, 3ull << sh, sh, 0);
 }
 
-int ph_slab_shared_clear(ph_space *sp, ph_pctx *c, ph_slab_desc *d, uint64_t chunk_off,
-                         uint64_t off)
+int ph_slab_desc_live(const ph_slab_desc *d, uint64_t chunk_off, uint64_t off, uint32_t *w,
+                      uint32_t *sh)
 {
     uint64_t size = ph_load(&d->block_size), nblocks = ph_load(&d->nblocks);
     if (ph_load(&d->morph))
@@ -36,12 +36,21 @@ int ph_slab_shared_clear(ph_space *sp, ph_pctx *c, ph_slab_desc *d, uint64_t chu
         (off - chunk_off) / size >= nblocks)
         return ph_err(PHEAP_EINTERIOR, "free of %llu: not the start of a block",
                       (unsigned long long)off);
+    ph_slab_bitpos((uint32_t)((off - chunk_off) / size), w, sh);
+    int rc = ph_slab_pair_error((unsigned)(ph_load(&d->xbits[*w]) >> *sh) & 3u);
+    return rc ? ph_slab_free_error(rc, off) : 0;
+}
+
+int ph_slab_shared_clear(ph_space *sp, ph_pctx *c, ph_slab_desc *d, uint64_t chunk_off,
+                         uint64_t off)
+{
     uint32_t w, sh;
-    ph_slab_bitpos((uint32_t)((off - chunk_off) / size), &w, &sh);
+    int rc = ph_slab_desc_live(d, chunk_off, off, &w, &sh);
+    if (rc)
+        return rc;
     uint64_t *word = &d->xbits[w], v = ph_load(word);
-    do {
-        int rc = ph_slab_pair_error((unsigned)(v >> sh) & 3u);
-        if (rc)
+    do { /* the check again on every value the word takes: a free may come between */
+        if ((rc = ph_slab_pair_error((unsigned)(v >> sh) & 3u)) != 0)
             return ph_slab_free_error(rc, off);
     } while (!ph_persist_cas(&sp->persist, c, word, &v, v & ~(1ull << sh)));
     ph_persist_flush(&sp->persist, c, word, sizeof(*word));

@@ -40,6 +40,12 @@
  * the bitmap (nothing changed: the caller's available set was wrong). */
 int ph_slab_shared_set(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t i);
 
+/* 0, with the bitmap word and A's shift of block `off`, when it is a live
+ * block of the slab whose descriptor is d (read from the descriptor: any
+ * process's slab); else the error of its free, as ph_slab_shared_clear. */
+int ph_slab_desc_live(const ph_slab_desc *d, uint64_t chunk_off, uint64_t off, uint32_t *w,
+                      uint32_t *sh);
+
 /* A free of block `off` in the slab whose descriptor is d (any process's):
  * A cleared by compare-and-swap and flushed (durable at the caller's next
  * fence).  Errors, with nothing changed: PHEAP_EINTERIOR (not a block's
