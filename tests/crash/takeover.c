@@ -19,6 +19,7 @@
 #include "alloc/engine.h"
 #include "format/header.h"
 #include "harness.h"
+#include "share_test.h"
 #include "heap/heap.h"
 #include "log/lane.h"
 
@@ -31,31 +32,17 @@ static int a_dead(void *ctx, uint64_t who)
     return who == 1;
 }
 
-static ph_engine_share share_of(pheap *h, unsigned owner)
-{
-    const ph_region *r = ph_header_region(&h->hdr, PH_REGION_PROCS);
-    return (ph_engine_share){owner, owner, ph_space_at(&h->sp, PH_PROCS_CHUNKS_AT(r->offset)),
-                             &ext_lock, ph_space_at(&h->sp, PH_PROCS_LANES_AT(r->offset)),
-                             {owner, a_dead, NULL}};
-}
-
-static void fresh_cache(ph_tcache *t)
-{
-    memset(t, 0, sizeof(*t));
-    t->arena = -1;
-    t->lane.index = -1;
-}
-
 static void workload(ph_crash_ctx *c)
 {
     pheap *h = c->heap;
     ph_pctx *pc = ph_heap_pctx(h);
     uint64_t *w = pheap_direct(h, words);
-    ph_engine_share sa = share_of(h, 1), sb = share_of(h, 2);
+    ph_engine_share sa = ph_test_share(h, 1, 0, &ext_lock, a_dead, NULL),
+                    sb = ph_test_share(h, 2, 0, &ext_lock, a_dead, NULL);
     ph_engine *a = NULL, *b = NULL;
     ph_tcache ta, tb;
-    fresh_cache(&ta);
-    fresh_cache(&tb);
+    ph_test_tcache(&ta);
+    ph_test_tcache(&tb);
     ext_lock = 0;
     if (ph_engine_open_shared(&h->sp, &sa, &a) || ph_engine_open_shared(&h->sp, &sb, &b)) {
         ph_test_fail(__FILE__, __LINE__, "open: %s", pheap_errmsg());

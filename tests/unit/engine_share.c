@@ -17,6 +17,7 @@
 #include "alloc/engine.h"
 #include "format/header.h"
 #include "harness.h"
+#include "share_test.h"
 #include "heap/heap.h"
 
 enum { RING = 512, THREADS = 4 };
@@ -57,9 +58,7 @@ static void *worker(void *p)
     shared *s = a->s;
     ph_engine *e = s->e[a->eng];
     ph_tcache t;
-    memset(&t, 0, sizeof(t));
-    t.arena = -1;
-    t.lane.index = -1;
+    ph_test_tcache(&t);
     ph_pctx c = {0};
     for (unsigned step = 0; step < s->steps && !ph_test_failed; step++) {
         uint64_t *slot = &s->ring[ph_test_rand(&a->seed) % RING];
@@ -160,10 +159,7 @@ TEST(two_engines_share_a_heap)
     uint64_t lock = 0;
     ph_engine_share sh[2];
     for (unsigned i = 0; i < 2; i++) {
-        sh[i] = (ph_engine_share){i + 1, i + 1,
-                                  ph_space_at(&h->sp, PH_PROCS_CHUNKS_AT(r->offset)), &lock,
-                                  ph_space_at(&h->sp, PH_PROCS_LANES_AT(r->offset)),
-                                  {i + 1, never_dead, NULL}};
+        sh[i] = ph_test_share(h, i + 1, 0, &lock, never_dead, NULL);
         REQUIRE_OK(ph_engine_open_shared(&h->sp, &sh[i], &s->e[i]));
     }
     run(s, 40000, 2);
@@ -194,9 +190,7 @@ TEST(two_engines_share_a_heap)
     enum { MANY = 30000 };
     uint64_t *many = malloc(MANY * sizeof(*many));
     ph_tcache t;
-    memset(&t, 0, sizeof(t));
-    t.arena = -1;
-    t.lane.index = -1;
+    ph_test_tcache(&t);
     ph_pctx c = {0};
     for (unsigned i = 0; i < MANY; i++) {
         many[i] = ph_engine_alloc(s->e[1], &t, &c, 48, NULL);

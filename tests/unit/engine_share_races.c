@@ -20,6 +20,7 @@
 #include "alloc/slab_share.h"
 #include "format/header.h"
 #include "harness.h"
+#include "share_test.h"
 #include "heap/heap.h"
 #include "log/lane.h"
 
@@ -41,13 +42,6 @@ typedef struct fx {
     ph_pctx c;
 } fx;
 
-static void tc_init(ph_tcache *t)
-{
-    memset(t, 0, sizeof(*t));
-    t->arena = -1;
-    t->lane.index = -1;
-}
-
 static int fx_open(fx *f, const char *name)
 {
     memset(f, 0, sizeof(*f));
@@ -62,16 +56,12 @@ static int fx_open(fx *f, const char *name)
     if (!(f->words = pheap_alloc_init(f->h, 64, PHEAP_ALLOC_ZERO, NULL, NULL)))
         return -1;
     for (unsigned i = 0; i < 2; i++) {
-        f->sh[i] = (ph_engine_share){i + 1, i + 1,
-                                     ph_space_at(&f->h->sp, PH_PROCS_CHUNKS_AT(f->r->offset)),
-                                     &f->lock,
-                                     ph_space_at(&f->h->sp, PH_PROCS_LANES_AT(f->r->offset)),
-                                     {i + 1, never_dead, NULL}};
+        f->sh[i] = ph_test_share(f->h, i + 1, 0, &f->lock, never_dead, NULL);
         if (ph_engine_open_shared(&f->h->sp, &f->sh[i], &f->e[i]))
             return -1;
     }
     for (unsigned i = 0; i < 4; i++)
-        tc_init(&f->t[i]);
+        ph_test_tcache(&f->t[i]);
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "alloc/engine.h"
 #include "format/header.h"
 #include "harness.h"
+#include "share_test.h"
 #include "heap/heap.h"
 
 enum { PROCS = 3, WORDS = 48, GENS = 4096 };
@@ -45,11 +46,7 @@ typedef struct fixture {
 
 static ph_engine_share share_of(fixture *f, unsigned owner, unsigned gen)
 {
-    return (ph_engine_share){(uint64_t)gen << 8 | owner, owner,
-                             ph_space_at(&f->h->sp, PH_PROCS_CHUNKS_AT(f->procs->offset)),
-                             &f->s->ext_lock,
-                             ph_space_at(&f->h->sp, PH_PROCS_LANES_AT(f->procs->offset)),
-                             {(uint64_t)gen << 8 | owner, gen_dead, f->s}};
+    return ph_test_share(f->h, owner, gen, &f->s->ext_lock, gen_dead, f->s);
 }
 
 static uint64_t *words_of(fixture *f, unsigned slot)
@@ -66,9 +63,7 @@ static void child(fixture *f, unsigned slot, unsigned gen)
     if (ph_engine_open_shared(&f->h->sp, &sh, &e))
         _exit(3);
     ph_tcache t;
-    memset(&t, 0, sizeof(t));
-    t.arena = -1;
-    t.lane.index = -1;
+    ph_test_tcache(&t);
     ph_pctx c = {0};
     uint64_t rng = 1000 + gen, *w = words_of(f, slot);
     for (;;) {
@@ -105,9 +100,7 @@ TEST(processes_killed_and_taken_over)
     ph_engine *e = NULL;
     REQUIRE_OK(ph_engine_open_shared(&f.h->sp, &me, &e));
     ph_tcache t;
-    memset(&t, 0, sizeof(t));
-    t.arena = -1;
-    t.lane.index = -1;
+    ph_test_tcache(&t);
     ph_pctx c = {0};
     pid_t pid[PROCS + 1] = {0};
     unsigned gen_of[PROCS + 1] = {0}, next_gen = 1, kills = 0;

@@ -14,6 +14,7 @@
 #include "alloc/engine_int.h"
 #include "format/header.h"
 #include "harness.h"
+#include "share_test.h"
 #include "heap/heap.h"
 #include "log/lane.h"
 
@@ -27,27 +28,16 @@ static int gen_dead(void *ctx, uint64_t who)
     return (int)__atomic_load_n(&((pshared *)ctx)->dead[who >> 8], __ATOMIC_ACQUIRE);
 }
 
-static ph_engine_share share_of(pheap *h, const ph_region *r, pshared *s, unsigned owner,
-                                unsigned gen)
-{
-    return (ph_engine_share){(uint64_t)gen << 8 | owner, owner,
-                             ph_space_at(&h->sp, PH_PROCS_CHUNKS_AT(r->offset)), &s->ext_lock,
-                             ph_space_at(&h->sp, PH_PROCS_LANES_AT(r->offset)),
-                             {(uint64_t)gen << 8 | owner, gen_dead, s}};
-}
-
 /* Process D: pheap_alloc_to of 16 MiB (the heap is 4 MiB: it grows), killed
  * after its lane entry is written (engine.c, alloc_logged: reserve, begin). */
-static void child(pheap *h, const ph_region *r, pshared *s, pheap_off word)
+static void child(pheap *h, pshared *s, pheap_off word)
 {
-    ph_engine_share sh = share_of(h, r, s, 2, 1);
+    ph_engine_share sh = ph_test_share(h, 2, 1, &s->ext_lock, gen_dead, s);
     ph_engine *e = NULL;
     if (ph_engine_open_shared(&h->sp, &sh, &e))
         _exit(3);
     ph_tcache t;
-    memset(&t, 0, sizeof(t));
-    t.arena = -1;
-    t.lane.index = -1;
+    ph_test_tcache(&t);
     ph_pctx c = {0};
     uint64_t off, bytes = 16u << 20;
     if (ph_engine_lane(e, &t, &c) || ph_engine_reserve_large(e, &t, &c, bytes, &off))
@@ -72,13 +62,13 @@ TEST(takeover_of_a_process_that_grew_the_heap)
     pshared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(s != MAP_FAILED);
     memset(s, 0, sizeof(*s));
-    ph_engine_share me = share_of(h, r, s, 1, 0);
+    ph_engine_share me = ph_test_share(h, 1, 0, &s->ext_lock, gen_dead, s);
     ph_engine *e = NULL;
     REQUIRE_OK(ph_engine_open_shared(&h->sp, &me, &e));
     uint64_t before = ph_space_size(&h->sp);
     pid_t q = fork();
     if (q == 0)
-        child(h, r, s, word);
+        child(h, s, word);
     REQUIRE(q > 0);
     int st;
     REQUIRE(waitpid(q, &st, 0) == q);

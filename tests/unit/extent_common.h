@@ -1,12 +1,13 @@
 /*
  * extent_common.h -- what the tests of extent indexes kept by several
- * processes share (extent_sync.c, extent_share.c): the check that two
- * indexes of one heap agree.
+ * processes share (extent_sync.c, extent_share.c): a fresh heap, and the
+ * check that two indexes of one heap agree.
  */
 #ifndef PH_TEST_EXTENT_COMMON_H
 #define PH_TEST_EXTENT_COMMON_H
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "alloc/extent.h"
 #include "harness.h"
@@ -45,6 +46,19 @@ static inline void expect_same(ph_extents *a, ph_extents *b, int line)
         ph_test_fail(__FILE__, line, "the synced index: %s", err);
     free(va);
     free(vb);
+}
+
+/* A new heap `name` of 2 MiB, growing to max_size, without flushes. */
+static inline pheap *fresh_heap(uint64_t max_size, const char *name)
+{
+    const char *path = ph_test_path(name);
+    unlink(path);
+    pheap_options o = {.size = 2u << 20, .max_size = max_size, .flags = PHEAP_CREATE,
+                       .flush = PHEAP_FLUSH_NONE};
+    pheap *h = NULL;
+    if (pheap_open(path, &o, &h))
+        ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
+    return h;
 }
 
 #endif

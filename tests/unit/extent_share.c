@@ -28,18 +28,6 @@
 #include "harness.h"
 #include "heap/heap.h"
 
-static pheap *fresh(const char *name)
-{
-    const char *path = ph_test_path(name);
-    unlink(path);
-    pheap_options o = {.size = 2u << 20, .max_size = 512u << 20, .flags = PHEAP_CREATE,
-                       .flush = PHEAP_FLUSH_NONE};
-    pheap *h = NULL;
-    if (pheap_open(path, &o, &h))
-        ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
-    return h;
-}
-
 /* The kind of the extent starting at data offset `off` in x, or -1. */
 static int kind_at(ph_extents *x, uint64_t off, uint64_t *npages)
 {
@@ -152,7 +140,7 @@ static void *worker(void *p)
 
 TEST(threads_on_two_shared_indexes)
 {
-    pheap *h = fresh("extshare.heap");
+    pheap *h = fresh_heap(512u << 20, "extshare.heap");
     REQUIRE(h);
     tshared *s = calloc(1, sizeof(*s));
     s->h = h;
@@ -341,7 +329,7 @@ static uint64_t take_over(ph_extents *x, ph_pctx *c, pshared *s, unsigned slot)
 
 TEST(processes_killed_at_random)
 {
-    pheap *h = fresh("extshare-kill.heap");
+    pheap *h = fresh_heap(512u << 20, "extshare-kill.heap");
     REQUIRE(h);
     pshared *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(s != MAP_FAILED);

@@ -17,21 +17,9 @@
 #include "harness.h"
 #include "heap/heap.h"
 
-static pheap *fresh(const char *name)
-{
-    const char *path = ph_test_path(name);
-    unlink(path);
-    pheap_options o = {.size = 2u << 20, .max_size = 256u << 20, .flags = PHEAP_CREATE,
-                       .flush = PHEAP_FLUSH_NONE};
-    pheap *h = NULL;
-    if (pheap_open(path, &o, &h))
-        ph_test_fail(__FILE__, __LINE__, "create: %s", pheap_errmsg());
-    return h;
-}
-
 TEST(a_second_index_follows_the_first)
 {
-    pheap *h = fresh("extsync.heap");
+    pheap *h = fresh_heap(256u << 20, "extsync.heap");
     REQUIRE(h);
     ph_extents *own = h->engine->ext, *other = NULL;
     REQUIRE_OK(ph_extents_open(&h->sp, &other, NULL, NULL));
@@ -89,7 +77,7 @@ static int kind_at(ph_extents *x, uint64_t page)
 
 TEST(a_reservation_survives_a_rebuild)
 {
-    pheap *h = fresh("extsync-res.heap");
+    pheap *h = fresh_heap(256u << 20, "extsync-res.heap");
     REQUIRE(h);
     ph_extents *own = h->engine->ext, *other = NULL;
     REQUIRE_OK(ph_extents_open(&h->sp, &other, NULL, NULL));
@@ -134,7 +122,7 @@ TEST(a_reservation_survives_a_rebuild)
  * other holds reserved, and the other refuses the entry that says so. */
 TEST(a_contradicting_entry_is_refused)
 {
-    pheap *h = fresh("extsync-bad.heap");
+    pheap *h = fresh_heap(256u << 20, "extsync-bad.heap");
     REQUIRE(h);
     ph_extents *other = NULL;
     REQUIRE_OK(ph_extents_open(&h->sp, &other, NULL, NULL));
@@ -167,7 +155,7 @@ typedef struct shared_block {
  * reservations; an exclusive open's index takes them for free space. */
 TEST(shared_reservations_are_seen_by_every_index)
 {
-    pheap *h = fresh("extsync-shared.heap");
+    pheap *h = fresh_heap(256u << 20, "extsync-shared.heap");
     REQUIRE(h);
     ph_pctx *c = ph_heap_pctx(h);
     ph_extents *x[2] = {NULL, NULL};
