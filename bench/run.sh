@@ -1,6 +1,6 @@
 #!/bin/sh
 # run.sh -- the benchmark run: installs the peer allocators and gnuplot when
-# missing, builds pheap_bench, pheap_kvbench and pheap_namebench in
+# missing, builds pheap_bench, pheap_kvbench, pheap_namebench and pheap_sharebench in
 # BUILD_DIR-bench, runs every workload for every available allocator (one
 # process each), and writes
 #   bench/results/<run>.json      every result of the run
@@ -84,9 +84,10 @@ GEN=""
 command -v ninja >/dev/null 2>&1 && GEN="-G Ninja"
 cmake -S "$ROOT" -B "$BDIR" $GEN -DCMAKE_BUILD_TYPE=Release -DPHEAP_BUILD_BENCH=ON \
     -DPHEAP_BUILD_TESTS=OFF >/dev/null
-cmake --build "$BDIR" --target pheap_bench pheap_kvbench pheap_durabench -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
+cmake --build "$BDIR" --target pheap_bench pheap_kvbench pheap_durabench pheap_sharebench \
+    -j "$(nproc)" >"$BDIR/bench-build.log" 2>&1 || {
     cat "$BDIR/bench-build.log" >&2
-    echo "run.sh: pheap_bench, pheap_kvbench or pheap_durabench does not build" >&2
+    echo "run.sh: pheap_bench, pheap_kvbench, pheap_durabench or pheap_sharebench does not build" >&2
     exit 1
 }
 BIN="$BDIR/bench/pheap_bench"
@@ -182,6 +183,19 @@ case ",$ALLOCS," in *,pheap,*)
     fi ;;
 esac
 
+# ---- sharing: processes on one heap against threads of one process -------
+# pheap_sharebench, in the same heap location: threadtest with 4 threads of
+# one exclusive open, then 4 processes opening the heap with PHEAP_SHARED;
+# one process alone opened shared against exclusive; a takeover's time.
+SHARE_MD="$RES/$RUN-share.md"
+: >"$SHARE_MD"
+case ",$ALLOCS," in *,pheap,*)
+    rounds=2000
+    [ -n "$QUICK" ] && rounds=300
+    { echo '```'; "$BDIR/bench/pheap_sharebench" --heap-dir "$HEAP_DIR" --rounds "$rounds"; echo '```'; } \
+        >"$SHARE_MD" || { echo "run.sh: pheap_sharebench exited $?"; failed=1; } ;;
+esac
+
 # ---- the C++ layer: ptr against raw pointers, vector in transactions -------
 # pheap_cppbench needs a C++ compiler and Boost.Container; CMake leaves it
 # out without them.
@@ -271,6 +285,11 @@ if [ -s "$NAMES_MD" ]; then
     [ "$MODE" = full ] && { echo; echo "## Named objects (pheap_namebench)"; cat "$NAMES_MD"; } >>"$RES/SUMMARY.md"
 fi
 rm -f "$NAMES_MD"
+if [ -s "$SHARE_MD" ]; then
+    { echo; echo "## Processes sharing a heap (pheap_sharebench)"; cat "$SHARE_MD"; } >>"$RES/$RUN/report.md"
+    [ "$MODE" = full ] && { echo; echo "## Processes sharing a heap (pheap_sharebench)"; cat "$SHARE_MD"; } >>"$RES/SUMMARY.md"
+fi
+rm -f "$SHARE_MD"
 if [ -s "${DURA_MD:-}" ]; then
     { echo; echo "## Durability levels on $FS_DIR (pheap_durabench)"; cat "$DURA_MD"; } >>"$RES/$RUN/report.md"
     [ "$MODE" = full ] && { echo; echo "## Durability levels (pheap_durabench)"; cat "$DURA_MD"; } >>"$RES/SUMMARY.md"

@@ -44,7 +44,7 @@ extern "C" {
 /* Heap file format written by this build.  A heap with the same major
  * version and any minor version opens; a newer major is refused. */
 #define PHEAP_FORMAT_MAJOR 1
-#define PHEAP_FORMAT_MINOR 7
+#define PHEAP_FORMAT_MINOR 8
 
 /* Library version as "major.minor.patch". */
 const char *pheap_version(void);
@@ -124,6 +124,8 @@ const char *pheap_errmsg(void);
 #define PHEAP_SIMULATE 0x8u  /* crash simulator: see the section below */
 #define PHEAP_SNAPSHOT 0x10u /* a private view that never writes the file: see
                                 pheap_open (tools: pheap check, info, stats, ls) */
+#define PHEAP_SHARED   0x20u /* read-write, shared with other processes that open
+                                the heap with it: see "Sharing a heap" below */
 
 /* pheap_options.flush: how stores are made durable.  AUTO picks cache-line
  * flushes when the file is on DAX (MAP_SYNC works) and msync otherwise; the
@@ -338,7 +340,8 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * A read-write open takes an exclusive lock on the file: a second
  * read-write or read-only open elsewhere fails with PHEAP_EBUSY until
  * pheap_close (or the death of the process); a PHEAP_SNAPSHOT open does
- * not (see below).  Read-only opens share.
+ * not (see below).  Read-only opens share.  A PHEAP_SHARED open shares
+ * with other PHEAP_SHARED opens only: see "Sharing a heap" below.
  *
  * PHEAP_SNAPSHOT opens a private view that never writes the file: the file
  * is opened for reading only (a heap the caller may only read opens) and
@@ -469,6 +472,7 @@ int pheap_checkpoint_info_get(const char *path, pheap_checkpoint_info *out);
 
 /* A process that holds a heap read-write (pheap_procs). */
 #define PHEAP_PROC_EXCLUSIVE 0x1u /* an exclusive read-write open */
+#define PHEAP_PROC_SHARED 0x2u    /* an open for sharing (PHEAP_SHARED) */
 typedef struct pheap_proc {
     int64_t pid;          /* process id */
     uint64_t start_ticks; /* its start time in clock ticks after boot (/proc/PID/stat
@@ -502,6 +506,65 @@ typedef struct pheap_proc {
  * a file read-only and validating its header (pheap_open), PHEAP_ENOTSUP
  * (a heap made before format 1.6: it has no process table), PHEAP_EIO. */
 int pheap_procs(const char *path, pheap_proc *out, size_t max);
+
+/* ===================================================================== */
+/*  Sharing a heap between processes                                     */
+/* ===================================================================== */
+
+/* pheap_options.flags |= PHEAP_SHARED opens a heap read-write together
+ * with the other processes that open it so (up to 64 at once, the slots of
+ * its process table): each allocates and frees, small and large blocks,
+ * frees blocks the others allocated, reads and sets roots and names; every
+ * operation keeps the guarantees it has in an exclusive open (LOG mode:
+ * durable on return, failure-atomic after a crash of the process or of the
+ * machine), transactions included.  Thread caches and the slabs they draw
+ * from belong to one process (the heap records which); a block of another
+ * process's slab is freed into that slab's list of remote frees, which its
+ * owner takes back.
+ *
+ * Opens: a PHEAP_SHARED open excludes exclusive read-write opens and
+ * read-only opens (PHEAP_EBUSY with the reason, both ways); a
+ * PHEAP_SNAPSHOT view reads a shared heap as it reads one held elsewhere
+ * (pheap_stats: held_elsewhere).  The first process to open the heap when
+ * no other holds it recovers it as an exclusive open does, if it was not
+ * closed cleanly; the last to close it marks it clean.
+ *
+ * Death: a process killed at any instruction (SIGKILL, a crash) stops no
+ * other.  Its lease (pheap_procs) is kept alive by a lock the kernel drops
+ * at its death; the first survivor to notice -- a later open, a close, or
+ * any process's write calls, which look every 10 ms or so while they run
+ * -- takes it over: rolls its operations in flight forward and its
+ * transactions back or forward as recovery would, drops the space it had
+ * reserved, and leaves its slabs to whoever needs them next (pheap_stats:
+ * takeovers, takeover_max_ns).  Blocks it freed in another process's slab
+ * and had not handed back yet may stay unavailable (never handed out
+ * twice) until that slab changes hands or the heap is next opened by a
+ * first process.  A lock between processes held by a dead process is taken
+ * over by its first waiter after a millisecond; no wait lasts for ever.
+ * When every process died, the next open, shared or not, recovers the
+ * heap.
+ *
+ * Named objects are shared: a name one process makes, every process finds
+ * (the directory's lock is between processes, and a BIND is retired with
+ * a fence of its own).  Not available in a shared heap yet (PHEAP_ENOTSUP,
+ * nothing changed): pheap_check, pheap_gc, pheap_defrag, pheap_set_mode,
+ * pheap_walk_chunks, and named objects inside transactions; open the heap
+ * exclusively for those.  pheap_stats reports this process's view of the
+ * slabs (those it owns) and every process's large blocks.  The blocks of
+ * the data region that hold pheap's own metadata (name-directory and
+ * transaction-log segments) are not guarded in a shared heap: another
+ * process may free them and hand their memory out, which one process's
+ * protection could not follow, so they are neither read-only in the
+ * program's view nor refused to pheap_free.
+ *
+ * PHEAP_SHARED excludes PHEAP_RDONLY, PHEAP_SNAPSHOT and PHEAP_SIMULATE
+ * (PHEAP_EINVAL), the checkpoint durability level (PHEAP_EINVAL when asked
+ * for; PHEAP_DURABILITY from the environment gives way to sync), and GC
+ * mode, whose allocations write nothing a survivor could take over
+ * (PHEAP_EINVAL at creation, PHEAP_ENOTSUP for a GC heap).  Heaps of
+ * format 1.7 and before give PHEAP_ENOTSUP: sharing writes log entries
+ * their builds would refuse.  A fork child may not use its parent's shared
+ * handle (as for every handle); it opens the heap itself. */
 
 /* ===================================================================== */
 /*  Persistent pointers                                                  */
@@ -1361,6 +1424,17 @@ struct pheap_stats {
     uint64_t checkpoint_last_pause_ns; /* how long it held the calls at their entry */
     uint64_t checkpoint_last_ns; /* how long it took in all */
     uint64_t checkpoint_errors; /* automatic checkpoints that failed */
+    unsigned shared;          /* 1 if opened with PHEAP_SHARED; then the usage
+                                 figures above (live_blocks, slabs, free_bytes,
+                                 ...) are this process's view: the slabs it owns,
+                                 the large blocks of all */
+    unsigned processes;       /* PHEAP_SHARED: processes holding the heap now, this
+                                 one included */
+    uint64_t takeovers;       /* PHEAP_SHARED: dead processes this handle took over */
+    uint64_t heap_takeovers;  /* dead processes taken over by any process of the
+                                 sharing since its first process opened the heap
+                                 (any handle: a snapshot of a shared heap too) */
+    uint64_t takeover_max_ns; /*   the longest takeover of this handle */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

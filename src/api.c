@@ -8,6 +8,7 @@
 #include "format/layout.h"
 #include "heap/heap.h"
 #include "heap/names.h"
+#include "heap/share.h"
 #include "os/os.h"
 #include "util/error.h"
 
@@ -187,5 +188,6 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->fragmentation = held ? 1.0 - (double)st.live_bytes / (double)held : 0.0;
     out->file_syncs = ph_persist_syncs(&h->sp.persist);
     ph_tier_stats(h, out);
+    ph_share_stats(h, out);
     return 0;
 }

@@ -1118,6 +1118,7 @@ typedef struct open_ctx {
     int repair;  /* writable: what a morph cut short left is put right */
     int repaired; /* ... and something was: a fence to take */
     int rc;
+    ph_engine_pushes *pushes; /* a takeover: blocks its frees give back (engine_share.c) */
 } open_ctx;
 
 static void on_slab(void *arg, uint64_t off, unsigned cls)
@@ -1236,12 +1237,15 @@ static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s)
         int rc = s ? ph_engine_clear_block(sp, o->c, s, &r) : -1;
         if (rc == 0 && r.old) /* else clear already: done before */
             ph_morph_unpin(sp, o->c, s, r.index, NULL, NULL);
-        else if (e->shared && s && !r.old && (rc == 0 || rc == PHEAP_EDOUBLEFREE))
+        else if (o->pushes && s && !r.old && (rc == 0 || rc == PHEAP_EDOUBLEFREE)) {
             /* a takeover: a dead process's free of another's block -- or of this
              * process's own -- cleared now or by it; its push comes with the
-             * retirement, so it never happened: the owner takes the block back from
-             * the list (no adoption made it available meanwhile: the entry withholds it) */
-            ph_engine_share_push(e, le->block);
+             * retirement, so it never happened: the block goes onto its slab's list
+             * once the entry is retired (no adoption makes it available meanwhile:
+             * the entry withholds it) */
+            if (ph_engine_pushes_add(o->pushes, le->block))
+                o->rc = ph_err(PHEAP_ENOMEM, "out of memory for a takeover");
+        }
         else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
             o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
     }
@@ -1249,12 +1253,11 @@ static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s)
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));
 }
 
-unsigned ph_engine_share_replay(ph_engine *e, ph_pctx *c, unsigned lane, int *rc)
+unsigned ph_engine_share_replay(ph_engine *e, ph_pctx *c, unsigned lane, ph_engine_pushes *pushes,
+                                int *rc)
 {
-    open_ctx o = {e, c, 1, 0, 0};
+    open_ctx o = {e, c, 1, 0, 0, pushes};
     unsigned n = ph_lanes_scan_one(&e->lanes, lane, roll_forward, &o);
-    if (!o.rc)
-        ph_lanes_retire_one(&e->lanes, c, lane);
     *rc = o.rc;
     return n;
 }
@@ -1322,7 +1325,7 @@ int ph_engine_open_shared(ph_space *sp, const ph_engine_share *share, ph_engine 
 int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engine **out)
 {
     ph_engine *e = NULL;
-    open_ctx o = {NULL, c, writable, 0, 0};
+    open_ctx o = {NULL, c, writable, 0, 0, NULL};
     o.rc = engine_new(sp, &e);
     o.e = e;
     if (!o.rc) {

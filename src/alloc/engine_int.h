@@ -6,6 +6,8 @@
 #ifndef PH_ALLOC_ENGINE_INT_H
 #define PH_ALLOC_ENGINE_INT_H
 
+#include <stdlib.h>
+
 #include "alloc/engine.h"
 #include "alloc/morph.h"
 
@@ -59,5 +61,45 @@ void ph_engine_release_empty_slabs(ph_engine *e, ph_pctx *c);
 int ph_engine_tx_recover(ph_engine *e, ph_pctx *c);
 /* Check of the transaction logs (engine_tx.c): problems found. */
 unsigned ph_engine_tx_check(ph_engine *e, int idle, char *err, size_t errlen);
+
+/* Blocks a takeover gives back to their slabs' remote-free lists once the
+ * logs that free them are retired (engine_share.c). */
+typedef struct ph_engine_pushes {
+    uint64_t *v;
+    size_t n, cap;
+} ph_engine_pushes;
+
+static inline int ph_engine_pushes_add(ph_engine_pushes *p, uint64_t off)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 16;
+        uint64_t *v = realloc(p->v, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        p->v = v;
+        p->cap = cap;
+    }
+    p->v[p->n++] = off;
+    return 0;
+}
+
+/* A takeover of the transaction logs of a dead process's lanes (those
+ * whose holder byte is `owner`), as recovery at open takes every lane's,
+ * in three steps: rolled back or forward, and what that did fenced (the
+ * small blocks its frees give back into *pushes); then, under the extent
+ * index's locks with the lanes' retirement, the logs retired (durable at
+ * the caller's fence); then their overflow segments freed.  NULL with *rc
+ * 0 when the heap has no logs; *rc the error (ECORRUPT: a damaged log,
+ * nothing written for it). */
+typedef struct ph_tx_recovery ph_tx_recovery;
+ph_tx_recovery *ph_engine_tx_takeover(ph_engine *e, ph_pctx *c, uint8_t owner,
+                                      ph_engine_pushes *pushes, int *rc);
+void ph_engine_tx_takeover_retire(ph_tx_recovery *t);
+int ph_engine_tx_takeover_end(ph_tx_recovery *t);
+
+/* Calls fn(arg, off) for each block that a FREE record of a committed log
+ * not yet retired names, in any lane: a commit or a takeover may still
+ * clear it and give it back, so an adoption may not hand it out. */
+void ph_engine_tx_scan_frees(ph_engine *e, void (*fn)(void *, uint64_t), void *arg);
 
 #endif

@@ -165,15 +165,20 @@ static uint32_t collect(ph_engine *e, ph_slab *s)
     return n;
 }
 
-/* A block that a committed lane entry names -- of a live process's
- * operation in flight, or of a dead one's not replayed yet -- is not
- * available in a slab just adopted: that operation, or its replay, may
- * still set or clear its bit, or push it onto the list. */
-static void withhold(void *arg, const ph_lane_op *op)
+/* A block that a committed lane entry or transaction log names -- of a
+ * live process's operation in flight, or of a dead one's not replayed yet
+ * -- is not available in a slab just adopted: that operation, or its
+ * replay, may still set or clear its bit, or push it onto the list. */
+static void withhold_block(void *arg, uint64_t off)
 {
     ph_slab *s = arg;
-    if (op->block >= s->off && op->block < s->off + PH_CHUNK_SIZE)
-        ph_slab_withhold(s, op->block);
+    if (off >= s->off && off < s->off + PH_CHUNK_SIZE)
+        ph_slab_withhold(s, off);
+}
+
+static void withhold(void *arg, const ph_lane_op *op)
+{
+    withhold_block(arg, op->block);
 }
 
 /* An unowned slab of class cls, adopted for arena ai (its lock held), or
@@ -197,8 +202,10 @@ static ph_slab *adopt(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls)
                 ph_slab_own(chunk_words(e, ch), 0); /* no memory: left for another */
             else if (ph_slab_adopt(s, chunk_words(e, ch), e->share.me) != 0)
                 s = NULL; /* not a slab a shared heap holds: left owned, never used */
-            else
+            else {
                 ph_lanes_scan(&e->lanes, withhold, s);
+                ph_engine_tx_scan_frees(e, withhold_block, s);
+            }
         }
         ph_extents_unhold(e->ext, c);
         if (!s)
@@ -238,33 +245,86 @@ void ph_engine_detach(ph_engine *e)
         }
 }
 
+void ph_engine_share_tx_clear(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
+{
+    int held = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!v[k].foreign)
+            continue;
+        uint64_t start;
+        uint32_t kind;
+        if (!held++)
+            (void)ph_extents_hold(e->ext, c, v[k].off, &kind, &start);
+        else
+            ph_extents_holding(e->ext, v[k].off, &kind, &start);
+        v[k].skip = kind != PH_EXT_SLAB ||
+                    ph_slab_shared_clear(e->sp, c, desc_of(e, ph_engine_chunk_of(e, v[k].off)),
+                                         start, v[k].off) != 0;
+    }
+}
+
+void ph_engine_share_tx_push(ph_engine *e, ph_pctx *c, const ph_tx_change *v, size_t n)
+{
+    int held = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!v[k].foreign)
+            continue;
+        held = 1;
+        if (!v[k].skip)
+            ph_engine_share_push(e, v[k].off);
+    }
+    if (held)
+        ph_extents_unhold(e->ext, c);
+}
+
 int ph_engine_takeover(ph_engine *e, ph_pctx *c, unsigned owner, uint64_t dead,
                        ph_takeover_info *out)
 {
     ph_takeover_info st = {0, 0, 0, 0};
+    ph_engine_pushes pushes = {NULL, 0, 0};
     /* first what it did to the heap: grown it, appended to the log */
     int rc = ph_extents_sync(e->ext, NULL);
-    /* 1: its lanes rolled forward and retired (frees of others' blocks pushed
-     * onto their lists), before anything it held becomes anyone's */
+    /* 1: its lanes rolled forward, then its transaction logs rolled back
+     * or forward, before anything it held becomes anyone's */
     for (unsigned l = 0; l < PH_LANES_MAX && !rc; l++) {
         if (__atomic_load_n(&e->share.lanes[l], __ATOMIC_ACQUIRE) != owner)
             continue;
-        st.entries += ph_engine_share_replay(e, c, l, &rc);
+        st.entries += ph_engine_share_replay(e, c, l, &pushes, &rc);
         st.lanes++;
     }
-    if (rc) {
+    ph_tx_recovery *tx = rc ? NULL : ph_engine_tx_takeover(e, c, (uint8_t)owner, &pushes, &rc);
+    if (!rc) {
+        /* 2: under the index's locks, which adoptions take, the lanes and
+         * logs retired, then the blocks they freed given back: before the
+         * retirement a replay by another survivor (this one may die too)
+         * would free them again; after the push no adoption may find them
+         * free and not on the list */
+        uint64_t start;
+        uint32_t kind;
+        (void)ph_extents_hold(e->ext, c, e->data_off, &kind, &start);
+        for (unsigned l = 0; l < PH_LANES_MAX; l++)
+            if (__atomic_load_n(&e->share.lanes[l], __ATOMIC_ACQUIRE) == owner)
+                ph_lanes_retire_one(&e->lanes, c, l);
+        ph_engine_tx_takeover_retire(tx);
+        ph_persist_fence(&e->sp->persist, c);
+        for (size_t i = 0; i < pushes.n; i++)
+            ph_engine_share_push(e, pushes.v[i]);
+        ph_extents_unhold(e->ext, c);
+    }
+    int end = ph_engine_tx_takeover_end(tx); /* its overflow segments, once retired */
+    free(pushes.v);
+    if (rc || (rc = end) != 0) {
         *out = st;
         return rc;
     }
-    ph_persist_fence(&e->sp->persist, c); /* the retirements */
     for (unsigned l = 0; l < PH_LANES_MAX; l++) {
         uint8_t was = (uint8_t)owner;
         __atomic_compare_exchange_n(&e->share.lanes[l], &was, 0, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED);
     }
-    /* 2: its reservations (blocks chosen, frees held) become free space */
+    /* 3: its reservations (blocks chosen, frees held) become free space */
     st.reservations = ph_extents_drop_owner(e->ext, c, owner);
-    /* 3: its slabs become no one's, for whoever needs them to adopt: their
+    /* 4: its slabs become no one's, for whoever needs them to adopt: their
      * bitmaps hold its cached blocks free already */
     for (uint64_t ch = 0; ch < ph_engine_backed_chunks(e); ch++) {
         uint64_t was = dead;

@@ -57,9 +57,21 @@ int ph_engine_share_small_at(ph_engine *e, uint64_t off, uint64_t *start, uint32
  * neither (a new slab must be made).  The slab is on no partial list. */
 ph_slab *ph_engine_share_refill(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls);
 
-/* Rolls forward and retires (durable at the caller's next fence) the
- * committed entries of lane `lane`, a dead process's; returns how many,
- * *rc the error that stopped it. */
-unsigned ph_engine_share_replay(ph_engine *e, ph_pctx *c, unsigned lane, int *rc);
+/* Rolls forward the committed entries of lane `lane`, a dead process's
+ * (the caller retires them): returns how many, *rc the error that stopped
+ * it; the small blocks they free, into *pushes, for the list of their
+ * slab once the lane is retired. */
+unsigned ph_engine_share_replay(ph_engine *e, ph_pctx *c, unsigned lane, ph_engine_pushes *pushes,
+                                int *rc);
+
+/* A transaction's frees of other processes' blocks (v[k].foreign): the
+ * index's locks taken, each A bit cleared (durable at the caller's fence;
+ * a bad free skipped), and the locks kept until
+ * ph_engine_share_tx_push, after the log's retirement, gives the blocks
+ * back to their slabs' lists: before it, a takeover of this process
+ * would roll the free forward again, so no one may have the block; no
+ * adoption comes between, which would make it available twice. */
+void ph_engine_share_tx_clear(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n);
+void ph_engine_share_tx_push(ph_engine *e, ph_pctx *c, const ph_tx_change *v, size_t n);
 
 #endif

@@ -13,7 +13,10 @@
  * blocks and writes each word once with its final value; the caller
  * fences, then unlocks; F3 the log's retirement,
  * after which ph_engine_tx_release makes the freed blocks reusable (before
- * it, a recovery could redo a free over a block handed out again).
+ * it, a recovery could redo a free over a block handed out again).  In a
+ * shared heap, the frees of other processes' blocks are cleared after the
+ * rest of the stage under the extent index's locks, held until the
+ * release gives the blocks back to their slabs' lists (engine_share.h).
  *
  * Recovery reads every log whose state is ACTIVE or FORWARD, and every IDLE
  * one whose first record counts with a seq above its state's (a redo
@@ -165,10 +168,8 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
         ph_slab *s = v[k].slab;
-        if (ph_unlikely(v[k].foreign)) { /* cleared and pushed at once (engine_share.h) */
-            v[k].skip = ph_engine_share_free(e, c, v[k].off) != 0;
-            continue;
-        }
+        if (ph_unlikely(v[k].foreign))
+            continue; /* below */
         if (!s) {
             if (v[k].kind == PH_TXREC_ALLOC)
                 ph_extent_commit_staged(e->ext, c, v[k].off);
@@ -195,6 +196,8 @@ void ph_engine_tx_stage(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
         if (k + 1 == n || group_start(v, k + 1))
             ph_persist_store_nt(&e->sp->persist, c, &s->desc->xbits[v[k].word], w);
     }
+    if (e->shared) /* blocks of other processes' slabs: cleared, and given back after F3 */
+        ph_engine_share_tx_clear(e, c, v, n);
 }
 
 void ph_engine_tx_unlock(ph_engine *e, ph_tx_change *v, size_t n)
@@ -208,11 +211,11 @@ void ph_engine_tx_unlock(ph_engine *e, ph_tx_change *v, size_t n)
 void ph_engine_tx_release(ph_engine *e, ph_tcache *t, ph_pctx *c, const ph_tx_change *v,
                           size_t n)
 {
+    if (e->shared) /* first: the index's locks held since the stage go */
+        ph_engine_share_tx_push(e, c, v, n);
     for (size_t k = 0; k < n; k++) {
-        if (v[k].kind != PH_TXREC_FREE || v[k].skip)
-            continue;
-        if (v[k].foreign)
-            continue; /* back with its owner since the commit */
+        if (v[k].kind != PH_TXREC_FREE || v[k].skip || v[k].foreign)
+            continue; /* (a foreign block is back with its owner) */
         if (v[k].slab && v[k].old)
             ph_engine_old_freed(e, c, v[k].slab, v[k].index);
         else if (v[k].slab)
@@ -245,6 +248,7 @@ typedef struct recover_ctx {
     int rc;
     ph_txrec_view *recs; /* the log's records, kept by the walk */
     size_t n, cap;
+    ph_engine_pushes *pushes; /* a takeover: the blocks its frees give back (shared heap) */
 } recover_ctx;
 
 static int in_data(const ph_engine *e, uint64_t off, uint64_t len)
@@ -301,11 +305,17 @@ static void keep(void *arg, const ph_txrec_view *r)
 }
 
 /* Redoes an allocation or free of the log (the block was reserved or live
- * when the transaction ran; every step is idempotent). */
+ * when the transaction ran; every step is idempotent).  In a takeover the
+ * block may lie in another process's slab, seen through a view; a small
+ * block freed -- now, or by the dead process, whose commit gives blocks
+ * back only after its log's retirement -- is given back to its slab's
+ * list by the caller, after the retirement (ph_engine_pushes). */
 static void redo_block(recover_ctx *o, const ph_txrec_view *r)
 {
     ph_engine *e = o->e;
-    ph_slab *s = ph_engine_chunk_slab(e, r->off);
+    ph_slab *s = ph_engine_chunk_slab(e, r->off), *view = NULL;
+    if (!s && e->shared)
+        s = view = ph_engine_share_view(e, o->c, r->off);
     if (!s) {
         uint64_t bytes;
         if (r->kind == PH_TXREC_ALLOC)
@@ -321,16 +331,21 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
     if (!b.exact) {
         o->rc = ph_err(PHEAP_ECORRUPT, "transaction log: %llu is not a block",
                        (unsigned long long)r->off);
-        return;
-    }
-    /* No lock and no fence: recovery runs alone, and step 4's fence makes
-     * the word durable before the log is retired. */
-    if (r->kind == PH_TXREC_ALLOC) {
+    } else if (r->kind == PH_TXREC_ALLOC) {
+        /* No lock and no fence: recovery runs alone (a takeover's slab is
+         * the dead process's, or compares and swaps), and step 4's fence
+         * makes the word durable before the log is retired. */
         if (!b.old) /* a live old block: allocated already */
             ph_slab_set_locked(e->sp, o->c, s, b.word, b.shift);
-    } else if (ph_engine_clear_block(e->sp, o->c, s, &b) == 0 && b.old) {
-        ph_morph_unpin(e->sp, o->c, s, b.index, NULL, NULL); /* else clear already: done before */
+    } else {
+        int rc = ph_engine_clear_block(e->sp, o->c, s, &b);
+        if (rc == 0 && b.old)
+            ph_morph_unpin(e->sp, o->c, s, b.index, NULL, NULL); /* else clear already: done before */
+        else if (o->pushes && !b.old && (rc == 0 || rc == PHEAP_EDOUBLEFREE) &&
+                 ph_engine_pushes_add(o->pushes, r->off) != 0)
+            o->rc = ph_err(PHEAP_ENOMEM, "out of memory for a takeover");
     }
+    ph_engine_share_unview(e, o->c, view);
 }
 
 /* Rolls the kept records back (UNDO bytes) or forward (REDO, ALLOC, FREE). */
@@ -432,77 +447,175 @@ static void set_state(ph_engine *e, ph_pctx *c, unsigned l, uint64_t v)
     ph_persist_flush(&e->sp->persist, c, &a->xstate, sizeof(a->xstate));
 }
 
-int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
+/* A recovery of the logs of some lanes (every lane at open; a dead
+ * process's in a takeover), through its steps. */
+struct ph_tx_recovery {
+    recover_ctx o;
+    const uint8_t *holders; /* the lanes: those whose holder byte is `owner`; NULL: all */
+    uint8_t owner;
+    uint64_t seqs[PH_LANES_MAX];   /* in flight: seq; 0 none */
+    size_t first[PH_LANES_MAX + 1]; /* its records in o.recs */
+    uint8_t fwd[PH_LANES_MAX];
+    unsigned read;
+};
+
+static int mine(const ph_tx_recovery *t, unsigned l)
 {
-    recover_ctx o = {e, c, 0, 0, 0, 0, 0, 0, NULL, 0, 0};
-    uint64_t *seqs = calloc(PH_LANES_MAX, sizeof(*seqs)); /* in flight: seq; 0 none */
-    size_t *first = calloc(PH_LANES_MAX + 1, sizeof(*first)); /* its records in o.recs */
-    uint8_t *fwd = calloc(PH_LANES_MAX, 1);
-    unsigned decided = 0, read = 0;
-    if (!seqs || !first || !fwd)
-        o.rc = ph_err(PHEAP_ENOMEM, "out of memory for recovery");
+    return !t->holders || __atomic_load_n(&t->holders[l], __ATOMIC_ACQUIRE) == t->owner;
+}
+
+/* Steps 1 to 3 (see the top): read, decide, roll back or forward. */
+static int recover_apply(ph_tx_recovery *t)
+{
+    recover_ctx *o = &t->o;
+    ph_engine *e = o->e;
+    ph_pctx *c = o->c;
+    unsigned decided = 0;
     /* 1: read and decide every log, and check every overflow link, before
      * anything is written: damage refuses the open with the heap as it
      * was. */
-    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++) {
+    for (unsigned l = 0; l < PH_LANES_MAX && !o->rc; l++) {
         ph_txlog_anchor *a = ph_engine_txlog(e, l);
         uint64_t st = ph_load_relaxed(&a->xstate);
-        first[l] = o.n;
+        t->first[l] = o->n;
+        if (!mine(t, l))
+            continue;
         if ((st & 0xff) > PH_TX_FORWARD) {
-            o.rc = ph_err(PHEAP_ECORRUPT, "transaction log of lane %u: unknown state %llu", l,
-                          (unsigned long long)(st & 0xff));
+            o->rc = ph_err(PHEAP_ECORRUPT, "transaction log of lane %u: unknown state %llu", l,
+                           (unsigned long long)(st & 0xff));
             break;
         }
-        if ((seqs[l] = in_flight(e, l, st)) != 0) {
-            read_log(&o, l, st, seqs[l]);
-            fwd[l] = (uint8_t)o.forward;
-            decided += o.forward && (st & 0xff) != PH_TX_FORWARD;
-            read++;
+        if ((t->seqs[l] = in_flight(e, l, st)) != 0) {
+            read_log(o, l, st, t->seqs[l]);
+            t->fwd[l] = (uint8_t)o->forward;
+            decided += o->forward && (st & 0xff) != PH_TX_FORWARD;
+            t->read++;
         }
-        if (!o.rc && ph_load_relaxed(&a->xnext))
-            o.rc = free_segments(&o, l, 1);
+        if (!o->rc && ph_load_relaxed(&a->xnext))
+            o->rc = free_segments(o, l, 1);
     }
-    first[PH_LANES_MAX] = o.n;
+    t->first[PH_LANES_MAX] = o->n;
     /* 2: the decisions to roll forward made durable before any is applied,
      * so that no later recovery decides otherwise (a roll-forward changes
      * what the contents CRC covers: a freed block's pages may be punched);
      * the others rolled back -- UNDO records count only in an ACTIVE log. */
-    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc && read; l++) {
+    for (unsigned l = 0; l < PH_LANES_MAX && !o->rc && t->read; l++) {
         uint64_t st = ph_load_relaxed(&ph_engine_txlog(e, l)->xstate);
-        if (fwd[l] && (st & 0xff) != PH_TX_FORWARD)
-            set_state(e, c, l, seqs[l] << 8 | PH_TX_FORWARD);
-        if (seqs[l] && !fwd[l]) {
+        if (t->fwd[l] && (st & 0xff) != PH_TX_FORWARD)
+            set_state(e, c, l, t->seqs[l] << 8 | PH_TX_FORWARD);
+        if (t->seqs[l] && !t->fwd[l]) {
             if ((st & 0xff) == PH_TX_ACTIVE)
-                apply(&o, first[l], first[l + 1], 0);
+                apply(o, t->first[l], t->first[l + 1], 0);
             e->tx_rolled_back++;
         }
     }
-    if (!o.rc && decided)
+    if (!o->rc && decided)
         ph_persist_fence(&e->sp->persist, c);
     /* 3: roll forward. */
-    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc && read; l++) {
-        if (fwd[l]) {
-            apply(&o, first[l], first[l + 1], 1);
+    for (unsigned l = 0; l < PH_LANES_MAX && !o->rc && t->read; l++) {
+        if (t->fwd[l]) {
+            apply(o, t->first[l], t->first[l + 1], 1);
             e->tx_rolled_forward++;
         }
     }
-    /* 4: retire every log read, once what it did is durable; 5: free the
-     * overflow segments once the logs that may need them are retired. */
-    if (!o.rc && read) {
+    return o->rc;
+}
+
+/* Step 4 without its fences: every log read gets IDLE with its seq. */
+static void recover_retire(ph_tx_recovery *t)
+{
+    for (unsigned l = 0; l < PH_LANES_MAX && !t->o.rc && t->read; l++)
+        if (t->seqs[l])
+            set_state(t->o.e, t->o.c, l, t->seqs[l] << 8 | PH_TX_IDLE);
+}
+
+/* Step 5, and the end. */
+static int recover_end(ph_tx_recovery *t)
+{
+    recover_ctx *o = &t->o;
+    for (unsigned l = 0; l < PH_LANES_MAX && !o->rc; l++)
+        if (mine(t, l) && ph_load_relaxed(&ph_engine_txlog(o->e, l)->xnext))
+            o->rc = free_segments(o, l, 0);
+    int rc = o->rc;
+    free(o->recs);
+    free(t);
+    return rc;
+}
+
+static ph_tx_recovery *recovery_new(ph_engine *e, ph_pctx *c)
+{
+    ph_tx_recovery *t = calloc(1, sizeof(*t));
+    if (!t) {
+        ph_err(PHEAP_ENOMEM, "out of memory for recovery");
+        return NULL;
+    }
+    t->o.e = e;
+    t->o.c = c;
+    return t;
+}
+
+int ph_engine_tx_recover(ph_engine *e, ph_pctx *c)
+{
+    ph_tx_recovery *t = recovery_new(e, c);
+    if (!t)
+        return PHEAP_ENOMEM;
+    /* 4: retire every log read, once what it did is durable (a log that
+     * no recovery retires could count again later: its COMMIT record and
+     * the contents it names can come back); 5: free the overflow segments
+     * once the logs that may need them are retired. */
+    if (!recover_apply(t) && t->read) {
         ph_persist_fence(&e->sp->persist, c);
-        for (unsigned l = 0; l < PH_LANES_MAX; l++)
-            if (seqs[l])
-                set_state(e, c, l, seqs[l] << 8 | PH_TX_IDLE);
+        recover_retire(t);
         ph_persist_fence(&e->sp->persist, c);
     }
-    for (unsigned l = 0; l < PH_LANES_MAX && !o.rc; l++)
-        if (ph_load_relaxed(&ph_engine_txlog(e, l)->xnext))
-            o.rc = free_segments(&o, l, 0);
-    free(o.recs);
-    free(seqs);
-    free(first);
-    free(fwd);
-    return o.rc;
+    return recover_end(t);
+}
+
+ph_tx_recovery *ph_engine_tx_takeover(ph_engine *e, ph_pctx *c, uint8_t owner,
+                                      ph_engine_pushes *pushes, int *rc)
+{
+    ph_tx_recovery *t = e->txlogs ? recovery_new(e, c) : NULL;
+    *rc = e->txlogs && !t ? PHEAP_ENOMEM : 0;
+    if (!t)
+        return NULL;
+    t->holders = e->share.lanes;
+    t->owner = owner;
+    t->o.pushes = pushes;
+    if ((*rc = recover_apply(t)) == 0 && t->read)
+        ph_persist_fence(&e->sp->persist, c); /* what the roll-forwards did, before the retirements */
+    return t;
+}
+
+void ph_engine_tx_takeover_retire(ph_tx_recovery *t)
+{
+    if (t)
+        recover_retire(t);
+}
+
+int ph_engine_tx_takeover_end(ph_tx_recovery *t)
+{
+    return t ? recover_end(t) : 0;
+}
+
+/* ---- a shared heap: what the others' logs may still do ---------------------------- */
+
+void ph_engine_tx_scan_frees(ph_engine *e, void (*fn)(void *, uint64_t), void *arg)
+{
+    if (!e->txlogs)
+        return;
+    for (unsigned l = 0; l < PH_LANES_MAX; l++) {
+        uint64_t st = ph_load_relaxed(&ph_engine_txlog(e, l)->xstate);
+        uint64_t seq = (st & 0xff) <= PH_TX_FORWARD ? in_flight(e, l, st) : 0;
+        if (!seq)
+            continue;
+        recover_ctx o = {.e = e};
+        read_log(&o, l, st, seq);
+        if (o.committed)
+            for (size_t i = 0; i < o.n; i++)
+                if (o.recs[i].kind == PH_TXREC_FREE)
+                    fn(arg, o.recs[i].off);
+        free(o.recs);
+    }
 }
 
 /* A committed transaction that was never retired: recovery would roll it

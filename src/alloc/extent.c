@@ -254,16 +254,21 @@ int ph_extents_open_owned(ph_space *sp, unsigned owner, ph_extents **out)
 
 void ph_extents_purge_now(ph_extents *x)
 {
+    if (x->xplock) /* a shared heap's: no other process allocates meanwhile */
+        (void)ph_extent_lock(x, NULL, 0, NULL);
     ph_extent_drain_released(x);
     if (x->dirty_since) /* something was freed in this open: purge it now */
         ph_extent_backing_purge(x);
+    if (x->xplock)
+        ph_extent_unlock(x, NULL, 0);
 }
 
 void ph_extents_close(ph_extents *x)
 {
     if (!x)
         return;
-    ph_extents_purge_now(x);
+    if (!x->xplock) /* a shared heap's purged before its process let its lease go */
+        ph_extents_purge_now(x);
     ph_extents_fini(x);
     free(x);
 }
@@ -455,12 +460,17 @@ void ph_extent_release(ph_extents *x, ph_pctx *c, uint64_t off)
 int ph_extents_hold(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t *kind, uint64_t *start)
 {
     int rc = ph_extent_lock(x, c, 0, NULL);
+    ph_extents_holding(x, off, kind, start);
+    return rc;
+}
+
+void ph_extents_holding(ph_extents *x, uint64_t off, uint32_t *kind, uint64_t *start)
+{
     const ph_extnode *n = off >= x->sp->data_off && off < ph_space_size(x->sp)
                               ? ph_extent_index_holding(x, page_of(x, off))
                               : NULL;
     *kind = n ? n->kind : PH_EXT_FREE;
     *start = n ? off_of(x, n->page) : 0;
-    return rc;
 }
 
 void ph_extents_unhold(ph_extents *x, ph_pctx *c)

@@ -123,6 +123,8 @@ int ph_extents_open_shared(ph_space *sp, unsigned owner, uint64_t *word, const p
  * and *start of that extent.  0, or the sync's error (the locks are held
  * all the same: call ph_extents_unhold). */
 int ph_extents_hold(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t *kind, uint64_t *start);
+/* The same lookup while the caller holds the locks. */
+void ph_extents_holding(ph_extents *x, uint64_t off, uint32_t *kind, uint64_t *start);
 void ph_extents_unhold(ph_extents *x, ph_pctx *c);
 /* Takeover of a dead process of a shared heap (lease slot owner - 1): its
  * reservations -- blocks chosen and not committed, frees held until its

@@ -33,6 +33,9 @@ typedef struct ph_space {
     ph_protected *guarded;    /* metadata blocks of the data region, read-only
                                  in the view (names segments, transaction log
                                  segments) */
+    unsigned no_guard;        /* a heap shared between processes: no block is
+                                 guarded (another process may free and hand out
+                                 what this one's view would keep read-only) */
     uint64_t xsize;           /* bytes mapped now; grows under grow_lock */
     uint64_t data_off;        /* first byte of the data region */
     uint64_t reserve;         /* bytes of address space reserved */
@@ -130,6 +133,11 @@ void ph_space_unguard(ph_space *s, uint64_t off);
 
 /* Blocks guarded now. */
 uint64_t ph_space_guarded_count(const ph_space *s);
+
+/* From now on no block is guarded; the blocks guarded are given back (a
+ * heap opened for sharing between processes: ph_space_guard's table is
+ * this process's, and other processes free and reuse those blocks). */
+void ph_space_guard_off(ph_space *s);
 
 /* ---- protection keys (alloc/space_keys.c, alloc/keys.h) ----
  * ph_keys_setup makes the process's key ready (once; PHEAP_ENOTSUP when

@@ -183,6 +183,8 @@ static void set_entry(ph_protected *p, uint64_t i, uint64_t off, uint64_t len)
 void ph_space_guard(ph_space *s, uint64_t off, uint64_t len)
 {
     ph_protected *p = s->guarded;
+    if (s->no_guard)
+        return;
     pthread_mutex_lock(&p->lock);
     uint64_t n = p->xcount, i = find(p, n, off);
     if ((i < n && p->v[i][0] == off) || n == PH_GUARDED_MAX)
@@ -235,6 +237,14 @@ int ph_space_guarded_overlap(ph_space *s, uint64_t off, uint64_t len)
         if (ph_load_relaxed(&p->xseq) == seq)
             return in;
     }
+}
+
+void ph_space_guard_off(ph_space *s)
+{
+    ph_protected *p = s->guarded;
+    s->no_guard = 1;
+    while (p && ph_load_relaxed(&p->xcount))
+        ph_space_unguard(s, p->v[0][0]);
 }
 
 uint64_t ph_space_guarded_count(const ph_space *s)

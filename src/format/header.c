@@ -122,7 +122,9 @@ int ph_header_init(ph_header *h, uint64_t max_size, uint32_t consistency)
     h->chunk_size = PH_CHUNK_SIZE;
     h->consistency = consistency;
     h->max_size = max_size;
-    h->feat_incompat = NEW_FEATURES;
+    /* GC heaps are never shared (their fast path writes nothing a survivor
+     * could take over) */
+    h->feat_incompat = NEW_FEATURES | (consistency == PH_CONSISTENCY_LOG ? PH_FEAT_INCOMPAT_SHARED : 0);
     h->feat_ro_compat = PH_FEAT_RO_COMPAT_OWNER;
     h->owner_uid = ph_os_euid();
     uint64_t off = 0;

@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #define PH_FORMAT_MAJOR 1
-#define PH_FORMAT_MINOR 7
+#define PH_FORMAT_MINOR 8
 
 #define PH_PAGE_SIZE  4096u
 #define PH_LINE_SIZE  64u
@@ -100,9 +100,15 @@ _Static_assert(sizeof(ph_region) == 24, "ph_region size");
                                               old blocks' bits in words 6 and 7 of each
                                               line), which builds before it would refuse
                                               or misread */
+#define PH_FEAT_INCOMPAT_SHARED 0x40u       /* 1.8: the heap may be opened for sharing
+                                              between processes (PHEAP_SHARED), whose
+                                              extent log entries may be of kind 4
+                                              (PH_EXT_RESERVED), which builds before it
+                                              would refuse as damage */
 #define PH_FEAT_INCOMPAT_KNOWN \
     (PH_FEAT_INCOMPAT_TAGGED_LOGS | PH_FEAT_INCOMPAT_EXTLOG_HIGH | PH_FEAT_INCOMPAT_TX | \
-     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS | PH_FEAT_INCOMPAT_MORPH)
+     PH_FEAT_INCOMPAT_NAMES | PH_FEAT_INCOMPAT_PROCS | PH_FEAT_INCOMPAT_MORPH | \
+     PH_FEAT_INCOMPAT_SHARED)
 /* 1.5: the header records the heap's owner (owner_uid), the state line an
  * access mode with check bits (ph_state.xmode), and each used root entry a
  * CRC-32C of its name (ph_root_entry.name_crc).  Builds before it would
@@ -452,9 +458,9 @@ _Static_assert(sizeof(ph_slab_desc) == 17 * PH_LINE_SIZE, "ph_slab_desc size");
  * live extent whose free waits for its lane to retire (a later FREE
  * releases it).  Replay keeps it for indexes of the shared heap; every
  * other open (no process of the sharing is left) takes its pages for free
- * space.  Only a shared open writes it, which no build makes yet: the
- * heaps it writes will carry an incompatible feature bit, so that builds
- * that read kind 4 as damage refuse them. */
+ * space.  Only a shared open writes it, and only in a heap with
+ * PH_FEAT_INCOMPAT_SHARED (1.8), which builds that read kind 4 as damage
+ * refuse. */
 #define PH_EXT_RESERVED 4u
 
 /* No heap reaches this many compactions (one per filled half); an epoch
@@ -615,6 +621,11 @@ _Static_assert(PH_NAME_HEAD_BYTES + 4 * PH_NAME_CONT_BYTES >= PH_NAME_MAX, "5 li
     (2u * PH_PAGE_SIZE + \
      ((max_size) / PH_CHUNK_SIZE * PH_PROCS_CHUNK_BYTES + PH_PAGE_SIZE - 1) / PH_PAGE_SIZE * PH_PAGE_SIZE)
 #define PH_PROCS_GATE_BYTE(region_off) (region_off)
+/* Read-locked by every read-only open (the reader byte) and every open for
+ * sharing (the sharer byte) while it lasts; each kind probes the other's
+ * byte after locking its own, so the two never hold the heap at once. */
+#define PH_PROCS_READER_BYTE(region_off) ((region_off) + 1u)
+#define PH_PROCS_SHARER_BYTE(region_off) ((region_off) + 2u)
 #define PH_PROCS_LOCK_BYTE(region_off, i) ((region_off) + PH_PAGE_SIZE + (uint64_t)(i) * PH_LINE_SIZE)
 
 /* Pages 2 on: one ph_procs_chunk per data chunk (the chunk at data offset
@@ -640,7 +651,12 @@ typedef struct ph_procs_header {
     uint64_t magic;        /* PH_PROCS_MAGIC once the table was first used */
     uint64_t xattaches;    /* read-write opens that took a lease */
     uint64_t xstale;       /* stale leases found and cleared */
-    uint64_t reserved[5];  /* zero */
+    uint64_t xext_lock;    /* sharing: the extent log's lock between processes (util/plock.h) */
+    uint64_t xroot_lock;   /* sharing: the root table's lock between processes */
+    uint64_t xtakeovers;   /* sharing: dead processes taken over since the first attach */
+    uint64_t xnames_lock;  /* sharing: the name directory's lock between processes */
+    uint64_t xnames_seq;   /* sharing: the name directory's sequence (odd while a process
+                              changes it: heap/names.h) */
 } ph_procs_header;
 _Static_assert(sizeof(ph_procs_header) == PH_LINE_SIZE, "ph_procs_header size");
 _Static_assert(PH_LINE_SIZE + PH_LANES_MAX <= PH_PAGE_SIZE, "lane holders fit page 0");
@@ -648,6 +664,9 @@ _Static_assert(PH_LINE_SIZE + PH_LANES_MAX <= PH_PAGE_SIZE, "lane holders fit pa
 /* Lease flags (ph_lease.xflags). */
 #define PH_LEASE_EXCLUSIVE 0x1u /* an exclusive read-write open */
 #define PH_LEASE_SHARED 0x2u    /* an open for sharing */
+#define PH_LEASE_TAKEN 0x4u     /* sharing: its process died and was taken over (the
+                                   slot stays until a fork child that kept the
+                                   open file lets its lock go) */
 
 typedef struct ph_lease {
     uint64_t xpid;        /* process id; 0: a free slot */

@@ -3,6 +3,7 @@
  * handle, the calling thread's record, then the engine.
  */
 #include "heap/heap.h"
+#include "heap/share.h"
 #include "util/error.h"
 
 static inline __attribute__((always_inline)) int writable(pheap *h, const char *call, int mode)
@@ -32,6 +33,8 @@ static inline __attribute__((always_inline)) ph_thread *writer(pheap *h, const c
     ph_thread *t = ph_thread_get(h);
     if (ph_unlikely(!t))
         ph_err(PHEAP_ENOMEM, "%s: out of memory for a thread record", call);
+    else if (ph_unlikely(h->shared))
+        ph_share_tick(h, t);
     return t;
 }
 

@@ -14,6 +14,8 @@
 ph_export int pheap_check(pheap *h, pheap_check_report *out)
 {
     PH_WINDOW();
+    if (ph_heap_unshared(h, "pheap_check"))
+        return PHEAP_ENOTSUP;
     PH_OUT(out);
     pheap_check_report r;
     memset(&r, 0, sizeof(r));

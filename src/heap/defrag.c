@@ -509,6 +509,8 @@ static int run(defrag *d)
 ph_export int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_result *out)
 {
     PH_WINDOW();
+    if (ph_heap_unshared(h, "pheap_defrag"))
+        return PHEAP_ENOTSUP;
     defrag d = {.h = h};
     if (out)
         memset(out, 0, sizeof(*out));

@@ -550,6 +550,8 @@ static void drain_all_caches(pheap *h, ph_thread *self)
 ph_export int pheap_gc_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_report *out)
 {
     PH_WINDOW();
+    if (ph_heap_unshared(h, "pheap_gc"))
+        return PHEAP_ENOTSUP;
     PH_OUT(out);
     static const pheap_gc_options defaults;
     pheap_gc_report rep = {0};

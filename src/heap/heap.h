@@ -16,6 +16,7 @@
 #include "persist/persist.h"
 #include "persist/sim.h"
 #include "pheap.h"
+#include "util/error.h"
 
 typedef struct ph_thread ph_thread;
 typedef struct ph_tx ph_tx;
@@ -30,6 +31,7 @@ struct ph_thread {
     uint64_t xtx_commits;  /* transactions committed, aborted, and the fences */
     uint64_t xtx_aborts;   /*   of transactional calls (relaxed: pheap_stats reads) */
     uint64_t xtx_fences;
+    uint32_t share_calls;  /* write calls, in a shared heap (share.h: ph_share_tick) */
     ph_thread *next;       /* in heap->threads, under heap->threads_lock */
     ph_thread *prev;
 };
@@ -46,6 +48,7 @@ struct pheap {
     unsigned needs_recovery;      /* GC heap found open: writers refused until
                                      pheap_recover (read anywhere) */
     unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
+    unsigned shared;              /* PHEAP_SHARED: other processes hold it too (share.c) */
     ph_space sp;                  /* the mapping, its growth, persistence */
     unsigned flags;               /* PHEAP_* open flags */
     unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
@@ -69,7 +72,30 @@ struct pheap {
     int lease;                    /* slot of this open's lease in the process table
                                      (procs.c), -1: none */
     struct ph_tier *tier;         /* the checkpoint durability level (tier.c), or NULL */
+    uint64_t xnext_poll;          /* sharing: when a thread looks for dead processes next
+                                     (ph_os_time_ns; atomic) */
+    uint64_t xtakeovers;          /* sharing: dead processes this handle took over, */
+    uint64_t xtakeover_max_ns;    /*   the longest of them (relaxed; under the gate) */
 };
+
+/* A call not built for a heap shared between processes yet: PHEAP_ENOTSUP
+ * (with the error set) when h is one, else 0. */
+static inline int ph_heap_unshared(pheap *h, const char *call)
+{
+    if (ph_likely(!h || !h->shared))
+        return 0;
+    return ph_err(PHEAP_ENOTSUP, "%s: not available in a heap opened with PHEAP_SHARED yet "
+                  "(docs/SHARING.md); open it exclusively for this", call);
+}
+
+/* ---- sessions (open.c) ---- */
+/* The session of a read-write open (also a snapshot's): the engine built,
+ * recovering the heap when it was not closed cleanly, and the heap marked
+ * open. */
+int ph_heap_start_session(pheap *h);
+/* The session of a process joining others on a shared heap, its engine
+ * built (share.c): names and roots opened, the open counted. */
+int ph_heap_join_session(pheap *h);
 
 /* ---- thread records (thread.c) ---- */
 typedef struct ph_tls_last {

@@ -104,6 +104,8 @@ static int walk_regions(pheap *h, map_ctx *m)
 ph_export int pheap_walk_chunks(pheap *h, pheap_chunk_fn fn, void *arg)
 {
     PH_WINDOW();
+    if (ph_heap_unshared(h, "pheap_walk_chunks"))
+        return PHEAP_ENOTSUP;
     if (!h || !fn)
         return ph_err(PHEAP_EINVAL, "pheap_walk_chunks: NULL %s", h ? "function" : "heap");
     if (ph_heap_inherited(h))

@@ -48,6 +48,8 @@ ph_export int pheap_get_mode(pheap *h)
 ph_export int pheap_set_mode(pheap *h, unsigned mode)
 {
     PH_WINDOW();
+    if (ph_heap_unshared(h, "pheap_set_mode"))
+        return PHEAP_ENOTSUP;
     if (!h)
         return ph_err(PHEAP_EINVAL, "pheap_set_mode: heap is NULL");
     if (ph_heap_inherited(h))

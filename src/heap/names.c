@@ -39,6 +39,11 @@ static ph_thread *name_writer(pheap *h, const char *name, const char *call, size
 {
     ph_thread *t = ph_heap_writer_in_tx(h, call);
     *tx = t && t->tx && t->tx->depth;
+    if (t && *tx && h->shared) {
+        ph_err(PHEAP_ENOTSUP, "%s: inside a transaction, in a heap opened with PHEAP_SHARED: "
+               "not available yet (docs/SHARING.md); outside one it is", call);
+        return NULL;
+    }
     if (t && *tx) /* refuses an aborted transaction */
         t = ph_tx_current(h, &t, call) ? t : NULL;
     else if (t)
@@ -111,13 +116,13 @@ static int lookup_unlocked(pheap *h, ph_names *n, uint64_t hash, const char *nam
     (void)h, (void)n, (void)hash, (void)name, (void)len, (void)off;
     return -1; /* the racy read is by design; the sanitizer checks the locked path */
 #else
-    uint64_t s1 = __atomic_load_n(&n->xseq, __ATOMIC_ACQUIRE);
+    uint64_t s1 = __atomic_load_n(n->seqp, __ATOMIC_ACQUIRE);
     if ((s1 & 1) || ph_load_relaxed(&n->nheld))
         return -1;
     ph_name_ref ref;
     uint64_t o = ph_names_find(h, hash, name, len, &ref) ? ph_load(&ref.head->xref) & OFF_MASK : 0;
     ph_seq_read();
-    if (__atomic_load_n(&n->xseq, __ATOMIC_RELAXED) != s1)
+    if (__atomic_load_n(n->seqp, __ATOMIC_RELAXED) != s1)
         return -1;
     *off = o;
     return 0;

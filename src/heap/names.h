@@ -20,16 +20,29 @@
 
 #include "format/layout.h"
 #include "heap/heap.h"
+#include "util/plock.h"
 
-/* Locking: writers hold `lock` for writing (ph_names_wrlock) and make
- * xseq odd meanwhile; pheap_lookup reads without the lock while xseq is
- * even and unchanged around its read, and takes the lock for reading
- * otherwise (a seqlock: a lookup issues no locked instruction, so the
- * cache miss of one lookup overlaps the next).  Every other reader takes
- * the lock for reading. */
+/* Locking: writers hold `lock` for writing (ph_names_wrlock) and make the
+ * sequence (*seqp) odd meanwhile; pheap_lookup reads without the lock
+ * while the sequence is even and unchanged around its read, and takes the
+ * lock for reading otherwise (a seqlock: a lookup issues no locked
+ * instruction, so the cache miss of one lookup overlaps the next).  Every
+ * other reader takes the lock for reading.
+ *
+ * In a heap shared between processes (ph_names_share) the sequence is the
+ * process table's, and readers and writers alike take the table's lock of
+ * the directory (util/plock.h) after `lock`: one thread of one process at
+ * a time.  A lock taken over from a dead process is repaired first
+ * (`repair`: the dead process taken over, a rebuild it cut short finished
+ * or undone). */
 typedef struct ph_names {
     pthread_rwlock_t lock;
     uint64_t xseq;              /* odd while a writer holds `lock` (atomic) */
+    uint64_t *seqp;             /* the sequence readers watch: &xseq, or the process table's */
+    uint64_t *plock;            /* a shared heap's lock between processes, else NULL */
+    const ph_plock_owner *powner;
+    void (*repair)(pheap *h);   /* after a dead process's lock was taken over */
+    pheap *heap;
     int wheld;                  /* a writer holds `lock`: written by that writer only */
     uint64_t xwriter;           /* that writer's pthread_self(), 0 when none (atomic) */
     ph_names_header *hdr;       /* in the mapping */
@@ -51,13 +64,31 @@ static inline int ph_names_mine(ph_names *n)
     return __atomic_load_n(&n->xwriter, __ATOMIC_RELAXED) == (uint64_t)pthread_self();
 }
 
+/* The sequence made odd (a new value) before a change, and even after. */
+static inline void ph_names_seq_begin(ph_names *n)
+{
+    __atomic_store_n(n->seqp, (__atomic_load_n(n->seqp, __ATOMIC_RELAXED) + 1) | 1,
+                     __ATOMIC_RELAXED);
+    ph_seq_write(); /* odd before any change */
+}
+
+static inline void ph_names_seq_end(ph_names *n)
+{
+    __atomic_store_n(n->seqp, __atomic_load_n(n->seqp, __ATOMIC_RELAXED) + 1, __ATOMIC_RELEASE);
+}
+
+/* A shared heap's lock between processes (names_dir.c), taken after
+ * `lock` and before the sequence changes. */
+void ph_names_plock(ph_names *n);
+
 static inline void ph_names_wrlock(ph_names *n)
 {
     pthread_rwlock_wrlock(&n->lock);
+    if (ph_unlikely(n->plock != NULL))
+        ph_names_plock(n);
     n->wheld = 1;
     __atomic_store_n(&n->xwriter, (uint64_t)pthread_self(), __ATOMIC_RELAXED);
-    __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELAXED);
-    ph_seq_write(); /* odd before any change */
+    ph_names_seq_begin(n);
 }
 
 /* Releases `lock`, held for reading or for writing. */
@@ -66,8 +97,10 @@ static inline void ph_names_unlock(ph_names *n)
     if (n->wheld) {
         n->wheld = 0;
         __atomic_store_n(&n->xwriter, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&n->xseq, n->xseq + 1, __ATOMIC_RELEASE); /* even after every change */
+        ph_names_seq_end(n); /* even after every change */
     }
+    if (ph_unlikely(n->plock != NULL))
+        ph_plock_unlock(n->plock);
     pthread_rwlock_unlock(&n->lock);
 }
 
@@ -79,13 +112,18 @@ static inline int ph_names_rdlock(ph_names *n)
     if (ph_names_mine(n))
         return 1;
     pthread_rwlock_rdlock(&n->lock);
+    if (ph_unlikely(n->plock != NULL))
+        ph_names_plock(n);
     return 0;
 }
 
 static inline void ph_names_rdunlock(ph_names *n, int mine)
 {
-    if (!mine)
-        pthread_rwlock_unlock(&n->lock);
+    if (mine)
+        return;
+    if (ph_unlikely(n->plock != NULL))
+        ph_plock_unlock(n->plock);
+    pthread_rwlock_unlock(&n->lock);
 }
 
 /* A found entry: its segment and head line. */
@@ -106,8 +144,16 @@ typedef struct ph_names_taken {
 /* ---- names_dir.c ---- */
 /* Sets up h->names for a heap with PH_FEAT_INCOMPAT_NAMES (else leaves it
  * NULL) and checks every segment the directory names: PHEAP_ECORRUPT with
- * the place when one is damaged. */
+ * the place when one is damaged.  In a shared heap (h->shared, the engine
+ * built), the directory is shared first (ph_names_share) and checked under
+ * its lock. */
 int ph_names_open(pheap *h);
+
+/* The directory of a heap shared between processes: its sequence and
+ * lock are the process table's words *seq and *lock (owner o); `repair`
+ * runs when the lock was taken over from a dead process. */
+void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, const ph_plock_owner *o,
+                    void (*repair)(pheap *h));
 void ph_names_close(pheap *h);
 
 /* Guards (ph_space_guard) every segment of the directory: at open, once

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "heap/names.h"
+#include "heap/share.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 
@@ -32,6 +33,28 @@ static inline uint64_t mix(uint64_t x)
 }
 
 /* Part of the format: the directory is laid out by it. */
+void ph_names_plock(ph_names *n)
+{
+    if (ph_plock_lock(n->plock, n->powner) != PH_PLOCK_TAKEN)
+        return;
+    /* its holder died: whatever it left half done, put right before use */
+    ph_names_seq_begin(n);
+    n->repair(n->heap);
+    ph_names_seq_end(n);
+}
+
+void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, const ph_plock_owner *o,
+                    void (*repair)(pheap *h))
+{
+    ph_names *n = h->names;
+    if (!n)
+        return;
+    n->seqp = seq;
+    n->powner = o;
+    n->repair = repair;
+    n->plock = lock;
+}
+
 uint64_t ph_names_hash(uint64_t seed, const char *name, size_t len)
 {
     const unsigned char *p = (const unsigned char *)name;
@@ -668,8 +691,15 @@ int ph_names_insert(pheap *h, ph_thread *t, uint64_t hash, const char *name, siz
         return rc;
     s->hint_live += k;
     int lane = t->tc.lane.index;
-    if (!h->gc && lane >= 0)
+    if (n->plock && lane >= 0) {
+        /* Shared: retired now.  Another process's rebuild may free the
+         * segment, and another's stores count towards the version's wrap:
+         * neither waits for this process's lazy retirement. */
+        ph_lane_flush_states(&h->engine->lanes, &t->pctx, (unsigned)lane);
+        ph_persist_fence(&h->sp.persist, &t->pctx);
+    } else if (!h->gc && lane >= 0) {
         n->lazy[lane / 64] |= 1ull << (lane % 64);
+    }
     ph_names_changed(h, &t->pctx);
     return 0;
 }
@@ -773,25 +803,10 @@ int ph_names_off_ok(const pheap *h, uint64_t off)
     return off >= h->sp.data_off && off < ph_space_size(&h->sp) && off % 8 == 0;
 }
 
-int ph_names_open(pheap *h)
+/* The checks of ph_names_open: 0, or PHEAP_ECORRUPT with the place. */
+static int open_checks(pheap *h)
 {
-    if (!(h->sp.features & PH_FEAT_INCOMPAT_NAMES))
-        return 0;
-    ph_names *n = calloc(1, sizeof(*n));
-    if (!n)
-        return ph_err(PHEAP_ENOMEM, "out of memory for the name directory");
-    pthread_rwlock_init(&n->lock, NULL);
-    char *region = ph_space_at(&h->sp, h->sp.names_region);
-    n->hdr = (ph_names_header *)region;
-    n->dirs[0] = (uint64_t *)(region + PH_NAMES_DIR0);
-    n->dirs[1] = (uint64_t *)(region + PH_NAMES_DIR1);
-    uint64_t seed[2];
-    memcpy(seed, h->hdr.uuid, sizeof(seed));
-    n->seed = seed[0] ^ seed[1];
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    n->stamp = mix((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uintptr_t)n ^ h->id) | 1;
-    h->names = n;
+    ph_names *n = h->names;
     ph_names_header *hd = n->hdr;
     uint64_t x = ph_load(&hd->xdir);
     char why[160] = "";
@@ -828,11 +843,40 @@ int ph_names_open(pheap *h)
     if (!why[0] && ph_load(&h->sp.state->xclean) == PH_STATE_CLEAN &&
         (ph_load(&hd->xold) || ph_load(&hd->xnew[0]) || ph_load(&hd->xnew[1])))
         snprintf(why, sizeof(why), "a segment rebuild is unfinished in a heap closed cleanly");
-    if (why[0]) {
-        ph_names_close(h);
+    if (why[0])
         return ph_err(PHEAP_ECORRUPT, "the name directory is damaged: %s", why);
+    return ph_names_open_check(h);
+}
+
+int ph_names_open(pheap *h)
+{
+    if (!(h->sp.features & PH_FEAT_INCOMPAT_NAMES))
+        return 0;
+    ph_names *n = calloc(1, sizeof(*n));
+    if (!n)
+        return ph_err(PHEAP_ENOMEM, "out of memory for the name directory");
+    pthread_rwlock_init(&n->lock, NULL);
+    n->seqp = &n->xseq;
+    n->heap = h;
+    char *region = ph_space_at(&h->sp, h->sp.names_region);
+    n->hdr = (ph_names_header *)region;
+    n->dirs[0] = (uint64_t *)(region + PH_NAMES_DIR0);
+    n->dirs[1] = (uint64_t *)(region + PH_NAMES_DIR1);
+    uint64_t seed[2];
+    memcpy(seed, h->hdr.uuid, sizeof(seed));
+    n->seed = seed[0] ^ seed[1];
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    n->stamp = mix((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uintptr_t)n ^ h->id) | 1;
+    h->names = n;
+    int held = 0, rc;
+    if (h->shared) { /* checked under its lock: other processes change it */
+        ph_share_names(h);
+        held = ph_names_rdlock(n);
     }
-    int rc = ph_names_open_check(h);
+    rc = open_checks(h);
+    if (h->shared)
+        ph_names_rdunlock(n, held);
     if (rc)
         ph_names_close(h);
     return rc;

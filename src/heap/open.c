@@ -22,6 +22,7 @@
 #include "heap/namespace.h"
 #include "heap/options.h"
 #include "heap/procs.h"
+#include "heap/share.h"
 #include "os/os.h"
 #include "util/error.h"
 
@@ -313,7 +314,7 @@ static int recover_names(pheap *h)
  * committed per-thread log entries forward and rebuilds its volatile state
  * from the extent log and the slab bitmaps (which it does at every open);
  * blocks that were only in thread caches are free in the bitmaps already. */
-static int start_session(pheap *h)
+int ph_heap_start_session(pheap *h)
 {
     ph_state *s = h->sp.state;
     /* A heap held read-write elsewhere is OPEN because it is in use. */
@@ -366,6 +367,20 @@ static int start_session(pheap *h)
     return 0;
 }
 
+int ph_heap_join_session(pheap *h)
+{
+    ph_mode_load(h);
+    int rc = ph_names_open(h);
+    if (rc)
+        return ph_err(rc, "%s: %s", h->path, pheap_errmsg());
+    if ((rc = ph_root_open_check(h)) != 0)
+        return ph_err(rc, "%s: damaged metadata, refused: %s", h->path, pheap_errmsg());
+    ph_pctx *c = ph_heap_pctx(h);
+    ph_persist_store64(&h->sp.persist, c, &h->sp.state->xopen_count, h->sp.state->xopen_count + 1);
+    ph_names_guard(h);
+    return 0;
+}
+
 ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **out)
 {
     if (!out)
@@ -402,9 +417,10 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     pthread_mutex_init(&h->sp.grow_lock, NULL);
     pthread_mutex_init(&h->root_lock, NULL);
     pthread_mutex_init(&h->threads_lock, NULL);
+    int shared = (cfg.flags & PHEAP_SHARED) != 0;
     rc = open_or_create(path, &cfg, &h->sp.fd);
-    if (!rc)
-        rc = ph_os_lock(h->sp.fd, !h->readonly);
+    if (!rc) /* exclusive for an exclusive read-write open; shared for the others */
+        rc = ph_os_lock(h->sp.fd, !h->readonly && !shared);
     if (rc == PHEAP_EBUSY && h->snapshot) { /* held read-write elsewhere: a snapshot of it */
         h->held_elsewhere = 1;
         rc = 0;
@@ -416,17 +432,25 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     if (!rc && cfg.consistency == PHEAP_CONSISTENCY_GC && h->hdr.consistency != PH_CONSISTENCY_GC)
         rc = ph_err(PHEAP_EINVAL, "%s: options.consistency asks for GC mode, but the heap was "
                     "created in LOG mode (the mode is fixed at creation)", path);
+    if (!rc && shared)
+        rc = ph_share_check(h);
+    /* Read-only opens and opens for sharing exclude each other; a snapshot
+     * of a heap that processes share is one of a heap in use. */
+    if (!rc && (shared || (h->readonly && !h->snapshot)))
+        rc = ph_procs_exclude(h, h->readonly);
+    if (!rc && h->snapshot && !h->held_elsewhere && ph_procs_sharers(h) > 0)
+        h->held_elsewhere = 1;
     if (!rc)
         rc = map_heap(h, opts, &cfg);
     if (!rc) {
         ph_thread_register_heap(h);
-        rc = start_session(h);
+        rc = shared ? ph_share_open(h) : ph_heap_start_session(h);
     }
     if (!rc && cfg.no_morph)
         h->engine->morph = 0;
     /* Last: a refused open writes nothing, the table included; a lease
      * that cannot be had never refuses the open (procs.h). */
-    if (!rc)
+    if (!rc && !shared)
         ph_procs_attach(h);
     if (!rc)
         rc = ph_tier_start(h);
@@ -457,7 +481,11 @@ ph_export int pheap_close(pheap *h)
      * slabs, which are durable changes of their own. */
     ph_thread_unregister_heap(h, 1);
     h->id = 0;
-    if (!h->readonly) {
+    if (h->shared) {
+        ph_pctx c = {0};
+        ph_share_close(h, &c);
+        ph_persist_ctx_release(&c);
+    } else if (!h->readonly) {
         /* Everything this library wrote was persisted by the operation that
          * wrote it (LOG mode) or is written back now (GC mode); the clean
          * mark is the last durable store.  A GC heap that still needs

@@ -127,13 +127,23 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     if (!opts)
         opts = &zero;
     memset(cfg, 0, sizeof(*cfg));
-    unsigned known = PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE | PHEAP_SNAPSHOT;
+    unsigned known = PHEAP_CREATE | PHEAP_EXCL | PHEAP_RDONLY | PHEAP_SIMULATE | PHEAP_SNAPSHOT |
+                     PHEAP_SHARED;
     if (opts->flags & ~known)
         return ph_err(PHEAP_EINVAL, "options.flags: unknown bits %#x", opts->flags & ~known);
     if ((opts->flags & PHEAP_RDONLY) && (opts->flags & (PHEAP_CREATE | PHEAP_SIMULATE)))
         return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_RDONLY excludes PHEAP_CREATE and PHEAP_SIMULATE");
     if ((opts->flags & PHEAP_SNAPSHOT) && (opts->flags & (PHEAP_CREATE | PHEAP_SIMULATE)))
         return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_SNAPSHOT excludes PHEAP_CREATE and PHEAP_SIMULATE");
+    if ((opts->flags & PHEAP_SHARED) && (opts->flags & (PHEAP_RDONLY | PHEAP_SNAPSHOT | PHEAP_SIMULATE)))
+        return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_SHARED (read-write, with other processes) "
+                      "excludes PHEAP_RDONLY, PHEAP_SNAPSHOT and PHEAP_SIMULATE");
+    if ((opts->flags & PHEAP_SHARED) && opts->consistency == PHEAP_CONSISTENCY_GC)
+        return ph_err(PHEAP_EINVAL, "options: a GC-mode heap cannot be shared between processes "
+                      "(PHEAP_SHARED)");
+    if ((opts->flags & PHEAP_SHARED) && opts->durability == PHEAP_DURABILITY_CHECKPOINT)
+        return ph_err(PHEAP_EINVAL, "options: the checkpoint durability level keeps the heap in a "
+                      "working copy of one process's: it cannot be shared (PHEAP_SHARED)");
     if ((opts->flags & PHEAP_EXCL) && !(opts->flags & PHEAP_CREATE))
         return ph_err(PHEAP_EINVAL, "options.flags: PHEAP_EXCL needs PHEAP_CREATE");
     if (opts->flush > PHEAP_FLUSH_NONE)
@@ -195,9 +205,10 @@ int ph_options_resolve(const pheap_options *opts, ph_config *cfg)
     cfg->durability_env = cfg->durability == PHEAP_DURABILITY_CHECKPOINT &&
                           opts->durability != PHEAP_DURABILITY_CHECKPOINT;
     /* A level from the environment is a default for programs that chose
-     * nothing: it gives way to a simulator or a flush kind the program
-     * asked for. */
-    if (cfg->durability_env && (opts->flush != PHEAP_FLUSH_AUTO || (opts->flags & PHEAP_SIMULATE)))
+     * nothing: it gives way to a simulator, sharing or a flush kind the
+     * program asked for. */
+    if (cfg->durability_env &&
+        (opts->flush != PHEAP_FLUSH_AUTO || (opts->flags & (PHEAP_SIMULATE | PHEAP_SHARED))))
         cfg->durability = PHEAP_DURABILITY_SYNC;
     if (cfg->durability == PHEAP_DURABILITY_CHECKPOINT) {
         if (opts->flags & PHEAP_SIMULATE)

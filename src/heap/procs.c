@@ -77,19 +77,18 @@ static void publish(pheap *h, int fd, uint64_t r)
         (void)ph_os_pwrite(fd, ph_space_at(&h->sp, r), 2 * PH_PAGE_SIZE, r);
 }
 
-void ph_procs_attach(pheap *h)
+/* Takes a slot for h, gate held: the first free one, clearing stale ones
+ * on the way -- but the slot of a dead sharer not taken over yet, which a
+ * survivor must take over first (share.c), when `keep_dead`. */
+static void take_slot(pheap *h, int fd, uint64_t r, uint64_t flags, int keep_dead)
 {
-    h->lease = -1;
-    uint64_t r = region_of(h);
-    if (!r || h->readonly || h->sp.sim)
-        return;
-    int fd = ph_tier_file(h);
-    if (!take_gate(fd, r))
-        return;
-    ph_procs_header *ph = (ph_procs_header *)ph_space_at(&h->sp, r);
-    ph_lease *leases = (ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE);
+    ph_procs_header *ph = ph_procs_table(h);
+    ph_lease *leases = ph_procs_leases(h);
     for (unsigned i = 0; i < PH_PROCS_SLOTS; i++) {
         int st = lease_state(fd, r, i, &leases[i]);
+        if (st == LEASE_STALE && keep_dead &&
+            (leases[i].xflags & (PH_LEASE_SHARED | PH_LEASE_TAKEN)) == PH_LEASE_SHARED)
+            continue;
         if (st == LEASE_STALE) {
             memset(&leases[i], 0, sizeof(leases[i]));
             ph->xstale++;
@@ -106,26 +105,119 @@ void ph_procs_attach(pheap *h)
         l->xstart = ph_os_proc_start(pid);
         l->xsince = ph_os_time_ns() / 1000000000u;
         l->xuid = ph_os_euid();
-        l->xflags = PH_LEASE_EXCLUSIVE;
+        l->xflags = flags;
         ph_os_proc_comm(pid, l->comm, sizeof(l->comm));
         ph_store(&l->xpid, (uint64_t)pid); /* last: a lister skips a slot without a pid */
         h->lease = (int)i;
     }
+}
+
+void ph_procs_attach(pheap *h)
+{
+    h->lease = -1;
+    uint64_t r = region_of(h);
+    if (!r || h->readonly || h->sp.sim)
+        return;
+    int fd = ph_tier_file(h);
+    if (!take_gate(fd, r))
+        return;
+    take_slot(h, fd, r, PH_LEASE_EXCLUSIVE, 0);
     publish(h, fd, r);
     ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
 }
 
+int ph_procs_gate(pheap *h)
+{
+    return ph_os_ofd_lock(ph_tier_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_WRITE, 1);
+}
+
+int ph_procs_gate_try(pheap *h)
+{
+    return ph_os_ofd_lock(ph_tier_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_WRITE, 0);
+}
+
+void ph_procs_ungate(pheap *h)
+{
+    ph_os_ofd_lock(ph_tier_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_UNLOCK, 0);
+}
+
+int ph_procs_attach_shared(pheap *h)
+{
+    h->lease = -1;
+    take_slot(h, ph_tier_file(h), region_of(h), PH_LEASE_SHARED, 1);
+    return h->lease >= 0 ? 0 : ph_err(PHEAP_EBUSY, "%s: all %u slots of the process table are "
+                                      "held: no more processes can share the heap",
+                                      h->path, PH_PROCS_SLOTS);
+}
+
+int ph_procs_slot(pheap *h, unsigned i, ph_lease *copy)
+{
+    memcpy(copy, ph_procs_leases(h) + i, sizeof(*copy));
+    int st = lease_state(ph_tier_file(h), region_of(h), i, copy);
+    return st < 0 ? st
+           : st == LEASE_LIVE ? PH_SLOT_LIVE
+           : st == LEASE_STALE ? PH_SLOT_DEAD
+           : st == LEASE_ORPHANED ? PH_SLOT_ORPHANED
+                                  : PH_SLOT_FREE;
+}
+
+ph_procs_header *ph_procs_table(pheap *h)
+{
+    return (ph_procs_header *)ph_space_at(&h->sp, region_of(h));
+}
+
+ph_lease *ph_procs_leases(pheap *h)
+{
+    return (ph_lease *)ph_space_at(&h->sp, region_of(h) + PH_PAGE_SIZE);
+}
+
+int ph_procs_exclude(pheap *h, int readonly)
+{
+    uint64_t r = region_of(h);
+    if (!r)
+        return 0;
+    int fd = h->sp.fd;
+    uint64_t mine = readonly ? PH_PROCS_READER_BYTE(r) : PH_PROCS_SHARER_BYTE(r);
+    uint64_t theirs = readonly ? PH_PROCS_SHARER_BYTE(r) : PH_PROCS_READER_BYTE(r);
+    /* Each kind locks its byte, then looks at the other's: of two opens
+     * racing, the later to look sees the other.  (No open write-locks
+     * these bytes, so the read lock is had at once.) */
+    int rc = ph_os_ofd_lock(fd, mine, PH_OFD_READ, 0);
+    int held = rc ? 0 : ph_os_ofd_held(fd, theirs, PH_OFD_WRITE);
+    if (rc || !held)
+        return rc;
+    ph_os_ofd_lock(fd, mine, PH_OFD_UNLOCK, 0);
+    if (held < 0)
+        return held;
+    return ph_err(PHEAP_EBUSY, "%s: the heap is open %s elsewhere", h->path,
+                  readonly ? "for sharing (PHEAP_SHARED): a read-only open would see other "
+                             "processes change it (PHEAP_SNAPSHOT reads it)"
+                           : "read-only: sharing it (PHEAP_SHARED) would change it under the "
+                             "reader");
+}
+
+int ph_procs_sharers(pheap *h)
+{
+    uint64_t r = region_of(h);
+    return r ? ph_os_ofd_held(h->sp.fd, PH_PROCS_SHARER_BYTE(r), PH_OFD_WRITE) : 0;
+}
+
 void ph_procs_detach(pheap *h)
+{
+    ph_procs_detach_gated(h, 0);
+}
+
+void ph_procs_detach_gated(pheap *h, int held)
 {
     uint64_t r = region_of(h);
     if (h->lease < 0 || !r)
         return;
     int fd = ph_tier_file(h);
-    ph_lease *l = (ph_lease *)ph_space_at(&h->sp, r + PH_PAGE_SIZE) + h->lease;
+    ph_lease *l = ph_procs_leases(h) + h->lease;
     /* Without the gate an attach could see the slot locked with no pid
      * (fine: it is skipped) or unlocked with a pid (stale: cleared, the
      * same words this clears). */
-    int gated = take_gate(fd, r);
+    int gated = !held && take_gate(fd, r);
     memset(l, 0, sizeof(*l));
     publish(h, fd, r);
     ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, h->lease), PH_OFD_UNLOCK, 0);
@@ -216,7 +308,8 @@ ph_export int pheap_procs(const char *path, pheap_proc *out, size_t max)
             p->start_ticks = l->xstart;
             p->since = (int64_t)l->xsince;
             p->uid = (uint32_t)l->xuid;
-            p->flags = l->xflags & PH_LEASE_EXCLUSIVE ? PHEAP_PROC_EXCLUSIVE : 0;
+            p->flags = (l->xflags & PH_LEASE_EXCLUSIVE ? PHEAP_PROC_EXCLUSIVE : 0) |
+                       (l->xflags & PH_LEASE_SHARED ? PHEAP_PROC_SHARED : 0);
             p->slot = i;
             memcpy(p->comm, l->comm, sizeof(p->comm) - 1);
         }

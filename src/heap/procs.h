@@ -18,8 +18,43 @@
  * it takes is cleared first. */
 void ph_procs_attach(pheap *h);
 
-/* Gives h's lease back (at close; not for a fork child's copy). */
+/* Gives h's lease back (at close; not for a fork child's copy);
+ * _gated when the caller holds the gate. */
 void ph_procs_detach(pheap *h);
+void ph_procs_detach_gated(pheap *h, int held);
+
+/* ---- for a heap shared between processes (share.c) ---- */
+
+/* The gate, write-locked: waiting as long as it takes (attaches and
+ * takeovers hold it for their length), or not at all (_try: 0 or
+ * PHEAP_EBUSY); ph_procs_ungate lets it go. */
+int ph_procs_gate(pheap *h);
+int ph_procs_gate_try(pheap *h);
+void ph_procs_ungate(pheap *h);
+
+/* Takes a lease for sharing (gate held): the slot of a dead sharer not
+ * taken over yet is left alone.  0, or PHEAP_EBUSY when every slot is
+ * held. */
+int ph_procs_attach_shared(pheap *h);
+
+/* What slot i holds now (*copy: its words), or a negative code. */
+#define PH_SLOT_FREE 0
+#define PH_SLOT_LIVE 1
+#define PH_SLOT_DEAD 2     /* its process is gone and no open file holds its lock */
+#define PH_SLOT_ORPHANED 3 /* its process is gone; a fork child's open file holds its lock */
+int ph_procs_slot(pheap *h, unsigned i, ph_lease *copy);
+
+ph_procs_header *ph_procs_table(pheap *h);
+ph_lease *ph_procs_leases(pheap *h);
+
+/* Read-only opens and opens for sharing exclude each other (the reader
+ * and sharer bytes, format/layout.h), for as long as the open file lasts:
+ * 0, or PHEAP_EBUSY when the other kind holds the heap.  Nothing for a
+ * heap without a process table. */
+int ph_procs_exclude(pheap *h, int readonly);
+
+/* 1 when some open for sharing holds the heap (a snapshot's question). */
+int ph_procs_sharers(pheap *h);
 
 /* The identity of h's lease for locks between processes (util/plock.h):
  * the slot and the generation of the attach that took it, never the same

@@ -1,6 +1,7 @@
 /*
  * root.c -- named roots: a fixed table of (name, offset) entries in the
- * root region.  Writers serialise on heap->root_lock.
+ * root region.  Calls serialise on heap->root_lock, and in a heap shared
+ * between processes on the process table's root lock too (share.c).
  *
  * Crash protocol.  Entry = line 0 {xused, xoff} + line 1 {name}.
  *   update:  store xoff; persist.              one 8-byte commit
@@ -35,6 +36,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "heap/share.h"
 #include "util/crc32c.h"
 #include "util/error.h"
 
@@ -144,7 +146,7 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
     if (rc)
         return rc;
     ph_pctx *c = ph_heap_pctx(h);
-    pthread_mutex_lock(&h->root_lock);
+    ph_share_root_lock(h);
     int bad, owner = (h->hdr.feat_ro_compat & PH_FEAT_RO_COMPAT_OWNER) != 0;
     ph_root_entry *e = find_entry(h, name, &bad);
     if (bad) {
@@ -177,7 +179,7 @@ ph_export int pheap_root_set(pheap *h, const char *name, pheap_off off)
                 ph_persist_store64(&h->sp.persist, c, &e->name_crc, name_check(e));
         }
     }
-    pthread_mutex_unlock(&h->root_lock);
+    ph_share_root_unlock(h);
     return rc;
 }
 
@@ -196,13 +198,13 @@ ph_export pheap_off pheap_root_get(pheap *h, const char *name)
         bad_name(name);
         return 0;
     }
-    pthread_mutex_lock(&h->root_lock);
+    ph_share_root_lock(h);
     int bad;
     ph_root_entry *e = find_entry(h, name, &bad);
     pheap_off off = e && !bad ? ph_load(&e->xoff) : 0;
     if (bad)
         damaged(h, e, "pheap_root_get");
-    pthread_mutex_unlock(&h->root_lock);
+    ph_share_root_unlock(h);
     if (!e)
         ph_err(PHEAP_ENOENT, "no root named '%s'", name);
     return off;
@@ -232,7 +234,7 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
         return ph_err(PHEAP_EINVAL, "pheap_root_at: NULL argument");
     if (ph_heap_inherited(h))
         return ph_heap_forked("pheap_root_at");
-    pthread_mutex_lock(&h->root_lock);
+    ph_share_root_lock(h);
     int rc = PHEAP_ENOENT;
     for (unsigned i = 0, seen = 0; i < PH_ROOTS_MAX; i++) {
         ph_root_entry *e = &h->roots[i];
@@ -247,7 +249,7 @@ ph_export int pheap_root_at(pheap *h, unsigned idx, char *name, pheap_off *off)
         rc = 0;
         break;
     }
-    pthread_mutex_unlock(&h->root_lock);
+    ph_share_root_unlock(h);
     return rc ? ph_err(rc, "pheap_root_at: no root number %u", idx) : 0;
 }
 

@@ -280,7 +280,7 @@ static const field_case header_cases[] = {
     {"feat_incompat 0 (1.0 bits)", HDR(feat_incompat), 4, OP_SET, 0,             CS, LAYOUT, LAYOUT},
     {"feat_incompat 1 (1.1 bits)", HDR(feat_incompat), 4, OP_SET, 1,             CS, LAYOUT, LAYOUT},
     {"feat_incompat 0xf (1.5 bits)", HDR(feat_incompat), 4, OP_SET, 0xf,         CS, LAYOUT, LAYOUT},
-    {"feat_incompat bit 6",     HDR(feat_incompat), 4, OP_SET, 0x7f,             CS, VERSION, VERSION},
+    {"feat_incompat bit 7",     HDR(feat_incompat), 4, OP_SET, 0xff,             CS, VERSION, VERSION},
     {"feat_incompat bit 31",    HDR(feat_incompat), 4, OP_SET, 0x80000000u,      CS, VERSION, VERSION},
     {"feat_ro_compat bit 1",    HDR(feat_ro_compat), 4, OP_XOR, 2,               CS, VERSION, 0},
     {"feat_ro_compat bit 31",   HDR(feat_ro_compat), 4, OP_XOR, 0x80000000u,     CS, VERSION, 0},

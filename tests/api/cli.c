@@ -200,7 +200,7 @@ TEST(info_text)
     CHECK_TOOL(!strstr(r->out, "dirty"), r);
     CHECK_TOOL((v = ph_test_text_field(r->out, "uuid:")) && strncmp(v, u, 36) == 0, r);
     CHECK_TOOL((v = ph_test_text_field(r->out, "heap:")) && strncmp(v, path, strlen(path)) == 0, r);
-    CHECK_TOOL((v = ph_test_text_field(r->out, "format:")) && strncmp(v, "1.7", 3) == 0, r);
+    CHECK_TOOL((v = ph_test_text_field(r->out, "format:")) && strncmp(v, "1.8", 3) == 0, r);
     CHECK_TOOL((v = ph_test_text_field(r->out, "roots:")) && strncmp(v, "3\n", 2) == 0, r);
     CHECK_TOOL((v = ph_test_text_field(r->out, "protection:")) && strncmp(v, "alias:", 6) == 0, r);
     for (int i = 0; i < 3; i++) {
@@ -233,7 +233,7 @@ TEST(info_json)
     CHECK_TOOL(r->code == 0, r);
     CHECK_TOOL(ph_test_json_object(r->out), r);
     CHECK_TOOL(strstr(r->out, "\"state\": \"clean\""), r);
-    CHECK_TOOL(strstr(r->out, "\"format\": \"1.7\""), r);
+    CHECK_TOOL(strstr(r->out, "\"format\": \"1.8\""), r);
     snprintf(want, sizeof(want), "\"uuid\": \"%s\"", u);
     CHECK_TOOL(strstr(r->out, want), r);
     CHECK_TOOL(strstr(r->out, "\"roots\": ["), r);

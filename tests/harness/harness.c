@@ -415,7 +415,8 @@ int ph_test_interrupted_alloc_to(const char *image, pheap_off *slots_off)
 
 void ph_test_drop_procs(ph_header *hdr)
 {
-    hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_MORPH; /* 1.7: a heap never morphed is 1.6 */
+    /* 1.8: a heap never shared is 1.7; 1.7: a heap never morphed is 1.6 */
+    hdr->feat_incompat &= ~(PH_FEAT_INCOMPAT_MORPH | PH_FEAT_INCOMPAT_SHARED);
     if (!(hdr->feat_incompat & PH_FEAT_INCOMPAT_PROCS) || hdr->nregions < 2)
         return;
     hdr->regions[hdr->nregions - 2] = hdr->regions[hdr->nregions - 1];
@@ -448,10 +449,21 @@ static int rewrite_header(const char *path, void (*edit)(ph_header *hdr))
     return ok ? 0 : -1;
 }
 
+static void as_1_7(ph_header *hdr)
+{
+    hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_SHARED;
+    hdr->minor = 7;
+}
+
 static void as_1_6(ph_header *hdr)
 {
-    hdr->feat_incompat &= ~PH_FEAT_INCOMPAT_MORPH;
+    hdr->feat_incompat &= ~(PH_FEAT_INCOMPAT_MORPH | PH_FEAT_INCOMPAT_SHARED);
     hdr->minor = 6;
+}
+
+int ph_test_as_format_1_7(const char *path)
+{
+    return rewrite_header(path, as_1_7);
 }
 
 int ph_test_as_format_1_6(const char *path)

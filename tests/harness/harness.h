@@ -115,6 +115,10 @@ uint64_t ph_test_region_offset(const char *path, unsigned kind);
 struct ph_header;
 void ph_test_drop_procs(struct ph_header *hdr);
 
+/* Rewrites the closed heap at `path`, never shared, as a format 1.7 heap
+ * would have it (header checksum recomputed).  0, or -1. */
+int ph_test_as_format_1_7(const char *path);
+
 /* Rewrites the closed heap at `path`, none of whose slabs has morphed, as
  * a format 1.6 heap would have it: no morphing (header checksum
  * recomputed).  0, or -1. */

@@ -27,11 +27,16 @@ TEST(struct_sizes)
     CHECK_EQ(PH_SLAB_MAX_BLOCKS, 4096);
     CHECK_EQ(PH_STATE_OFFSET, 2048);
     CHECK_EQ(PH_FORMAT_MAJOR, 1);
-    CHECK_EQ(PH_FORMAT_MINOR, 7); /* 1.7: slab morphing */
+    CHECK_EQ(PH_FORMAT_MINOR, 8); /* 1.8: sharing between processes */
     CHECK_EQ(PH_MORPH_MAX_BLOCKS, 2048);
     CHECK_EQ(PH_MORPH_OLD_WORD, 6);
     CHECK_EQ(PH_MORPH_WORD(PH_MORPH_MORPHED, 7, 24, 16), 0x4d4f525010180703ull);
     CHECK_EQ(sizeof(ph_procs_header), 64);
+    CHECK_EQ(offsetof(ph_procs_header, xext_lock), 24);
+    CHECK_EQ(offsetof(ph_procs_header, xroot_lock), 32);
+    CHECK_EQ(offsetof(ph_procs_header, xtakeovers), 40);
+    CHECK_EQ(offsetof(ph_procs_header, xnames_lock), 48);
+    CHECK_EQ(offsetof(ph_procs_header, xnames_seq), 56);
     CHECK_EQ(sizeof(ph_lease), 64);
     CHECK_EQ(PH_PROCS_SLOTS, 64);
     CHECK_EQ(PH_PROCS_CHUNK_BYTES, 16);
@@ -134,13 +139,16 @@ TEST(feature_bits)
     CHECK_EQ(PH_FEAT_INCOMPAT_NAMES, 0x8);          /* 1.4 */
     CHECK_EQ(PH_FEAT_INCOMPAT_PROCS, 0x10);         /* 1.6 */
     CHECK_EQ(PH_FEAT_INCOMPAT_MORPH, 0x20);         /* 1.7 */
-    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x3f);
+    CHECK_EQ(PH_FEAT_INCOMPAT_SHARED, 0x40);        /* 1.8 */
+    CHECK_EQ(PH_FEAT_INCOMPAT_KNOWN, 0x7f);
     CHECK_EQ(PH_FEAT_RO_COMPAT_OWNER, 0x1);         /* 1.5 */
     CHECK_EQ(PH_FEAT_RO_COMPAT_KNOWN, 0x1);
     ph_header h;
     REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_LOG));
-    CHECK_EQ(h.feat_incompat, 0x3f);
-    CHECK_EQ(h.minor, 7);
+    CHECK_EQ(h.feat_incompat, 0x7f);
+    CHECK_EQ(h.minor, 8);
+    REQUIRE_OK(ph_header_init(&h, 16u << 20, PH_CONSISTENCY_GC));
+    CHECK_EQ(h.feat_incompat, 0x3f); /* never shared */
     CHECK_EQ(h.feat_ro_compat, 0x1);
     CHECK_EQ(h.owner_uid, geteuid());
 }

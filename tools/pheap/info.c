@@ -59,8 +59,9 @@ static void print_procs(const char *path, int json)
         for (int i = 0; i < n; i++) {
             printf("%s{\"pid\": %lld, \"name\": ", i ? ", " : "", (long long)p[i].pid);
             cli_json_string(p[i].comm);
-            printf(", \"uid\": %u, \"exclusive\": %s, \"since\": ", p[i].uid,
-                   p[i].flags & PHEAP_PROC_EXCLUSIVE ? "true" : "false");
+            printf(", \"uid\": %u, \"exclusive\": %s, \"shared\": %s, \"since\": ", p[i].uid,
+                   p[i].flags & PHEAP_PROC_EXCLUSIVE ? "true" : "false",
+                   p[i].flags & PHEAP_PROC_SHARED ? "true" : "false");
             cli_json_time((uint64_t)p[i].since);
             printf("}");
         }
@@ -78,7 +79,9 @@ static void print_procs(const char *path, int json)
         char when[32];
         printf("%s%lld (%s), read-write%s since %s\n", i ? "             " : "processes:   ",
                (long long)p[i].pid, p[i].comm[0] ? p[i].comm : "?",
-               p[i].flags & PHEAP_PROC_EXCLUSIVE ? " exclusive" : "",
+               p[i].flags & PHEAP_PROC_EXCLUSIVE ? " exclusive"
+               : p[i].flags & PHEAP_PROC_SHARED  ? " shared"
+                                                 : "",
                cli_time(when, (uint64_t)p[i].since));
     }
 }

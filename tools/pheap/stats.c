@@ -142,11 +142,11 @@ int cmd_stats(int argc, char **argv)
          * their own runs). */
         printf(", \"gc_runs\": %llu, \"gc_marked_blocks\": %llu, \"gc_freed_blocks\": %llu, "
                "\"gc_freed_bytes\": %llu, \"gc_elapsed_ns\": %llu, \"gc_time\": %llu, "
-               "\"gc_double_frees\": %llu}\n",
+               "\"gc_double_frees\": %llu, \"takeovers\": %llu}\n",
                (unsigned long long)st.gc_runs, (unsigned long long)st.gc_marked_blocks,
                (unsigned long long)st.gc_freed_blocks, (unsigned long long)st.gc_freed_bytes,
                (unsigned long long)st.gc_elapsed_ns, (unsigned long long)st.gc_time,
-               (unsigned long long)st.gc_double_frees);
+               (unsigned long long)st.gc_double_frees, (unsigned long long)st.heap_takeovers);
         pheap_close(h);
         return 0;
     }
@@ -163,6 +163,9 @@ int cmd_stats(int argc, char **argv)
                                         ? "gc (small allocations and frees flush nothing)"
                                         : "log (every allocation and free durable on return)");
     print_transactions(&st);
+    if (st.heap_takeovers)
+        printf("takeovers:      %llu dead processes taken over by the processes sharing the heap\n",
+               (unsigned long long)st.heap_takeovers);
     printf("size:           %s of at most %s\n", cli_bytes(b1, st.size), cli_bytes(b2, st.max_size));
     printf("data region:    %s\n", cli_bytes(b1, st.data_size));
     printf("live:           %llu blocks, %s\n", (unsigned long long)st.live_blocks,

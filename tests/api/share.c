@@ -1,0 +1,537 @@
+/*
+ * share.c -- PHEAP_SHARED through the public calls: processes holding one
+ * heap read-write at once, allocating and freeing each other's blocks and
+ * sharing roots; exclusive, read-only and shared opens excluding each
+ * other; a process killed with SIGKILL taken over by a survivor while it
+ * runs, and by the next open when it was the last -- its transactions
+ * rolled back or forward; the heap clean after the last close; bad
+ * options and the calls not built for sharing yet.
+ */
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MB (1u << 20)
+
+static const char *make_heap(const char *name, uint64_t size)
+{
+    const char *path = ph_test_path(name);
+    pheap *h = ph_test_create(path, size);
+    if (!h)
+        return NULL;
+    pheap_close(h);
+    return path;
+}
+
+static pheap *open_shared(const char *path)
+{
+    pheap_options o = {.flags = PHEAP_SHARED};
+    pheap *h = NULL;
+    int rc = pheap_open(path, &o, &h);
+    if (rc)
+        ph_test_fail(__FILE__, __LINE__, "shared open of %s: %s", path, pheap_errmsg());
+    return h;
+}
+
+/* A new heap `name` of `size` bytes (*path), opened for sharing. */
+static pheap *shared_heap(const char *name, uint64_t size, const char **path)
+{
+    *path = make_heap(name, size);
+    return *path ? open_shared(*path) : NULL;
+}
+
+/* A child's open for sharing: exits with status 2 when it fails. */
+static pheap *child_open(const char *path)
+{
+    pheap_options o = {.flags = PHEAP_SHARED};
+    pheap *h;
+    if (pheap_open(path, &o, &h))
+        _exit(2);
+    return h;
+}
+
+/* The heap opened alone: pheap_check passes and `live` blocks are live. */
+static void check_alone(const char *path, uint64_t live)
+{
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    pheap_check_report r;
+    CHECK_EQ(pheap_check(h, &r), 0);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.live_blocks, live);
+    CHECK_EQ(st.shared, 0);
+    pheap_close(h);
+}
+
+static size_t size_of(unsigned i)
+{
+    static const size_t sizes[] = {24, 64, 200, 1000, 5000, 70000, 300000};
+    return sizes[i % 7];
+}
+
+/* A child of a test: the pipe ends it uses, and its pid. */
+typedef struct {
+    int pid;
+    int to_child, from_child;
+} child;
+
+static int send_u64(int fd, uint64_t v)
+{
+    return write(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? 0 : -1;
+}
+
+static uint64_t recv_u64(int fd)
+{
+    uint64_t v = 0;
+    return read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? v : ~0ull;
+}
+
+/* Starts fn(path, in, out) in a child process. */
+static child start(void (*fn)(const char *, int, int), const char *path)
+{
+    int a[2], b[2];
+    child c = {-1, -1, -1};
+    if (pipe(a) || pipe(b))
+        return c;
+    fflush(NULL);
+    c.pid = fork();
+    if (c.pid == 0) {
+        close(a[1]);
+        close(b[0]);
+        fn(path, a[0], b[1]);
+        _exit(0);
+    }
+    close(a[0]);
+    close(b[1]);
+    c.to_child = a[1];
+    c.from_child = b[0];
+    return c;
+}
+
+static int finish(child *c)
+{
+    close(c->to_child);
+    close(c->from_child);
+    int st = 0;
+    waitpid(c->pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The child of two_processes_free_each_others_blocks: allocates 200
+ * blocks, filled, and hands them over; frees the blocks the parent hands
+ * it; sets a root. */
+static void trader(const char *path, int in, int out)
+{
+    pheap *h = child_open(path);
+    for (unsigned i = 0; i < 200; i++) {
+        pheap_off off = pheap_alloc(h, size_of(i));
+        if (!off)
+            _exit(3);
+        memset(pheap_direct(h, off), (int)(i & 0xff), size_of(i));
+        send_u64(out, off);
+    }
+    pheap_off keep = pheap_alloc(h, 128);
+    if (!keep || pheap_root_set(h, "child", keep))
+        _exit(4);
+    send_u64(out, keep);
+    for (unsigned i = 0; i < 200; i++) {
+        uint64_t off = recv_u64(in);
+        if (off == ~0ull || pheap_free(h, off))
+            _exit(5);
+    }
+    /* a free of a block freed already, by the parent: refused */
+    if (pheap_free(h, recv_u64(in)) != PHEAP_EDOUBLEFREE)
+        _exit(6);
+    _exit(pheap_close(h) ? 7 : 0);
+}
+
+TEST(two_processes_free_each_others_blocks)
+{
+    const char *path;
+    pheap *h = shared_heap("share-trade.heap", 64 * MB, &path);
+    REQUIRE(h);
+    child c = start(trader, path);
+    REQUIRE(c.pid > 0);
+    pheap_off theirs[200];
+    for (unsigned i = 0; i < 200; i++)
+        theirs[i] = recv_u64(c.from_child);
+    pheap_off keep = recv_u64(c.from_child);
+    for (unsigned i = 0; i < 200; i++) {
+        REQUIRE(theirs[i] != ~0ull);
+        const unsigned char *p = pheap_direct(h, theirs[i]);
+        CHECK(p[0] == (i & 0xff) && p[size_of(i) - 1] == (i & 0xff));
+        CHECK(pheap_usable_size(h, theirs[i]) >= size_of(i));
+        CHECK_EQ(pheap_free(h, theirs[i]), 0); /* another process's block: a remote free */
+    }
+    CHECK_EQ(pheap_free(h, theirs[3]), PHEAP_EDOUBLEFREE);
+    CHECK_EQ(pheap_root_get(h, "child"), keep);
+    for (unsigned i = 0; i < 200; i++) {
+        pheap_off off = pheap_alloc(h, size_of(i + 3));
+        REQUIRE(off);
+        send_u64(c.to_child, off);
+    }
+    send_u64(c.to_child, theirs[5]);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.shared, 1);
+    CHECK_EQ(st.processes, 2);
+    CHECK_EQ(finish(&c), 0);
+    CHECK_EQ(pheap_close(h), 0);
+    check_alone(path, 1); /* the root's block */
+}
+
+TEST(opens_exclude_each_other)
+{
+    const char *path = make_heap("share-exclude.heap", 8 * MB);
+    REQUIRE(path);
+    int holder = ph_test_hold(path, PHEAP_SHARED);
+    REQUIRE(holder > 0);
+    pheap *h = NULL;
+    CHECK_EQ(pheap_open(path, NULL, &h), PHEAP_EBUSY);
+    pheap_options ro = {.flags = PHEAP_RDONLY};
+    CHECK_EQ(pheap_open(path, &ro, &h), PHEAP_EBUSY);
+    CHECK(strstr(pheap_errmsg(), "PHEAP_SHARED"));
+    pheap_options snap = {.flags = PHEAP_SNAPSHOT};
+    REQUIRE_OK(pheap_open(path, &snap, &h));
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.held_elsewhere, 1);
+    CHECK_EQ(st.was_unclean, 0);
+    pheap_close(h);
+    h = open_shared(path);
+    REQUIRE(h);
+    pheap_proc p[4];
+    REQUIRE_EQ(pheap_procs(path, p, 4), 2);
+    CHECK_EQ(p[0].flags, PHEAP_PROC_SHARED);
+    CHECK_EQ(p[1].flags, PHEAP_PROC_SHARED);
+    pheap_close(h);
+    CHECK_EQ(ph_test_release(holder), 0);
+
+    pheap_options sh = {.flags = PHEAP_SHARED};
+    REQUIRE((holder = ph_test_hold(path, 0)) > 0); /* exclusive */
+    CHECK_EQ(pheap_open(path, &sh, &h), PHEAP_EBUSY);
+    CHECK_EQ(ph_test_release(holder), 0);
+    REQUIRE((holder = ph_test_hold(path, PHEAP_RDONLY)) > 0);
+    CHECK_EQ(pheap_open(path, &sh, &h), PHEAP_EBUSY);
+    CHECK(strstr(pheap_errmsg(), "read-only"));
+    CHECK_EQ(ph_test_release(holder), 0);
+    /* nothing held: every kind opens again */
+    REQUIRE_OK(pheap_open(path, &ro, &h));
+    pheap_close(h);
+    check_alone(path, 0);
+}
+
+TEST(bad_options_and_heaps)
+{
+    const char *path = make_heap("share-bad.heap", 8 * MB);
+    REQUIRE(path);
+    pheap *h = NULL;
+    const unsigned bad[] = {PHEAP_RDONLY, PHEAP_SNAPSHOT, PHEAP_SIMULATE};
+    for (unsigned i = 0; i < PH_ARRAY_N(bad); i++) {
+        pheap_options o = {.flags = PHEAP_SHARED | bad[i]};
+        CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    }
+    pheap_options gc = {.flags = PHEAP_SHARED | PHEAP_CREATE, .consistency = PHEAP_CONSISTENCY_GC};
+    CHECK_EQ(pheap_open(ph_test_path("share-gc-new.heap"), &gc, &h), PHEAP_EINVAL);
+    pheap_options ck = {.flags = PHEAP_SHARED, .durability = PHEAP_DURABILITY_CHECKPOINT};
+    CHECK_EQ(pheap_open(path, &ck, &h), PHEAP_EINVAL);
+    /* a GC heap, and a heap of format 1.7, refuse sharing and stay as they were */
+    const char *gpath = ph_test_path("share-gc.heap");
+    pheap *g = ph_test_create_mode(gpath, 8 * MB, PHEAP_CONSISTENCY_GC, 0);
+    REQUIRE(g);
+    pheap_close(g);
+    pheap_options sh = {.flags = PHEAP_SHARED};
+    CHECK_EQ(pheap_open(gpath, &sh, &h), PHEAP_ENOTSUP);
+    REQUIRE_EQ(ph_test_as_format_1_7(path), 0);
+    CHECK_EQ(pheap_open(path, &sh, &h), PHEAP_ENOTSUP);
+    CHECK(strstr(pheap_errmsg(), "1.7"));
+    check_alone(path, 0);
+}
+
+TEST(calls_not_built_for_sharing_are_refused)
+{
+    const char *path;
+    pheap *h = shared_heap("share-refused.heap", 8 * MB, &path);
+    REQUIRE(h);
+    pheap_off off = pheap_alloc(h, 64);
+    REQUIRE(off);
+    pheap_check_report r;
+    REQUIRE_OK(pheap_tx_begin(h)); /* names inside transactions: not yet */
+    CHECK_EQ(pheap_alloc_named(h, "x", 64), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOTSUP);
+    CHECK_EQ(pheap_free_named(h, "x"), PHEAP_ENOTSUP);
+    REQUIRE_OK(pheap_tx_commit(h));
+    CHECK_EQ(pheap_lookup(h, "x"), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOENT);
+    CHECK_EQ(pheap_check(h, &r), PHEAP_ENOTSUP);
+    CHECK_EQ(pheap_gc(h), PHEAP_ENOTSUP);
+    CHECK_EQ(pheap_set_mode(h, PHEAP_MODE_READONLY), PHEAP_ENOTSUP);
+    CHECK(strstr(pheap_errmsg(), "PHEAP_SHARED"));
+    CHECK_EQ(pheap_free(h, off), 0);
+    CHECK_EQ(pheap_close(h), 0);
+    check_alone(path, 0);
+}
+
+/* The child of names_are_shared: finds the parent's name, makes 300 of
+ * its own, removes the parent's. */
+static void namer(const char *path, int in, int out)
+{
+    (void)in;
+    pheap *h = child_open(path);
+    pheap_off a = pheap_lookup(h, "parent");
+    if (!a || strcmp(pheap_direct(h, a), "from the parent"))
+        _exit(3);
+    for (unsigned i = 0; i < 300; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "child-%u", i);
+        pheap_off off = pheap_alloc_named(h, name, 32 + i);
+        if (!off)
+            _exit(4);
+        snprintf(pheap_direct(h, off), 32, "%s", name);
+    }
+    if (pheap_free_named(h, "parent"))
+        _exit(5);
+    send_u64(out, 1);
+    _exit(pheap_close(h) ? 6 : 0);
+}
+
+TEST(names_are_shared)
+{
+    const char *path;
+    pheap *h = shared_heap("share-names.heap", 64 * MB, &path);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc_named(h, "parent", 64);
+    REQUIRE(a);
+    strcpy(pheap_direct(h, a), "from the parent");
+    child c = start(namer, path);
+    REQUIRE(c.pid > 0);
+    CHECK_EQ(recv_u64(c.from_child), 1);
+    CHECK_EQ(finish(&c), 0);
+    CHECK_EQ(pheap_lookup(h, "parent"), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_ENOENT);
+    unsigned n = 0;
+    pheap_name_info info;
+    const char *after = NULL;
+    while (pheap_name_next(h, after, &info) == 0) {
+        CHECK(strncmp(info.name, "child-", 6) == 0);
+        CHECK(strcmp(pheap_direct(h, info.off), info.name) == 0);
+        after = info.name;
+        n++;
+    }
+    CHECK_EQ(n, 300);
+    CHECK_EQ(pheap_alloc_named(h, "child-7", 8), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EEXIST);
+    CHECK_EQ(pheap_free_named(h, "child-7"), 0);
+    CHECK_EQ(pheap_close(h), 0);
+    struct pheap_stats st;
+    pheap *x;
+    REQUIRE_OK(pheap_open(path, NULL, &x));
+    REQUIRE_OK(pheap_stats(x, &st));
+    CHECK_EQ(st.names, 299);
+    pheap_close(x);
+    check_alone(path, 299 + st.name_segments);
+}
+
+/* The child of the takeover tests: allocates `n` blocks (some large,
+ * most small: slabs of its own, blocks in its caches), roots the last,
+ * says so, and waits to be killed. */
+static void victim(const char *path, int in, int out)
+{
+    pheap *h = child_open(path);
+    unsigned n = (unsigned)recv_u64(in);
+    pheap_off off = 0;
+    for (unsigned i = 0; i < n; i++)
+        if (!(off = pheap_alloc(h, size_of(i))))
+            _exit(3);
+    if (pheap_root_set(h, "victim", off))
+        _exit(4);
+    pheap_off cached = pheap_alloc(h, 64);
+    if (!cached || pheap_free(h, cached)) /* a block in its cache, free */
+        _exit(5);
+    send_u64(out, off);
+    recv_u64(in); /* killed here */
+    _exit(6);
+}
+
+TEST(a_killed_process_is_taken_over_while_others_run)
+{
+    const char *path;
+    pheap *h = shared_heap("share-takeover.heap", 64 * MB, &path);
+    REQUIRE(h);
+    child c = start(victim, path);
+    REQUIRE(c.pid > 0);
+    send_u64(c.to_child, 300);
+    REQUIRE(recv_u64(c.from_child) != ~0ull);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.processes, 2);
+    PH_TEST_KILL(c.pid);
+    close(c.to_child);
+    close(c.from_child);
+    /* the write calls look for dead processes now and then: within a
+     * bounded time of calls, the dead one is taken over */
+    for (unsigned round = 0; round < 100000; round++) {
+        pheap_off off = pheap_alloc(h, 48);
+        REQUIRE(off);
+        REQUIRE_OK(pheap_free(h, off));
+        if (round % 256 == 0) {
+            REQUIRE_OK(pheap_stats(h, &st));
+            if (st.takeovers)
+                break;
+            usleep(1000);
+        }
+    }
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.takeovers, 1);
+    CHECK_EQ(st.heap_takeovers, 1);
+    CHECK_EQ(st.processes, 1);
+    CHECK(st.takeover_max_ns > 0);
+    pheap_proc p[4];
+    CHECK_EQ(pheap_procs(path, p, 4), 1);
+    /* the tools say so: the one process left, shared; one takeover */
+    ph_tool_result *r = ph_test_run_tool(PHEAP_TOOL, "info", path, "--json", NULL);
+    CHECK_TOOL(r->code == 0 && strstr(r->out, "\"shared\": true") &&
+               !strstr(r->out, "\"shared\": false"), r);
+    r = ph_test_run_tool(PHEAP_TOOL, "stats", path, "--json", NULL);
+    CHECK_TOOL(r->code == 0 && ph_test_json_num(r->out, "takeovers") == 1, r);
+    r = ph_test_run_tool(PHEAP_TOOL, "stats", path, NULL);
+    CHECK_TOOL(r->code == 0 && ph_test_text_num(r->out, "takeovers:") == 1, r);
+    /* its blocks stay allocated; its slabs serve this process now */
+    pheap_off rooted = pheap_root_get(h, "victim");
+    CHECK(rooted && pheap_usable_size(h, rooted) >= size_of(299));
+    for (unsigned i = 0; i < 2000; i++)
+        REQUIRE(pheap_alloc(h, size_of(i % 5)));
+    CHECK_EQ(pheap_close(h), 0);
+    check_alone(path, 300 + 2000);
+}
+
+TEST(the_last_process_killed_is_recovered_by_the_next_open)
+{
+    const char *path = make_heap("share-last.heap", 64 * MB);
+    REQUIRE(path);
+    child c = start(victim, path);
+    REQUIRE(c.pid > 0);
+    send_u64(c.to_child, 100);
+    REQUIRE(recv_u64(c.from_child) != ~0ull);
+    PH_TEST_KILL(c.pid);
+    close(c.to_child);
+    close(c.from_child);
+    CHECK_EQ(pheap_procs(path, NULL, 0), 0);
+    pheap *h = open_shared(path);
+    REQUIRE(h);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.was_unclean, 1);
+    CHECK_EQ(st.processes, 1);
+    CHECK(pheap_root_get(h, "victim"));
+    REQUIRE(pheap_alloc(h, 100));
+    CHECK_EQ(pheap_close(h), 0);
+    /* closed by its last process: clean */
+    pheap *x;
+    REQUIRE_OK(pheap_open(path, NULL, &x));
+    REQUIRE_OK(pheap_stats(x, &st));
+    CHECK_EQ(st.was_unclean, 0);
+    pheap_close(x);
+    check_alone(path, 101);
+}
+
+/* The child of transactions_of_killed_processes: transactions, for ever,
+ * each replacing the blocks of eight words of the rooted array (some of
+ * them another process's blocks) and keeping word TXW_SUM the sum of the
+ * others. */
+enum { TXW = 64, TXW_SUM = 63 };
+
+static void tx_looper(const char *path, int in, int out)
+{
+    (void)in;
+    pheap *h = child_open(path);
+    pheap_off *w = pheap_direct(h, pheap_root_get(h, "tx"));
+    uint64_t rng = (uint64_t)getpid();
+    send_u64(out, 1);
+    for (;;) {
+        if (pheap_tx_begin(h) || pheap_tx_add(h, w, TXW * sizeof(*w)))
+            _exit(3);
+        for (unsigned n = 0; n < 8; n++) {
+            unsigned i = (unsigned)(ph_test_rand(&rng) % TXW_SUM);
+            pheap_off nb = pheap_tx_alloc(h, 16 + ph_test_rand(&rng) % 3000);
+            if (!nb || (w[i] && pheap_tx_free(h, w[i])))
+                _exit(4);
+            w[TXW_SUM] += nb - w[i];
+            w[i] = nb;
+        }
+        if (pheap_tx_commit(h))
+            _exit(5);
+    }
+}
+
+/* Every word a live block or 0, each once, and the sum word right. */
+static void check_words(pheap *h, const pheap_off *w)
+{
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < TXW_SUM; i++) {
+        sum += w[i];
+        if (w[i])
+            CHECK(pheap_usable_size(h, w[i]) > 0);
+        for (unsigned j = 0; j < i; j++)
+            CHECK(!w[i] || w[i] != w[j]);
+    }
+    CHECK_EQ(w[TXW_SUM], sum);
+}
+
+TEST(transactions_of_killed_processes_roll_back_or_forward)
+{
+    const char *path;
+    pheap *h = shared_heap("share-tx.heap", 64 * MB, &path);
+    REQUIRE(h);
+    pheap_off arr = pheap_alloc_init(h, TXW * sizeof(pheap_off), PHEAP_ALLOC_ZERO, NULL, NULL);
+    REQUIRE(arr);
+    REQUIRE_OK(pheap_root_set(h, "tx", arr));
+    pheap_off *w = pheap_direct(h, arr);
+    for (unsigned i = 0; i < TXW_SUM; i += 2) { /* some of this process's blocks to free */
+        REQUIRE((w[i] = pheap_alloc(h, 100)));
+        w[TXW_SUM] += w[i];
+    }
+    pheap_persist(h, w, TXW * sizeof(*w));
+    struct pheap_stats st;
+    uint64_t rng = 77, round = 0, takeovers = 0;
+    for (; round < 400 && !ph_test_failed; round++) {
+        child c = start(tx_looper, path);
+        REQUIRE(c.pid > 0);
+        REQUIRE_EQ(recv_u64(c.from_child), 1);
+        usleep((useconds_t)(ph_test_rand(&rng) % 3000));
+        PH_TEST_KILL(c.pid);
+        close(c.to_child);
+        close(c.from_child);
+        for (unsigned i = 0; i < 1000000; i++) { /* until this process took it over */
+            pheap_off off = pheap_alloc(h, 40);
+            REQUIRE(off);
+            REQUIRE_OK(pheap_free(h, off));
+            if (i % 256 == 0) {
+                REQUIRE_OK(pheap_stats(h, &st));
+                if (st.takeovers > takeovers)
+                    break;
+                usleep(500);
+            }
+        }
+        REQUIRE_OK(pheap_stats(h, &st));
+        REQUIRE_EQ(st.takeovers, takeovers + 1);
+        takeovers = st.takeovers;
+        check_words(h, w);
+        if (st.tx_rolled_forward && st.tx_rolled_back && round >= 20)
+            break;
+    }
+    printf("  %llu rounds: %llu transactions rolled back, %llu forward by takeovers\n",
+           (unsigned long long)round, (unsigned long long)st.tx_rolled_back,
+           (unsigned long long)st.tx_rolled_forward);
+    CHECK(st.tx_rolled_back > 0);
+    CHECK(st.tx_rolled_forward > 0);
+    unsigned live = 1;
+    for (unsigned i = 0; i < TXW_SUM; i++)
+        live += w[i] != 0;
+    CHECK_EQ(pheap_close(h), 0);
+    check_alone(path, live);
+}
