@@ -555,7 +555,10 @@ int pheap_procs(const char *path, pheap_proc *out, size_t max);
  * transaction-log segments) are not guarded in a shared heap: another
  * process may free them and hand their memory out, which one process's
  * protection could not follow, so they are neither read-only in the
- * program's view nor refused to pheap_free.
+ * program's view nor refused to pheap_free.  A block that an exclusive
+ * open left in a slab that changed size class (pheap_stats.morphed_slabs:
+ * its old blocks) cannot be freed through a shared handle (PHEAP_ENOTSUP):
+ * open the heap exclusively to free it; shared opens never morph slabs.
  *
  * PHEAP_SHARED excludes PHEAP_RDONLY, PHEAP_SNAPSHOT and PHEAP_SIMULATE
  * (PHEAP_EINVAL), the checkpoint durability level (PHEAP_EINVAL when asked

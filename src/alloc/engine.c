@@ -1152,6 +1152,14 @@ static int names_word(const ph_space *sp, uint64_t off)
     return sp->names_region && off >= first && off <= first + 16 && (off - first) % 8 == 0;
 }
 
+int ph_engine_free_large(ph_engine *e, ph_pctx *c, ph_engine_pushes *gives, uint64_t off)
+{
+    int rc = ph_extent_free(e->ext, c, off, PH_EXT_LARGE, NULL, 0, gives != NULL);
+    if (!rc && gives && ph_engine_pushes_add(gives, off | PH_GIVE_LARGE))
+        rc = ph_err(PHEAP_ENOMEM, "out of memory for a takeover");
+    return rc;
+}
+
 /* Recovery: redo one committed logged operation (see log/lane.c). */
 static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s);
 
@@ -1247,7 +1255,7 @@ static void redo(open_ctx *o, const ph_lane_op *le, uint64_t *dest, ph_slab *s)
                 o->rc = ph_err(PHEAP_ENOMEM, "out of memory for a takeover");
         }
         else if (!s && ph_extent_lookup(e->ext, le->block, &bytes) == 0)
-            o->rc = ph_extent_free(e->ext, o->c, le->block, PH_EXT_LARGE, NULL, 0, 0);
+            o->rc = ph_engine_free_large(e, o->c, o->pushes, le->block);
     }
     ph_persist_write(&sp->persist, o->c, dest, nv);
     ph_persist_range(&sp->persist, o->c, dest, sizeof(*dest));

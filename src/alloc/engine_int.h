@@ -62,12 +62,18 @@ int ph_engine_tx_recover(ph_engine *e, ph_pctx *c);
 /* Check of the transaction logs (engine_tx.c): problems found. */
 unsigned ph_engine_tx_check(ph_engine *e, int idle, char *err, size_t errlen);
 
-/* Blocks a takeover gives back to their slabs' remote-free lists once the
- * logs that free them are retired (engine_share.c). */
+/* What a takeover gives back once the logs that free it are retired
+ * (engine_share.c): small blocks, onto their slabs' remote-free lists;
+ * large blocks (PH_GIVE_LARGE | off), freed and held until then, released
+ * -- a taker that dies before the retirement leaves them held, and its own
+ * takeover frees them; the next taker's replay finds them no live block
+ * and frees nothing that another process may have allocated meanwhile. */
 typedef struct ph_engine_pushes {
     uint64_t *v;
     size_t n, cap;
 } ph_engine_pushes;
+
+#define PH_GIVE_LARGE 1u /* low bit of an entry: a held large block (offsets are 8-aligned) */
 
 static inline int ph_engine_pushes_add(ph_engine_pushes *p, uint64_t off)
 {
@@ -82,6 +88,10 @@ static inline int ph_engine_pushes_add(ph_engine_pushes *p, uint64_t off)
     p->v[p->n++] = off;
     return 0;
 }
+
+/* Recovery's free of the live large block at `off`: at once, or -- in a
+ * takeover (`gives`) -- held, and given back after the retirement. */
+int ph_engine_free_large(ph_engine *e, ph_pctx *c, ph_engine_pushes *gives, uint64_t off);
 
 /* A takeover of the transaction logs of a dead process's lanes (those
  * whose holder byte is `owner`), as recovery at open takes every lane's,

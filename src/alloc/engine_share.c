@@ -201,7 +201,7 @@ static ph_slab *adopt(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls)
             if ((s = e->slabs[ch]) == NULL && (s = e->slabs[ch] = ph_slab_new(e->sp, off)) == NULL)
                 ph_slab_own(chunk_words(e, ch), 0); /* no memory: left for another */
             else if (ph_slab_adopt(s, chunk_words(e, ch), e->share.me) != 0)
-                s = NULL; /* not a slab a shared heap holds: left owned, never used */
+                s = NULL; /* not a slab a shared heap holds: left owned, unused, until the detach */
             else {
                 ph_lanes_scan(&e->lanes, withhold, s);
                 ph_engine_tx_scan_frees(e, withhold_block, s);
@@ -238,11 +238,17 @@ ph_slab *ph_engine_share_refill(ph_engine *e, ph_pctx *c, unsigned ai, unsigned 
 
 void ph_engine_detach(ph_engine *e)
 {
-    for (uint64_t ch = 0; e->shared && ch < ph_engine_backed_chunks(e); ch++)
+    for (uint64_t ch = 0; e->shared && ch < ph_engine_backed_chunks(e); ch++) {
         if (e->chunks[ch]) {
             ph_engine_share_disown(e, e->chunks[ch]);
             ph_store(&e->chunks[ch], (ph_slab *)NULL);
+        } else {
+            /* a slab it took and could not use (adopt): no one's again */
+            uint64_t me = e->share.me;
+            __atomic_compare_exchange_n(&chunk_words(e, ch)->xowner, &me, 0, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED);
         }
+    }
 }
 
 void ph_engine_share_tx_clear(ph_engine *e, ph_pctx *c, ph_tx_change *v, size_t n)
@@ -308,8 +314,12 @@ int ph_engine_takeover(ph_engine *e, ph_pctx *c, unsigned owner, uint64_t dead,
         ph_engine_tx_takeover_retire(tx);
         ph_persist_fence(&e->sp->persist, c);
         for (size_t i = 0; i < pushes.n; i++)
-            ph_engine_share_push(e, pushes.v[i]);
+            if (!(pushes.v[i] & PH_GIVE_LARGE))
+                ph_engine_share_push(e, pushes.v[i]);
         ph_extents_unhold(e->ext, c);
+        for (size_t i = 0; i < pushes.n; i++)
+            if (pushes.v[i] & PH_GIVE_LARGE)
+                ph_extent_release(e->ext, c, pushes.v[i] & ~(uint64_t)PH_GIVE_LARGE);
     }
     int end = ph_engine_tx_takeover_end(tx); /* its overflow segments, once retired */
     free(pushes.v);

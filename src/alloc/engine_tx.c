@@ -321,7 +321,7 @@ static void redo_block(recover_ctx *o, const ph_txrec_view *r)
         if (r->kind == PH_TXREC_ALLOC)
             o->rc = ph_extent_claim(e->ext, o->c, r->off, r->aux);
         else if (ph_extent_lookup(e->ext, r->off, &bytes) == 0)
-            o->rc = ph_extent_free(e->ext, o->c, r->off, PH_EXT_LARGE, NULL, 0, 0);
+            o->rc = ph_engine_free_large(e, o->c, o->pushes, r->off);
         return;
     }
     ph_blockref b;

@@ -94,7 +94,9 @@ int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n)
         uint64_t mask = (hi == 64 ? ~0ull : ((1ull << hi) - 1)) << (p % 64);
         any = x->punched[p / 64] & mask;
     }
-    if (ph_likely(!any))
+    /* A shared heap's: another process may have punched the pages, which
+     * this index's map does not know: reserved again every time. */
+    if (ph_likely(!any) && !x->xplock)
         return 0;
     int rc = ph_space_refill(x->sp, off_of(x, page), n * PH_PAGE_SIZE);
     if (rc)

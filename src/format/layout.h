@@ -667,6 +667,9 @@ _Static_assert(PH_LINE_SIZE + PH_LANES_MAX <= PH_PAGE_SIZE, "lane holders fit pa
 #define PH_LEASE_TAKEN 0x4u     /* sharing: its process died and was taken over (the
                                    slot stays until a fork child that kept the
                                    open file lets its lock go) */
+#define PH_LEASE_NS_SHIFT 32    /* bits 32..63 of xflags: the holder's pid namespace
+                                   (1.8; 0: not recorded), so that a pid is only
+                                   believed within its own namespace */
 
 typedef struct ph_lease {
     uint64_t xpid;        /* process id; 0: a free slot */

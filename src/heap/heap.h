@@ -72,6 +72,11 @@ struct pheap {
     int lease;                    /* slot of this open's lease in the process table
                                      (procs.c), -1: none */
     struct ph_tier *tier;         /* the checkpoint durability level (tier.c), or NULL */
+    int gate_fd;                  /* sharing: the open file of the process table's gate
+                                     lock (procs.c), closed in fork children; -1 */
+    pthread_mutex_t share_lock;   /* sharing: one takeover at a time in this process (the
+                                     gate is a lock of the open file: every thread of
+                                     the handle holds it alike) */
     uint64_t xnext_poll;          /* sharing: when a thread looks for dead processes next
                                      (ph_os_time_ns; atomic) */
     uint64_t xtakeovers;          /* sharing: dead processes this handle took over, */

@@ -294,6 +294,9 @@ static void release(pheap *h, int failed_open)
     pthread_mutex_destroy(&h->sp.grow_lock);
     pthread_mutex_destroy(&h->root_lock);
     pthread_mutex_destroy(&h->threads_lock);
+    pthread_mutex_destroy(&h->share_lock);
+    if (h->gate_fd >= 0)
+        close(h->gate_fd);
     ph_gc_state_free(h);
     ph_names_close(h);
     free(h->path);
@@ -408,6 +411,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     path = file; /* a name is its file in the heap directory from here on */
     h->sp.fd = -1;
     h->lease = -1;
+    h->gate_fd = -1;
     h->sp.wfd = -1;
     h->sp.path = h->path;
     h->flags = cfg.flags;
@@ -417,6 +421,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     pthread_mutex_init(&h->sp.grow_lock, NULL);
     pthread_mutex_init(&h->root_lock, NULL);
     pthread_mutex_init(&h->threads_lock, NULL);
+    pthread_mutex_init(&h->share_lock, NULL);
     int shared = (cfg.flags & PHEAP_SHARED) != 0;
     rc = open_or_create(path, &cfg, &h->sp.fd);
     if (!rc) /* exclusive for an exclusive read-write open; shared for the others */

@@ -43,6 +43,11 @@ static int lease_state(int fd, uint64_t region, unsigned i, const ph_lease *l)
         return held;
     if (!held)
         return l->xpid ? LEASE_STALE : LEASE_FREE;
+    /* A pid of another pid namespace (a container's, its host's) names no
+     * process here: the lock decides. */
+    uint32_t ns = (uint32_t)(l->xflags >> PH_LEASE_NS_SHIFT);
+    if (l->xpid && ns && ns != ph_os_pidns())
+        return LEASE_LIVE;
     if (!l->xpid || !ph_os_proc_exists((long)l->xpid))
         return LEASE_ORPHANED;
     /* Start time 0: /proc hides the process, so the lock decides. */
@@ -105,7 +110,7 @@ static void take_slot(pheap *h, int fd, uint64_t r, uint64_t flags, int keep_dea
         l->xstart = ph_os_proc_start(pid);
         l->xsince = ph_os_time_ns() / 1000000000u;
         l->xuid = ph_os_euid();
-        l->xflags = flags;
+        l->xflags = flags | (uint64_t)ph_os_pidns() << PH_LEASE_NS_SHIFT;
         ph_os_proc_comm(pid, l->comm, sizeof(l->comm));
         ph_store(&l->xpid, (uint64_t)pid); /* last: a lister skips a slot without a pid */
         h->lease = (int)i;
@@ -126,19 +131,27 @@ void ph_procs_attach(pheap *h)
     ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
 }
 
+/* The open file a shared handle's gate lock is taken with: one of its own,
+ * which fork children close (thread.c), so that a child never keeps the
+ * gate held after its parent died holding it. */
+static int gate_file(const pheap *h)
+{
+    return h->gate_fd >= 0 ? h->gate_fd : ph_tier_file(h);
+}
+
 int ph_procs_gate(pheap *h)
 {
-    return ph_os_ofd_lock(ph_tier_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_WRITE, 1);
+    return ph_os_ofd_lock(gate_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_WRITE, 1);
 }
 
 int ph_procs_gate_try(pheap *h)
 {
-    return ph_os_ofd_lock(ph_tier_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_WRITE, 0);
+    return ph_os_ofd_lock(gate_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_WRITE, 0);
 }
 
 void ph_procs_ungate(pheap *h)
 {
-    ph_os_ofd_lock(ph_tier_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_UNLOCK, 0);
+    ph_os_ofd_lock(gate_file(h), PH_PROCS_GATE_BYTE(region_of(h)), PH_OFD_UNLOCK, 0);
 }
 
 int ph_procs_attach_shared(pheap *h)
@@ -217,12 +230,12 @@ void ph_procs_detach_gated(pheap *h, int held)
     /* Without the gate an attach could see the slot locked with no pid
      * (fine: it is skipped) or unlocked with a pid (stale: cleared, the
      * same words this clears). */
-    int gated = !held && take_gate(fd, r);
+    int gated = !held && take_gate(gate_file(h), r);
     memset(l, 0, sizeof(*l));
     publish(h, fd, r);
     ph_os_ofd_lock(fd, PH_PROCS_LOCK_BYTE(r, h->lease), PH_OFD_UNLOCK, 0);
     if (gated)
-        ph_os_ofd_lock(fd, PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
+        ph_os_ofd_lock(gate_file(h), PH_PROCS_GATE_BYTE(r), PH_OFD_UNLOCK, 0);
     h->lease = -1;
 }
 

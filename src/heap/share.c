@@ -138,7 +138,7 @@ static int dead_sharer(pheap *h, unsigned i, ph_lease *l, int *orphaned, unsigne
     if ((int)i == h->lease)
         return 0;
     int st = ph_procs_slot(h, i, l);
-    if (st == PH_SLOT_LIVE && live)
+    if ((st == PH_SLOT_LIVE || st < 0) && live) /* (a lock test that failed: not known dead) */
         (*live)++;
     *orphaned = st == PH_SLOT_ORPHANED;
     return (st == PH_SLOT_DEAD || st == PH_SLOT_ORPHANED) &&
@@ -146,15 +146,16 @@ static int dead_sharer(pheap *h, unsigned i, ph_lease *l, int *orphaned, unsigne
 }
 
 /* Takes over every dead sharer (gate held); how many live ones there are
- * besides this process. */
+ * besides this process, and dead ones left as they were (a takeover that
+ * failed: a damaged log) -- the heap is not clean while one is. */
 static unsigned take_over_dead(pheap *h, ph_pctx *c)
 {
     unsigned live = 0;
     for (unsigned i = 0; i < PH_PROCS_SLOTS; i++) {
         ph_lease l;
         int orphaned;
-        if (dead_sharer(h, i, &l, &orphaned, &live))
-            (void)take_over(h, c, i, &l, orphaned);
+        if (dead_sharer(h, i, &l, &orphaned, &live) && take_over(h, c, i, &l, orphaned) != 0)
+            live++;
     }
     return live;
 }
@@ -169,9 +170,13 @@ static void take_over_all(pheap *h, int names_held, int try)
     ph_names *n = names_held ? NULL : h->names;
     if (n)
         ph_names_wrlock(n);
-    if ((try ? ph_procs_gate_try(h) : ph_procs_gate(h)) == 0) {
-        take_over_dead(h, ph_heap_pctx(h));
-        ph_procs_ungate(h);
+    /* the gate is the open file's: this process's threads take turns first */
+    if (try ? pthread_mutex_trylock(&h->share_lock) == 0 : pthread_mutex_lock(&h->share_lock) == 0) {
+        if ((try ? ph_procs_gate_try(h) : ph_procs_gate(h)) == 0) {
+            take_over_dead(h, ph_heap_pctx(h));
+            ph_procs_ungate(h);
+        }
+        pthread_mutex_unlock(&h->share_lock);
     }
     if (n)
         ph_names_unlock(n);
@@ -199,8 +204,9 @@ static int sharers_alive(pheap *h)
 {
     for (unsigned i = 0; i < PH_PROCS_SLOTS; i++) {
         ph_lease l;
-        if (ph_procs_slot(h, i, &l) == PH_SLOT_LIVE && (l.xflags & PH_LEASE_SHARED))
-            return 1;
+        int st = ph_procs_slot(h, i, &l);
+        if ((st == PH_SLOT_LIVE || st < 0) && (l.xflags & PH_LEASE_SHARED))
+            return 1; /* (a lock test that failed: not known dead) */
     }
     return 0;
 }
@@ -222,7 +228,9 @@ static int first_open(pheap *h)
 
 int ph_share_open(pheap *h)
 {
-    int rc = ph_procs_gate(h);
+    int rc = ph_os_open(h->path, 0, &h->gate_fd);
+    if (!rc)
+        rc = ph_procs_gate(h);
     if (rc)
         return ph_err(rc, "%s: cannot take the process table's gate: %s", h->path, pheap_errmsg());
     int first = !sharers_alive(h);
@@ -255,15 +263,18 @@ void ph_share_close(pheap *h, ph_pctx *c)
 {
     if (h->names)
         ph_names_wrlock(h->names);
+    pthread_mutex_lock(&h->share_lock);
     int gated = ph_procs_gate(h) == 0; /* (fails only when the file lock calls do) */
     ph_engine_detach(h->engine);
     ph_engine_purge(h->engine); /* under the extent log's lock: while this process holds a lease */
     unsigned live = take_over_dead(h, c);
-    if (gated && !live) /* the last one: the next first process needs no recovery */
+    if (gated && !live) /* the last one, and no dead one left: the next first process needs
+                           no recovery */
         ph_persist_store64(&h->sp.persist, c, &h->sp.state->xclean, PH_STATE_CLEAN);
     ph_procs_detach_gated(h, gated);
     if (gated)
         ph_procs_ungate(h);
+    pthread_mutex_unlock(&h->share_lock);
     if (h->names)
         ph_names_unlock(h->names);
 }

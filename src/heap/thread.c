@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "heap/heap.h"
 #include "util/error.h"
@@ -160,8 +161,15 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
-    for (size_t i = 0; i < registry_n; i++)
+    for (size_t i = 0; i < registry_n; i++) {
         pthread_mutex_unlock(&registry[i]->threads_lock);
+        /* a shared heap's gate: never held by this copy of the open file
+         * after the parent's death (procs.c) */
+        if (registry[i]->gate_fd >= 0) {
+            close(registry[i]->gate_fd);
+            registry[i]->gate_fd = -1;
+        }
+    }
     registry_n = 0;
     ph_fork_generation++;
     memset(&ph_tls, 0, sizeof(ph_tls));

@@ -121,6 +121,10 @@ int ph_os_ofd_held(int fd, uint64_t off, int type);
 /* The start time of process `pid` in clock ticks after boot (field 22 of
  * /proc/PID/stat), 0 when it does not exist or /proc is not readable. */
 uint64_t ph_os_proc_start(long pid);
+/* An identity of the calling process's pid namespace (the inode of
+ * /proc/self/ns/pid, below 2^32 on Linux), 0 when it cannot be read: pids
+ * and start times of two processes compare only within one namespace. */
+uint32_t ph_os_pidns(void);
 
 /* 0 when no process `pid` exists (kill(pid, 0) fails with ESRCH), 1
  * otherwise: one that runs, a zombie, or one this user may not signal. */

@@ -480,6 +480,12 @@ int ph_os_ofd_held(int fd, uint64_t off, int type)
     return l.l_type != F_UNLCK;
 }
 
+uint32_t ph_os_pidns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
 uint64_t ph_os_proc_start(long pid)
 {
     char path[64], buf[1024];

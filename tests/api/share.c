@@ -7,12 +7,15 @@
  * rolled back or forward; the heap clean after the last close; bad
  * options and the calls not built for sharing yet.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "harness.h"
+#include "heap/procs.h"
 
 #define MB (1u << 20)
 
@@ -534,4 +537,116 @@ TEST(transactions_of_killed_processes_roll_back_or_forward)
         live += w[i] != 0;
     CHECK_EQ(pheap_close(h), 0);
     check_alone(path, live);
+}
+
+/* The child of the gate test: holds the heap for sharing, takes the
+ * process table's gate, forks a child that keeps its open files, and dies
+ * holding the gate. */
+static void gate_dier(const char *path, int in, int out)
+{
+    (void)in;
+    pheap *h = child_open(path);
+    if (ph_procs_gate(h))
+        _exit(3);
+    fflush(NULL);
+    int pid = fork();
+    if (pid == 0) { /* the grandchild: lives on with copies of every descriptor */
+        sleep(30);
+        _exit(0);
+    }
+    send_u64(out, (uint64_t)pid);
+    _exit(0); /* dies holding the gate */
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "  a shared open waited for the gate of a dead process\n";
+    if (write(2, msg, sizeof(msg) - 1) < 0)
+        _exit(3);
+    _exit(2);
+}
+
+TEST(a_fork_child_never_keeps_a_dead_parents_gate)
+{
+    const char *path = make_heap("share-gate.heap", 8 * MB);
+    REQUIRE(path);
+    child c = start(gate_dier, path);
+    REQUIRE(c.pid > 0);
+    int grandchild = (int)recv_u64(c.from_child);
+    REQUIRE(grandchild > 0);
+    CHECK_EQ(finish(&c), 0);
+    /* the gate went with its holder, though the grandchild's copy of the
+     * open file lives: an open neither waits for ever nor fails */
+    signal(SIGALRM, on_alarm);
+    alarm(10);
+    pheap *h = open_shared(path);
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+    REQUIRE(h);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.processes, 1);
+    CHECK_EQ(pheap_close(h), 0);
+    kill(grandchild, SIGKILL); /* (its copy of the open file holds the file lock) */
+    for (unsigned i = 0; i < 500 && kill(grandchild, 0) == 0; i++)
+        usleep(10000);
+    check_alone(path, 0);
+}
+
+/* The child of the namespace test: holds the heap for sharing until told. */
+static void holder(const char *path, int in, int out)
+{
+    pheap *h = child_open(path);
+    if (!pheap_alloc(h, 100))
+        _exit(3);
+    send_u64(out, 1);
+    recv_u64(in);
+    _exit(pheap_close(h) ? 4 : 0);
+}
+
+TEST(a_process_of_another_pid_namespace_is_never_taken_for_dead)
+{
+    const char *path = make_heap("share-pidns.heap", 8 * MB);
+    REQUIRE(path);
+    child c = start(holder, path);
+    REQUIRE(c.pid > 0);
+    REQUIRE_EQ(recv_u64(c.from_child), 1);
+    /* its lease as a process of another pid namespace would have it: a pid
+     * and a namespace that mean nothing here */
+    uint64_t r = ph_test_region_offset(path, PH_REGION_PROCS);
+    REQUIRE(r);
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    ph_lease l;
+    unsigned slot = 0;
+    for (; slot < PH_PROCS_SLOTS; slot++)
+        if (pread(fd, &l, sizeof(l), (off_t)(r + PH_PAGE_SIZE + slot * sizeof(l))) == sizeof(l) &&
+            l.xpid == (uint64_t)c.pid)
+            break;
+    REQUIRE(slot < PH_PROCS_SLOTS);
+    l.xpid = 4000000 + (uint64_t)slot; /* beyond pid_max: no such process here */
+    l.xflags = (l.xflags & 0xffffffffu) | (uint64_t)((l.xflags >> PH_LEASE_NS_SHIFT) + 1)
+                                              << PH_LEASE_NS_SHIFT;
+    REQUIRE(pwrite(fd, &l, sizeof(l), (off_t)(r + PH_PAGE_SIZE + slot * sizeof(l))) == sizeof(l));
+    close(fd);
+    pheap *h = open_shared(path);
+    REQUIRE(h);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.was_unclean, 0); /* not the first: no recovery under the other's feet */
+    CHECK_EQ(st.processes, 2);
+    for (unsigned i = 0; i < 20000; i++) { /* write calls: the looks for dead processes */
+        pheap_off off = pheap_alloc(h, 64);
+        REQUIRE(off);
+        REQUIRE_OK(pheap_free(h, off));
+    }
+    usleep(20000);
+    REQUIRE(pheap_alloc(h, 64));
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.takeovers, 0);
+    send_u64(c.to_child, 1);
+    CHECK_EQ(finish(&c), 0);
+    CHECK_EQ(pheap_close(h), 0);
+    check_alone(path, 2);
 }

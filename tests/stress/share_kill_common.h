@@ -2,7 +2,9 @@
  * share_kill_common.h -- the kill -9 test of a shared heap, shared by
  * share_kill.c (make test) and share_kill_torture.c (make torture).
  *
- * Four worker processes open one heap with PHEAP_SHARED and run
+ * Four worker processes open one heap with PHEAP_SHARED and run, in one
+ * or several threads each (more threads than cores: several threads of one
+ * process may find a dead process at once),
  * pheap_alloc_to_init / pheap_free_from on the slots of a rooted array of
  * their own (small blocks mostly, a large one now and then), each block
  * filled by its initialiser with a pattern naming its slot, and now and
@@ -23,6 +25,7 @@
 #ifndef PH_TEST_SHARE_KILL_COMMON_H
 #define PH_TEST_SHARE_KILL_COMMON_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,7 +121,54 @@ static int sk_tx(pheap *h, pheap_off arr, pheap_off *slots, unsigned i, unsigned
     return pheap_tx_commit(h);
 }
 
-static void sk_worker(const char *path, unsigned k)
+/* One thread of a worker: the slots part, part + parts, ... of its array. */
+typedef struct sk_thread {
+    pheap *h;
+    unsigned k, part, parts;
+    pheap_off arr;
+} sk_thread;
+
+static void *sk_loop(void *arg)
+{
+    const sk_thread *a = arg;
+    pheap *h = a->h;
+    unsigned k = a->k, per = SK_SLOTS / a->parts;
+    pheap_off arr = a->arr, *slots = pheap_direct(h, arr);
+    uint64_t rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ sk_now_ns() ^ a->part;
+    for (;;) {
+        unsigned i = a->part + a->parts * (unsigned)(ph_test_rand(&rng) % per);
+        uint64_t slot = arr + i * sizeof(pheap_off);
+        int rc;
+        if (i % 8 == 1) {
+            char nm[32];
+            snprintf(nm, sizeof(nm), "w%u-%u", k, i / 8 % 64);
+            /* (a dead worker's operation on the name may complete in between,
+             * or another thread's: EEXIST and ENOENT are theirs) */
+            if (pheap_lookup(h, nm))
+                rc = pheap_free_named(h, nm);
+            else
+                rc = pheap_alloc_named(h, nm, sk_size(&rng)) ? 0 : pheap_errno();
+            if (rc && rc != PHEAP_EEXIST && rc != PHEAP_ENOENT)
+                sk_fail(k, rc, "a name");
+            rc = 0;
+        } else if (i % 8 == 0) {
+            unsigned j = a->part + a->parts * (unsigned)(ph_test_rand(&rng) % per);
+            if (j != i && (rc = sk_tx(h, arr, slots, i, j, &rng)) != 0)
+                sk_fail(k, rc, "transaction");
+            rc = 0;
+        } else if (slots[i]) {
+            rc = pheap_free_from(h, &slots[i]);
+        } else {
+            rc = pheap_alloc_to_init(h, sk_size(&rng), &slots[i], 0, sk_fill, &slot);
+        }
+        if (rc)
+            sk_fail(k, rc, slots[i] ? "pheap_free_from" : "pheap_alloc_to_init");
+        __atomic_fetch_add(&sk->ops[k], 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void sk_worker(const char *path, unsigned k, unsigned threads)
 {
     pheap_options o = {.flags = PHEAP_SHARED};
     pheap *h;
@@ -130,42 +180,22 @@ static void sk_worker(const char *path, unsigned k)
     pheap_off arr = pheap_root_get(h, name);
     if (!arr)
         sk_fail(k, pheap_errno(), "root");
-    pheap_off *slots = pheap_direct(h, arr);
-    uint64_t rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ sk_now_ns();
-    for (;;) {
-        unsigned i = (unsigned)(ph_test_rand(&rng) % SK_SLOTS);
-        uint64_t slot = arr + i * sizeof(pheap_off);
-        if (i % 8 == 1) {
-            char nm[32];
-            snprintf(nm, sizeof(nm), "w%u-%u", k, i / 8 % 64);
-            /* (a dead worker's operation on the name may complete in between:
-             * EEXIST and ENOENT are its doing) */
-            if (pheap_lookup(h, nm))
-                rc = pheap_free_named(h, nm);
-            else
-                rc = pheap_alloc_named(h, nm, sk_size(&rng)) ? 0 : pheap_errno();
-            if (rc && rc != PHEAP_EEXIST && rc != PHEAP_ENOENT)
-                sk_fail(k, rc, "a name");
-        } else if (i % 8 == 0) {
-            unsigned j = (i + 1 + (unsigned)(ph_test_rand(&rng) % (SK_SLOTS - 1))) % SK_SLOTS;
-            if ((rc = sk_tx(h, arr, slots, i, j, &rng)) != 0)
-                sk_fail(k, rc, "transaction");
-        } else if (slots[i])
-            rc = pheap_free_from(h, &slots[i]);
-        else
-            rc = pheap_alloc_to_init(h, sk_size(&rng), &slots[i], 0, sk_fill, &slot);
-        if (rc)
-            sk_fail(k, rc, slots[i] ? "pheap_free_from" : "pheap_alloc_to_init");
-        __atomic_fetch_add(&sk->ops[k], 1, __ATOMIC_RELAXED);
+    sk_thread a[8];
+    pthread_t tid;
+    for (unsigned p = 0; p < threads; p++) {
+        a[p] = (sk_thread){h, k, p, threads, arr};
+        if (p + 1 < threads && pthread_create(&tid, NULL, sk_loop, &a[p]) != 0)
+            sk_fail(k, PHEAP_ENOMEM, "pthread_create");
     }
+    sk_loop(&a[threads - 1]);
 }
 
-static int sk_start(const char *path, unsigned k)
+static int sk_start(const char *path, unsigned k, unsigned threads)
 {
     fflush(NULL);
     int pid = fork();
     if (pid == 0)
-        sk_worker(path, k);
+        sk_worker(path, k, threads);
     return pid;
 }
 
@@ -203,7 +233,7 @@ static void sk_report_stuck(const char *when, unsigned kill)
     ph_test_fail(__FILE__, __LINE__, "%s (kill %u): a worker made no progress in 10 s", when, kill);
 }
 
-static void share_kill_test(const char *name, unsigned kills)
+static void share_kill_test(const char *name, unsigned kills, unsigned threads)
 {
     const char *path = ph_test_path(name);
     pheap *h = ph_test_create(path, 256u << 20);
@@ -222,7 +252,7 @@ static void share_kill_test(const char *name, unsigned kills)
     memset(sk, 0, sizeof(*sk));
     int pids[SK_WORKERS];
     for (unsigned k = 0; k < SK_WORKERS; k++)
-        REQUIRE((pids[k] = sk_start(path, k)) > 0);
+        REQUIRE((pids[k] = sk_start(path, k, threads)) > 0);
     uint64_t rng = 0x5eed0000u + kills, from[SK_WORKERS], t0 = sk_now_ns();
     memset(from, 0, sizeof(from));
     if (sk_progress(from, 1, SK_WORKERS, 10000000000ull))
@@ -242,7 +272,7 @@ static void share_kill_test(const char *name, unsigned kills)
         if (sk_progress(from, 50, k, 10000000000ull))
             sk_report_stuck("after a kill", n);
         from[k] = sk_ops(k);
-        REQUIRE((pids[k] = sk_start(path, k)) > 0);
+        REQUIRE((pids[k] = sk_start(path, k, threads)) > 0);
         if (sk_progress(from, 1, SK_WORKERS, 10000000000ull))
             sk_report_stuck("a new worker", n);
     }
@@ -252,8 +282,8 @@ static void share_kill_test(const char *name, unsigned kills)
         waitpid(pids[k], NULL, 0);
         ops += sk_ops(k);
     }
-    printf("  %u kills, %llu operations in %.1f s\n", kills, (unsigned long long)ops,
-           (double)(sk_now_ns() - t0) / 1e9);
+    printf("  %u kills of %u-thread workers, %llu operations in %.1f s\n", kills, threads,
+           (unsigned long long)ops, (double)(sk_now_ns() - t0) / 1e9);
     /* every process gone, uncleanly: the heap opened alone */
     REQUIRE_OK(pheap_open(path, NULL, &h));
     pheap_check_report r;
