@@ -546,10 +546,15 @@ int pheap_procs(const char *path, pheap_proc *out, size_t max);
  *
  * Named objects are shared: a name one process makes, every process finds
  * (the directory's lock is between processes, and a BIND is retired with
- * a fence of its own).  Not available in a shared heap yet (PHEAP_ENOTSUP,
- * nothing changed): pheap_check, pheap_gc, pheap_defrag, pheap_set_mode,
- * pheap_walk_chunks, and named objects inside transactions; open the heap
- * exclusively for those.  pheap_stats reports this process's view of the
+ * a fence of its own).  Inside transactions too: a name a transaction
+ * creates or removes is held against every other process's creates and
+ * removes (PHEAP_EBUSY) until it ends, as against other threads'; a
+ * process whose open transactions hold more than 127 names holds the
+ * whole directory against the other processes' creates and removes (never
+ * their lookups) until they end, and a dead process's holds hold nothing.
+ * Not available in a shared heap yet (PHEAP_ENOTSUP, nothing changed):
+ * pheap_check, pheap_gc, pheap_defrag, pheap_set_mode, pheap_walk_chunks;
+ * open the heap exclusively for those.  pheap_stats reports this process's view of the
  * slabs (those it owns) and every process's large blocks.  The blocks of
  * the data region that hold pheap's own metadata (name-directory and
  * transaction-log segments) are not guarded in a shared heap: another
@@ -855,7 +860,8 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
  * (see pheap_alloc_named_init).  Returns the block, or 0 with
  * pheap_errno(): PHEAP_EEXIST (the name exists, or the transaction made
  * it already; nothing changes, a transaction goes on), PHEAP_EBUSY
- * (another thread's open transaction holds the name), PHEAP_ENAME (empty
+ * (another thread's or process's open transaction holds the name),
+ * PHEAP_ENAME (empty
  * or longer than PHEAP_NAME_MAX), PHEAP_EINVAL (size 0, NULL heap; in a
  * transaction also a size beyond the heap's maximum), PHEAP_ENOMEM (heap
  * full; in a transaction this aborts it), PHEAP_ENOSPC (file system full,
@@ -891,9 +897,9 @@ pheap_off pheap_lookup(pheap *h, const char *name);
  * PHEAP_ENOENT (no such name: freed already, or never made, or removed by
  * the thread's transaction), PHEAP_ENOTLIVE (the block had been freed by
  * pheap_free: the name alone was removed -- inside a transaction nothing
- * changes), PHEAP_EBUSY (another thread's open transaction holds the
- * name), PHEAP_EABORTED, PHEAP_ENAME, PHEAP_ENOTSUP, PHEAP_ERDONLY,
- * PHEAP_ERECOVER. */
+ * changes), PHEAP_EBUSY (another thread's or process's open transaction
+ * holds the name), PHEAP_EABORTED, PHEAP_ENAME, PHEAP_ENOTSUP,
+ * PHEAP_ERDONLY, PHEAP_ERECOVER. */
 int pheap_free_named(pheap *h, const char *name);
 
 /* One name of the directory, as pheap_name_next reports it. */

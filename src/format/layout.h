@@ -647,6 +647,27 @@ _Static_assert(sizeof(ph_procs_chunk) == PH_PROCS_CHUNK_BYTES, "ph_procs_chunk s
  * lanes: docs/SHARING.md). */
 #define PH_PROCS_LANES_AT(region_off) ((region_off) + PH_LINE_SIZE)
 
+/* Page 0, its second half: the names that open transactions of the
+ * processes sharing the heap create or remove (docs/SHARING.md, "Names and
+ * roots"), so that no other process creates or removes one of them before
+ * the transaction ends.  Read and written under the directory's lock
+ * between processes (ph_procs_header.xnames_lock); a slot is claimed and
+ * let go by compare-and-swap of its owner, so that the takeover of a dead
+ * owner and a claim of its stale slot never both win.  A slot whose owner
+ * is no live process holds nothing.  Slot 0 holds every name: a process
+ * whose transactions hold more names than the other slots have room for
+ * holds the whole directory (against the other processes' creates and
+ * removes, never their lookups) until they end. */
+#define PH_PROCS_HOLDS 128u
+typedef struct ph_procs_hold {
+    uint64_t xowner;   /* identity of the holding process (ph_procs_identity), 0: a free slot */
+    uint64_t xhash;    /* the held name's hash (ph_names_hash) */
+} ph_procs_hold;
+_Static_assert(sizeof(ph_procs_hold) == 16, "ph_procs_hold size");
+#define PH_PROCS_HOLDS_AT(region_off) ((region_off) + PH_PAGE_SIZE / 2u)
+_Static_assert(PH_LINE_SIZE + PH_LANES_MAX <= PH_PAGE_SIZE / 2u, "lane holders end before the holds");
+_Static_assert(PH_PROCS_HOLDS * sizeof(ph_procs_hold) == PH_PAGE_SIZE / 2u, "holds fill page 0's second half");
+
 typedef struct ph_procs_header {
     uint64_t magic;        /* PH_PROCS_MAGIC once the table was first used */
     uint64_t xattaches;    /* read-write opens that took a lease */
@@ -659,7 +680,6 @@ typedef struct ph_procs_header {
                               changes it: heap/names.h) */
 } ph_procs_header;
 _Static_assert(sizeof(ph_procs_header) == PH_LINE_SIZE, "ph_procs_header size");
-_Static_assert(PH_LINE_SIZE + PH_LANES_MAX <= PH_PAGE_SIZE, "lane holders fit page 0");
 
 /* Lease flags (ph_lease.xflags). */
 #define PH_LEASE_EXCLUSIVE 0x1u /* an exclusive read-write open */

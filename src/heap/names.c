@@ -39,11 +39,6 @@ static ph_thread *name_writer(pheap *h, const char *name, const char *call, size
 {
     ph_thread *t = ph_heap_writer_in_tx(h, call);
     *tx = t && t->tx && t->tx->depth;
-    if (t && *tx && h->shared) {
-        ph_err(PHEAP_ENOTSUP, "%s: inside a transaction, in a heap opened with PHEAP_SHARED: "
-               "not available yet (docs/SHARING.md); outside one it is", call);
-        return NULL;
-    }
     if (t && *tx) /* refuses an aborted transaction */
         t = ph_tx_current(h, &t, call) ? t : NULL;
     else if (t)
@@ -88,9 +83,10 @@ ph_export pheap_off pheap_alloc_named_init(pheap *h, const char *name, size_t si
     ph_names_wrlock(h->names);
     int rc = ph_names_find(h, hash, name, len, &ref)
                  ? ph_err(PHEAP_EEXIST, "%s: the name '%s' exists already", call, name)
-             : ph_names_tx_held(h, hash, name, len, &mine, &held_off)
+             : ph_names_tx_held(h, hash, name, len, &mine, &held_off) ||
+                       ph_names_held_elsewhere(h->names, hash)
                  ? ph_err(PHEAP_EBUSY, "%s: the name '%s' is being created by another thread's "
-                          "open transaction", call, name)
+                          "(or process's) open transaction", call, name)
                  : ph_names_insert(h, t, hash, name, len, size, &bi, &off);
     ph_names_unlock(h->names);
     return rc ? 0 : off;
@@ -183,9 +179,10 @@ ph_export int pheap_free_named(pheap *h, const char *name)
     uint64_t hash = ph_names_hash(h->names->seed, name, len), held_off;
     ph_name_ref ref;
     ph_names_wrlock(h->names);
-    int rc = ph_names_tx_held(h, hash, name, len, &mine, &held_off)
+    int rc = ph_names_tx_held(h, hash, name, len, &mine, &held_off) ||
+                     ph_names_held_elsewhere(h->names, hash)
                  ? ph_err(PHEAP_EBUSY, "pheap_free_named: the name '%s' is created or removed "
-                          "by another thread's open transaction", name)
+                          "by another thread's (or process's) open transaction", name)
              : ph_names_find(h, hash, name, len, &ref)
                  ? ph_names_remove(h, t, &ref)
                  : ph_err(PHEAP_ENOENT, "pheap_free_named: no object named '%s'", name);

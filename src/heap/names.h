@@ -54,6 +54,9 @@ typedef struct ph_names {
     unsigned changes;           /* creates and removes since then */
     struct ph_name_hold **held; /* names held by open transactions (names_tx.c): */
     size_t nheld, cap;          /*   chained hash table by hash; under `lock` */
+    ph_procs_hold *pholds;      /* a shared heap: the holds of every process's transactions
+                                   (PH_PROCS_HOLDS_AT), under `plock`; else NULL */
+    size_t pall;                /*   this process's holds that slot 0 (every name) covers */
 } ph_names;
 
 /* 1 when the calling thread holds the write lock: it runs the initialiser
@@ -150,10 +153,11 @@ typedef struct ph_names_taken {
 int ph_names_open(pheap *h);
 
 /* The directory of a heap shared between processes: its sequence and
- * lock are the process table's words *seq and *lock (owner o); `repair`
- * runs when the lock was taken over from a dead process. */
-void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, const ph_plock_owner *o,
-                    void (*repair)(pheap *h));
+ * lock are the process table's words *seq and *lock (owner o), `holds`
+ * its table of names held by transactions; `repair` runs when the lock
+ * was taken over from a dead process. */
+void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, ph_procs_hold *holds,
+                    const ph_plock_owner *o, void (*repair)(pheap *h));
 void ph_names_close(pheap *h);
 
 /* Guards (ph_space_guard) every segment of the directory: at open, once
@@ -278,6 +282,13 @@ int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len);
  * that transaction (0: removed by it). */
 int ph_names_tx_held(pheap *h, uint64_t hash, const char *name, size_t len, int *mine,
                      uint64_t *off);
+/* A shared heap, the lock held: 1 when a transaction of another live
+ * process holds a name of this hash (names are told apart by their 64-bit
+ * hashes there: two names of one hash, about one pair in 2^64, hold each
+ * other). */
+int ph_names_held_elsewhere(ph_names *n, uint64_t hash);
+/* The takeover of the dead process `who`: its holds let go. */
+void ph_names_holds_drop(ph_names *n, uint64_t who);
 
 /* ---- names.c ---- */
 /* pheap_check's part: 0 or the number of problems, the first in err. */

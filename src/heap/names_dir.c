@@ -43,7 +43,8 @@ void ph_names_plock(ph_names *n)
     ph_names_seq_end(n);
 }
 
-void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, const ph_plock_owner *o,
+void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, ph_procs_hold *holds,
+                    const ph_plock_owner *o,
                     void (*repair)(pheap *h))
 {
     ph_names *n = h->names;
@@ -52,6 +53,7 @@ void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, const ph_plock_owne
     n->seqp = seq;
     n->powner = o;
     n->repair = repair;
+    n->pholds = holds;
     n->plock = lock;
 }
 

@@ -31,7 +31,13 @@
  * What other threads see: the directory as committed.  A name that an open
  * transaction creates or removes is held: another thread's lookup finds it
  * as it was before the transaction, and its create or remove is refused
- * with PHEAP_EBUSY until the transaction ends.
+ * with PHEAP_EBUSY until the transaction ends.  In a heap shared between
+ * processes the hold is also entered in the process table's hold slots
+ * (format/layout.h, ph_procs_hold), where the other processes' creates and
+ * removes look; a dead process's holds are let go by its takeover, and
+ * ignored meanwhile: its transaction was not committed (a commit holds the
+ * directory's lock through its retirement, and a lock taken over from a
+ * dead holder is repaired first), so recovery rolls it back.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -53,10 +59,89 @@ typedef struct ph_name_hold {
     int creating;               /* the block is being made (its initialiser runs) */
     ph_name_ref at;             /* commit: where the new entry goes */
     ph_names_seg *removed_seg;  /* commit: the segment of the removed entry, or NULL */
+    int pslot;                  /* a shared heap: its slot of the process table's holds, or -1 */
     unsigned newly;             /* commit: EMPTY lines the new entry and its fillers take */
     size_t len;
     char name[];
 } ph_name_hold;
+
+/* ---- the holds of a shared heap's processes (the lock between processes held) ------ */
+
+/* 1 when slot s is held by a live process other than this one. */
+static int held_by_other(ph_names *n, const ph_procs_hold *s)
+{
+    const ph_plock_owner *o = n->powner;
+    uint64_t who = ph_load_relaxed(&s->xowner);
+    return who && who != o->me && !o->dead(o->ctx, who);
+}
+
+int ph_names_held_elsewhere(ph_names *n, uint64_t hash)
+{
+    if (!n->pholds)
+        return 0;
+    if (held_by_other(n, &n->pholds[0])) /* every name */
+        return 1;
+    for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
+        if (ph_load_relaxed(&n->pholds[i].xhash) == hash && held_by_other(n, &n->pholds[i]))
+            return 1;
+    return 0;
+}
+
+/* Slot i, free or left by a dead process, made this process's. */
+static int take_slot(ph_names *n, unsigned i)
+{
+    ph_procs_hold *s = &n->pholds[i];
+    uint64_t who = ph_load_relaxed(&s->xowner);
+    if (who == n->powner->me)
+        return i == 0;
+    return (!who || n->powner->dead(n->powner->ctx, who)) &&
+           __atomic_compare_exchange_n(&s->xowner, &who, n->powner->me, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_RELAXED); /* (a takeover may let it go first) */
+}
+
+/* Enters x's hold in a slot of its own -- free ones first, then ones that
+ * dead processes left -- or else under slot 0, which holds every name
+ * (PHEAP_EBUSY when another live process has that). */
+static int claim(ph_names *n, ph_name_hold *x, const char *call)
+{
+    x->pslot = -1;
+    if (!n->pholds)
+        return 0;
+    for (unsigned pass = 0; pass < 2; pass++)
+        for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
+            if ((pass || !ph_load_relaxed(&n->pholds[i].xowner)) && take_slot(n, i)) {
+                ph_store(&n->pholds[i].xhash, x->hash);
+                x->pslot = (int)i;
+                return 0;
+            }
+    if (!take_slot(n, 0))
+        return ph_err(PHEAP_EBUSY, "%s: the name '%s' cannot be held: the open transactions of "
+                      "the processes sharing the heap hold more names than the process table "
+                      "has room for (%u), and another process's hold all names until they end",
+                      call, x->name, PH_PROCS_HOLDS - 1);
+    n->pall++;
+    x->pslot = 0;
+    return 0;
+}
+
+static void release(ph_names *n, ph_name_hold *x)
+{
+    uint64_t me = n->powner ? n->powner->me : 0;
+    if (x->pslot > 0 || (x->pslot == 0 && --n->pall == 0))
+        __atomic_compare_exchange_n(&n->pholds[x->pslot].xowner, &me, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED); /* (fails where a takeover took this
+                                                          process for dead) */
+    x->pslot = -1;
+}
+
+void ph_names_holds_drop(ph_names *n, uint64_t who)
+{
+    for (unsigned i = 0; n && n->pholds && i < PH_PROCS_HOLDS; i++) {
+        uint64_t w = who;
+        __atomic_compare_exchange_n(&n->pholds[i].xowner, &w, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
+    }
+}
 
 /* ---- the held table (write lock held to change it, read lock to read) -------------- */
 
@@ -96,6 +181,7 @@ static int held_add(ph_names *n, ph_name_hold *x)
 
 static void held_del(ph_names *n, ph_name_hold *x)
 {
+    release(n, x);
     ph_name_hold **p = &n->held[x->hash & (n->cap - 1)];
     while (*p != x)
         p = &(*p)->next;
@@ -105,7 +191,8 @@ static void held_del(ph_names *n, ph_name_hold *x)
 
 /* A new hold of the transaction, in the table and in tx->names; NULL with
  * the error set when memory ran out. */
-static ph_name_hold *hold(ph_names *n, ph_tx *tx, uint64_t hash, const char *name, size_t len)
+static ph_name_hold *hold(ph_names *n, ph_tx *tx, uint64_t hash, const char *name, size_t len,
+                          const char *call)
 {
     ph_name_hold *x = calloc(1, sizeof(*x) + len + 1);
     if (!x) {
@@ -114,10 +201,16 @@ static ph_name_hold *hold(ph_names *n, ph_tx *tx, uint64_t hash, const char *nam
     }
     *x = (ph_name_hold){.owner = tx, .hash = hash, .len = len};
     memcpy(x->name, name, len);
+    if (claim(n, x, call)) {
+        free(x);
+        return NULL;
+    }
     if (held_add(n, x) == 0 && VEC_PUSH(tx->names, x) == 0)
         return x;
     if (n->nheld && held_find(n, hash, name, len) == x)
         held_del(n, x);
+    else
+        release(n, x);
     free(x);
     ph_err(PHEAP_ENOMEM, "out of memory for a name of the transaction");
     return NULL;
@@ -140,7 +233,7 @@ static void unhold(ph_names *n, ph_tx *tx, ph_name_hold *x)
 static int busy(const char *call, const char *name)
 {
     return ph_err(PHEAP_EBUSY, "%s: the name '%s' is created or removed by another thread's "
-                  "open transaction", call, name);
+                  "(or process's) open transaction", call, name);
 }
 
 int ph_names_tx_held(pheap *h, uint64_t hash, const char *name, size_t len, int *mine,
@@ -164,7 +257,8 @@ static ph_name_hold *lock_hold(ph_names *n, const ph_tx *tx, uint64_t hash, cons
 {
     ph_names_wrlock(n);
     ph_name_hold *x = held_find(n, hash, name, len);
-    *rc = x && x->owner != tx ? busy(call, name) : 0;
+    *rc = (x && x->owner != tx) || (!x && ph_names_held_elsewhere(n, hash)) ? busy(call, name)
+                                                                              : 0;
     return x;
 }
 
@@ -180,7 +274,7 @@ pheap_off ph_names_tx_create(pheap *h, ph_thread *t, const char *name, size_t le
     ph_name_hold *x = lock_hold(n, tx, hash, name, len, call, &rc);
     if (!rc && (x ? x->block || x->creating : ph_names_find(h, hash, name, len, &ref)))
         rc = ph_err(PHEAP_EEXIST, "%s: the name '%s' exists already", call, name);
-    else if (!rc && !x && !(x = hold(n, tx, hash, name, len)))
+    else if (!rc && !x && !(x = hold(n, tx, hash, name, len, call)))
         rc = pheap_errno();
     if (!rc)
         x->creating = 1;
@@ -220,7 +314,7 @@ int ph_names_tx_remove(pheap *h, ph_thread *t, const char *name, size_t len)
         rc = ph_err(PHEAP_ECORRUPT, "%s: the directory entry names %llu, outside the data "
                     "region: the directory is damaged (see pheap_check)", call,
                     (unsigned long long)off);
-    else if (!x && !(x = hold(n, tx, hash, name, len)))
+    else if (!x && !(x = hold(n, tx, hash, name, len, call)))
         rc = pheap_errno();
     else if (x->block) /* made by this transaction: its block goes back at the commit */
         off = x->block;

@@ -93,6 +93,7 @@ static void reset_table(pheap *h)
     clear_word(&t->xnames_seq);
     t->xtakeovers = 0;
     memset(ph_space_at(&h->sp, PH_PROCS_LANES_AT(r)), 0, PH_LANES_MAX);
+    memset(ph_space_at(&h->sp, PH_PROCS_HOLDS_AT(r)), 0, PH_PROCS_HOLDS * sizeof(ph_procs_hold));
     ph_procs_chunk *pc = ph_space_at(&h->sp, PH_PROCS_CHUNKS_AT(r));
     for (uint64_t ch = 0; ch < (ph_space_size(&h->sp) - h->sp.data_off) / PH_CHUNK_SIZE; ch++) {
         clear_word(&pc[ch].xowner);
@@ -110,14 +111,16 @@ static void reset_table(pheap *h)
 }
 
 /* Takes over the process of slot i (gate held), dead or orphaned: its
- * lanes, reservations and slabs (ph_engine_takeover), then its slot. */
+ * lanes, reservations and slabs (ph_engine_takeover), the names its
+ * transactions held, then its slot. */
 static int take_over(pheap *h, ph_pctx *c, unsigned i, const ph_lease *l, int orphaned)
 {
-    uint64_t t0 = ph_os_time_ns();
+    uint64_t t0 = ph_os_time_ns(), who = l->xgen << 8 | (i + 1);
     ph_takeover_info info;
-    int rc = ph_engine_takeover(h->engine, c, i + 1, l->xgen << 8 | (i + 1), &info);
+    int rc = ph_engine_takeover(h->engine, c, i + 1, who, &info);
     if (rc)
         return rc; /* the slot stays: its lanes could not all be replayed */
+    ph_names_holds_drop(h->names, who);
     ph_lease *slot = ph_procs_leases(h) + i;
     if (orphaned)
         slot->xflags |= PH_LEASE_TAKEN;
@@ -197,7 +200,9 @@ static void names_taken(pheap *h)
 void ph_share_names(pheap *h)
 {
     ph_procs_header *t = ph_procs_table(h);
-    ph_names_share(h, &t->xnames_seq, &t->xnames_lock, &h->engine->share.plock, names_taken);
+    ph_names_share(h, &t->xnames_seq, &t->xnames_lock,
+                   ph_space_at(&h->sp, PH_PROCS_HOLDS_AT(region_of(h))), &h->engine->share.plock,
+                   names_taken);
 }
 
 static int sharers_alive(pheap *h)

@@ -4,8 +4,9 @@
  * sharing roots; exclusive, read-only and shared opens excluding each
  * other; a process killed with SIGKILL taken over by a survivor while it
  * runs, and by the next open when it was the last -- its transactions
- * rolled back or forward; the heap clean after the last close; bad
- * options and the calls not built for sharing yet.
+ * rolled back or forward; names of transactions held against other
+ * processes; the heap clean after the last close; bad options and the
+ * calls not built for sharing yet.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -263,13 +264,6 @@ TEST(calls_not_built_for_sharing_are_refused)
     pheap_off off = pheap_alloc(h, 64);
     REQUIRE(off);
     pheap_check_report r;
-    REQUIRE_OK(pheap_tx_begin(h)); /* names inside transactions: not yet */
-    CHECK_EQ(pheap_alloc_named(h, "x", 64), 0);
-    CHECK_EQ(pheap_errno(), PHEAP_ENOTSUP);
-    CHECK_EQ(pheap_free_named(h, "x"), PHEAP_ENOTSUP);
-    REQUIRE_OK(pheap_tx_commit(h));
-    CHECK_EQ(pheap_lookup(h, "x"), 0);
-    CHECK_EQ(pheap_errno(), PHEAP_ENOENT);
     CHECK_EQ(pheap_check(h, &r), PHEAP_ENOTSUP);
     CHECK_EQ(pheap_gc(h), PHEAP_ENOTSUP);
     CHECK_EQ(pheap_set_mode(h, PHEAP_MODE_READONLY), PHEAP_ENOTSUP);
@@ -337,6 +331,163 @@ TEST(names_are_shared)
     CHECK_EQ(st.names, 299);
     pheap_close(x);
     check_alone(path, 299 + st.name_segments);
+}
+
+/* The child of names_in_transactions_hold_against_other_processes: told
+ * a step at a time, answers what its calls returned (error codes as
+ * numbers, found offsets as 1/0). */
+static void tx_namer(const char *path, int in, int out)
+{
+    pheap *h = child_open(path);
+    for (uint64_t step; (step = recv_u64(in)) != ~0ull;) {
+        uint64_t v = 0;
+        switch (step) {
+        case 1: /* the parent's transaction holds "made" and "gone" */
+            v = (pheap_alloc_named(h, "made", 8) == 0 && pheap_errno() == PHEAP_EBUSY) |
+                (pheap_free_named(h, "gone") == PHEAP_EBUSY) << 1 |
+                (pheap_lookup(h, "made") == 0 && pheap_errno() == PHEAP_ENOENT) << 2 |
+                (pheap_lookup(h, "gone") != 0) << 3;
+            /* in a transaction of its own: the same refusals, and its own names */
+            if (pheap_tx_begin(h))
+                _exit(3);
+            v |= (pheap_alloc_named(h, "made", 8) == 0 && pheap_errno() == PHEAP_EBUSY) << 4 |
+                 (pheap_free_named(h, "gone") == PHEAP_EBUSY) << 5 |
+                 (pheap_alloc_named(h, "child", 8) != 0) << 6;
+            if (pheap_tx_commit(h))
+                _exit(4);
+            break;
+        case 2: /* the parent committed */
+            v = (pheap_lookup(h, "made") != 0) | (pheap_lookup(h, "gone") == 0) << 1 |
+                (pheap_free_named(h, "made") == 0) << 2;
+            break;
+        case 3: /* holds, then is killed with them */
+            if (pheap_tx_begin(h) || !pheap_alloc_named(h, "dead-made", 64) ||
+                pheap_free_named(h, "child"))
+                _exit(5);
+            v = 1;
+            break;
+        }
+        send_u64(out, v);
+    }
+    _exit(pheap_close(h) ? 6 : 0);
+}
+
+TEST(names_in_transactions_hold_against_other_processes)
+{
+    const char *path;
+    pheap *h = shared_heap("share-names-tx.heap", 64 * MB, &path);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "gone", 64));
+    child c = start(tx_namer, path);
+    REQUIRE(c.pid > 0);
+    REQUIRE_OK(pheap_tx_begin(h));
+    pheap_off made = pheap_alloc_named(h, "made", 100);
+    REQUIRE(made);
+    REQUIRE_OK(pheap_free_named(h, "gone"));
+    CHECK_EQ(pheap_lookup(h, "made"), made); /* the transaction's own view */
+    send_u64(c.to_child, 1);
+    CHECK_EQ(recv_u64(c.from_child), 0x7f);
+    REQUIRE_OK(pheap_tx_commit(h));
+    CHECK(pheap_lookup(h, "child"));
+    send_u64(c.to_child, 2);
+    CHECK_EQ(recv_u64(c.from_child), 7);
+    /* an abort lets go too: the other process may then take the names */
+    REQUIRE_OK(pheap_tx_begin(h));
+    REQUIRE(pheap_alloc_named(h, "made", 8));
+    REQUIRE_OK(pheap_tx_abort(h));
+    REQUIRE(pheap_alloc_named(h, "made", 8));
+    /* a process killed inside its transaction: its holds hold nothing */
+    send_u64(c.to_child, 3);
+    CHECK_EQ(recv_u64(c.from_child), 1);
+    CHECK_EQ(pheap_alloc_named(h, "dead-made", 8), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EBUSY);
+    PH_TEST_KILL(c.pid);
+    close(c.to_child);
+    close(c.from_child);
+    pheap_off dm = pheap_alloc_named(h, "dead-made", 32);
+    CHECK(dm);
+    CHECK_EQ(pheap_free_named(h, "child"), 0);
+    CHECK_EQ(pheap_close(h), 0); /* takes the dead process over: its transaction rolled back */
+    pheap *x;
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_open(path, NULL, &x));
+    REQUIRE_OK(pheap_stats(x, &st));
+    CHECK_EQ(st.names, 2); /* "made" and "dead-made" */
+    CHECK_EQ(pheap_lookup(x, "dead-made"), dm);
+    pheap_close(x);
+    check_alone(path, 2 + st.name_segments);
+}
+
+/* The child of a_transaction_holding_many_names_holds_them_all: holds
+ * `n` names in one transaction, says so, commits when told. */
+static void many_namer(const char *path, int in, int out)
+{
+    pheap *h = child_open(path);
+    unsigned n = (unsigned)recv_u64(in);
+    if (pheap_tx_begin(h))
+        _exit(3);
+    for (unsigned i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "bulk-%u-%u", n, i);
+        if (!pheap_alloc_named(h, name, 16)) {
+            fprintf(stderr, "  many_namer: %s: %s\n", name, pheap_errmsg());
+            _exit(4);
+        }
+    }
+    send_u64(out, 1);
+    recv_u64(in);
+    if (pheap_tx_commit(h))
+        _exit(5);
+    send_u64(out, 2);
+    recv_u64(in);
+    _exit(pheap_close(h) ? 6 : 0);
+}
+
+TEST(a_transaction_holding_many_names_holds_them_all)
+{
+    const char *path;
+    pheap *h = shared_heap("share-names-many.heap", 64 * MB, &path);
+    REQUIRE(h);
+    REQUIRE(pheap_alloc_named(h, "other", 8));
+    /* fewer names than the slots: only those are held */
+    child c = start(many_namer, path);
+    REQUIRE(c.pid > 0);
+    send_u64(c.to_child, 50);
+    REQUIRE_EQ(recv_u64(c.from_child), 1);
+    CHECK_EQ(pheap_alloc_named(h, "bulk-50-7", 8), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EBUSY);
+    CHECK(pheap_alloc_named(h, "free-1", 8));
+    send_u64(c.to_child, 0);
+    REQUIRE_EQ(recv_u64(c.from_child), 2);
+    CHECK_EQ(finish(&c), 0);
+    /* more than the slots: the rest of the directory is held too, until
+     * the commit, against creates and removes, never lookups */
+    c = start(many_namer, path);
+    REQUIRE(c.pid > 0);
+    _Static_assert(1128 > PH_PROCS_HOLDS, "more names than the slots");
+    send_u64(c.to_child, 1128);
+    REQUIRE_EQ(recv_u64(c.from_child), 1);
+    CHECK_EQ(pheap_alloc_named(h, "free-2", 8), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EBUSY);
+    CHECK_EQ(pheap_free_named(h, "other"), PHEAP_EBUSY);
+    CHECK(pheap_lookup(h, "other"));
+    REQUIRE_OK(pheap_tx_begin(h)); /* and a transaction of this process: the same */
+    CHECK_EQ(pheap_alloc_named(h, "free-2", 8), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EBUSY);
+    REQUIRE_OK(pheap_tx_commit(h));
+    send_u64(c.to_child, 0);
+    REQUIRE_EQ(recv_u64(c.from_child), 2);
+    CHECK(pheap_alloc_named(h, "free-2", 8));
+    CHECK(pheap_lookup(h, "bulk-1128-1000"));
+    CHECK_EQ(finish(&c), 0);
+    CHECK_EQ(pheap_close(h), 0);
+    struct pheap_stats st;
+    pheap *x;
+    REQUIRE_OK(pheap_open(path, NULL, &x));
+    REQUIRE_OK(pheap_stats(x, &st));
+    CHECK_EQ(st.names, 3 + 50 + 1128);
+    pheap_close(x);
+    check_alone(path, st.names + st.name_segments);
 }
 
 /* The child of the takeover tests: allocates `n` blocks (some large,

@@ -37,6 +37,10 @@ TEST(struct_sizes)
     CHECK_EQ(offsetof(ph_procs_header, xtakeovers), 40);
     CHECK_EQ(offsetof(ph_procs_header, xnames_lock), 48);
     CHECK_EQ(offsetof(ph_procs_header, xnames_seq), 56);
+    CHECK_EQ(sizeof(ph_procs_hold), 16);
+    CHECK_EQ(offsetof(ph_procs_hold, xhash), 8);
+    CHECK_EQ(PH_PROCS_HOLDS_AT(0), 2048);
+    CHECK_EQ(PH_PROCS_HOLDS, 128);
     CHECK_EQ(sizeof(ph_lease), 64);
     CHECK_EQ(PH_PROCS_SLOTS, 64);
     CHECK_EQ(PH_PROCS_CHUNK_BYTES, 16);

@@ -10,7 +10,7 @@
  * filled by its initialiser with a pattern naming its slot, and now and
  * then a transaction that replaces the blocks of two slots (undo-logged
  * slot words, pheap_tx_alloc, pheap_tx_free), or creates or removes one
- * of 64 names of its own.  A slot's block may be of a
+ * of 64 names of its own, alone or in a transaction.  A slot's block may be of a
  * slab another process owns now (an earlier worker of the place made it,
  * and died), so frees of every kind are often remote.  A supervisor
  * kills one worker at random every few milliseconds with SIGKILL and
@@ -142,14 +142,22 @@ static void *sk_loop(void *arg)
         if (i % 8 == 1) {
             char nm[32];
             snprintf(nm, sizeof(nm), "w%u-%u", k, i / 8 % 64);
+            int in_tx = ph_test_rand(&rng) % 2;
+            if (in_tx && (rc = pheap_tx_begin(h)) != 0)
+                sk_fail(k, rc, "pheap_tx_begin");
             /* (a dead worker's operation on the name may complete in between,
-             * or another thread's: EEXIST and ENOENT are theirs) */
+             * or another thread's: EEXIST and ENOENT are theirs; a name
+             * another thread's transaction holds is EBUSY -- never one a
+             * dead process's transaction held) */
             if (pheap_lookup(h, nm))
                 rc = pheap_free_named(h, nm);
             else
                 rc = pheap_alloc_named(h, nm, sk_size(&rng)) ? 0 : pheap_errno();
-            if (rc && rc != PHEAP_EEXIST && rc != PHEAP_ENOENT)
-                sk_fail(k, rc, "a name");
+            if (rc && rc != PHEAP_EEXIST && rc != PHEAP_ENOENT &&
+                !(rc == PHEAP_EBUSY && a->parts > 1))
+                sk_fail(k, rc, in_tx ? "a name in a transaction" : "a name");
+            if (in_tx && (rc = pheap_tx_commit(h)) != 0)
+                sk_fail(k, rc, "pheap_tx_commit of a name");
             rc = 0;
         } else if (i % 8 == 0) {
             unsigned j = a->part + a->parts * (unsigned)(ph_test_rand(&rng) % per);
