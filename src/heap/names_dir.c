@@ -166,15 +166,20 @@ static int cont_owned(ph_names_seg *s, uint32_t i)
            hd + ph_name_nlines(&L[hd]) > i;
 }
 
+/* Line i of a segment of `total` lines is the head of an entry.  A head
+ * whose length and line count disagree, or whose lines run past the
+ * segment, is damage: never followed (pheap_check reports it). */
+static inline int head_at(const ph_name_line *L, uint32_t i, uint32_t total)
+{
+    const ph_name_line *l = &L[i];
+    unsigned len = ph_name_len(l);
+    return ph_name_kind(ph_load(&l->xref)) == PH_NAME_HEAD && len >= 1 && len <= PH_NAME_MAX &&
+           ph_name_nlines(l) == ph_names_entry_lines(len) && i + ph_name_nlines(l) <= total;
+}
+
 int ph_names_is_head(ph_names_seg *s, uint32_t i)
 {
-    const ph_name_line *l = &ph_names_lines(s)[i];
-    unsigned len = ph_name_len(l);
-    /* A head whose length and line count disagree, or whose lines run
-     * past the segment, is damage: never followed (pheap_check reports it). */
-    return ph_name_kind(ph_load(&l->xref)) == PH_NAME_HEAD && len >= 1 && len <= PH_NAME_MAX &&
-           ph_name_nlines(l) == ph_names_entry_lines(len) &&
-           i + ph_name_nlines(l) <= ph_names_total(s);
+    return head_at(ph_names_lines(s), i, ph_names_total(s));
 }
 
 static int line_free(ph_names_seg *s, uint32_t i)
@@ -230,10 +235,11 @@ uint32_t ph_names_entry_crc(ph_names_seg *s, uint32_t i)
     return entry_crc(l->hash, l->size, l->meta & 0xffffffu, name, strlen(name));
 }
 
-static int same_name(ph_names_seg *s, uint32_t i, const char *name, size_t len)
+/* The head at line i (of a segment of `total` lines) names `name`. */
+static int same_name(ph_names_seg *s, uint32_t total, uint32_t i, const char *name, size_t len)
 {
     ph_name_line *l = &ph_names_lines(s)[i];
-    if (ph_name_len(l) != len || i + ph_names_entry_lines(len) > ph_names_total(s))
+    if (ph_name_len(l) != len || i + ph_names_entry_lines(len) > total)
         return 0;
     size_t at = 0, n;
     while (at < len) {
@@ -253,14 +259,16 @@ int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name
         return 0;
     ph_names_seg *s = ph_space_at(&h->sp, so);
     ph_name_line *L = ph_names_lines(s);
-    unsigned bits = PH_NAMES_ENTRY_BITS(e); /* the header is not read: one miss less */
+    /* The segment's header is never read (its size is the entry's): the
+     * lookup's one miss is the name's home line. */
+    unsigned bits = PH_NAMES_ENTRY_BITS(e);
     for (uint32_t i = home_of(hash, PH_NAMES_ENTRY_DEPTH(e), bits),
                   total = (1u << bits) + PH_NAMES_SPILL;
          i < total; i++) {
         uint64_t r = ph_load(&L[i].xref);
         if (r == 0)
             return 0; /* EMPTY: the end of the name's cluster */
-        if (L[i].hash == hash && ph_names_is_head(s, i) && same_name(s, i, name, len)) {
+        if (L[i].hash == hash && head_at(L, i, total) && same_name(s, total, i, name, len)) {
             *ref = (ph_name_ref){s, so, i, &L[i]};
             return 1;
         }
