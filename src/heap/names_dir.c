@@ -262,9 +262,10 @@ int ph_names_find(pheap *h, uint64_t hash, const char *name, size_t len, ph_name
     /* The segment's header is never read (its size is the entry's): the
      * lookup's one miss is the name's home line. */
     unsigned bits = PH_NAMES_ENTRY_BITS(e);
-    for (uint32_t i = home_of(hash, PH_NAMES_ENTRY_DEPTH(e), bits),
-                  total = (1u << bits) + PH_NAMES_SPILL;
-         i < total; i++) {
+    uint32_t home = home_of(hash, PH_NAMES_ENTRY_DEPTH(e), bits);
+    if (len > PH_NAME_HEAD_BYTES) /* the name goes on in the next line: both misses at once */
+        __builtin_prefetch(&L[home + 1]);
+    for (uint32_t i = home, total = (1u << bits) + PH_NAMES_SPILL; i < total; i++) {
         uint64_t r = ph_load(&L[i].xref);
         if (r == 0)
             return 0; /* EMPTY: the end of the name's cluster */
