@@ -32,10 +32,11 @@ typedef struct ph_tcache {
 static inline uint64_t ph_tcache_pop(ph_tcache *t, unsigned cls)
 {
     ph_tbin *b = &t->bins[cls];
-    if (ph_unlikely(!b->n))
+    uint32_t n = b->n;
+    if (ph_unlikely(!n))
         return 0;
-    ph_store_relaxed(&b->n, b->n - 1); /* relaxed: pheap_stats reads it */
-    return b->v[b->n];
+    ph_store_relaxed(&b->n, n - 1); /* relaxed: pheap_stats reads it */
+    return b->v[n - 1];
 }
 
 /* A freed block goes just below the top of the stack, so the next

@@ -82,7 +82,22 @@ static int offset_in_heap(pheap *h, pheap_off off)
     return 0;
 }
 
-ph_export pheap_off pheap_alloc(pheap *h, size_t size)
+/* GC mode's fast path (docs/GC.md): the calling thread's record when h
+ * may take it -- a GC heap open read-write, recovered, not in read-only
+ * mode (xgc_fast), whose record this thread has cached (so neither NULL
+ * nor a handle inherited through fork: a fork child's cache is cleared) --
+ * else NULL.  A pop or a push on the thread cache writes nothing of the
+ * heap's mapping, so it needs neither the call gate of the checkpoint
+ * level nor the protection window: a few loads and no stack frame. */
+static inline __attribute__((always_inline)) ph_thread *gc_fast(pheap *h)
+{
+    if (ph_likely(h != NULL && ph_tls.heap == h) && ph_likely(ph_tls.id == h->id) &&
+        ph_likely(ph_load_relaxed(&h->xgc_fast)))
+        return ph_tls.thread;
+    return NULL;
+}
+
+static ph_noinline pheap_off alloc_call(pheap *h, size_t size)
 {
     PH_WINDOW();
     ph_thread *t = writer(h, "pheap_alloc", 1);
@@ -98,6 +113,17 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
             return off;
     }
     return ph_engine_alloc(h->engine, &t->tc, &t->pctx, size, NULL);
+}
+
+ph_export pheap_off pheap_alloc(pheap *h, size_t size)
+{
+    ph_thread *t = gc_fast(h);
+    if (ph_likely(t != NULL) && ph_likely(size - 1 < PH_SMALL_MAX)) {
+        uint64_t off = ph_engine_gc_alloc_fast(&t->tc, size);
+        if (ph_likely(off))
+            return off;
+    }
+    return alloc_call(h, size);
 }
 
 static int call_user_init(void *arg, void *block, size_t usable)
@@ -139,7 +165,7 @@ ph_export pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, phea
 /* PHEAP_EINVAL when the program frees a block pheap owns: a segment of
  * the name directory (a stale offset of a block freed before, whose space
  * the directory took since).  Else 0. */
-ph_export int pheap_free(pheap *h, pheap_off off)
+static ph_noinline int free_call(pheap *h, pheap_off off)
 {
     PH_WINDOW();
     if (off == 0)
@@ -155,6 +181,16 @@ ph_export int pheap_free(pheap *h, pheap_off off)
     if (off % PH_PAGE_SIZE == 0 && (rc = ph_heap_guarded(h, off, 1, "pheap_free")) != 0)
         return rc; /* guarded blocks are large: page-aligned */
     return ph_engine_free(h->engine, &t->tc, &t->pctx, off);
+}
+
+ph_export int pheap_free(pheap *h, pheap_off off)
+{
+    ph_thread *t = gc_fast(h);
+    uint64_t data = h->sp.data_off; /* (0 and offsets outside the data region: the call) */
+    if (ph_likely(t != NULL) && ph_likely(off - data < ph_space_size(&h->sp) - data) &&
+        ph_likely(ph_engine_gc_free_fast(h->engine, &t->tc, off)))
+        return 0;
+    return free_call(h, off);
 }
 
 ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)

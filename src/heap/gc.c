@@ -514,8 +514,10 @@ ph_export int pheap_recover_ex(pheap *h, const pheap_gc_options *opts, pheap_gc_
         return ph_err(PHEAP_EINVAL, "pheap_recover: PHEAP_GC_DRY_RUN is for pheap_gc (a "
                       "recovery cannot leave the bitmaps unknown)");
     int rc = trace(h, t, 1, opts ? opts : &defaults, &rep);
-    if (!rc)
+    if (!rc) {
         h->needs_recovery = 0;
+        ph_heap_gc_fast_update(h);
+    }
     if (!rc && h->names) {
         /* A name-segment rebuild cut short, now that the allocator is
          * right; lookups may run meanwhile (names.h: the write lock). */

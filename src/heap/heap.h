@@ -49,6 +49,9 @@ struct pheap {
                                      pheap_recover (read anywhere) */
     unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
     unsigned shared;              /* PHEAP_SHARED: other processes hold it too (share.c) */
+    unsigned xgc_fast;            /* GC mode's small allocations and frees may take the
+                                     thread cache alone (alloc.c): gc, read-write, not in
+                                     read-only mode, recovered (ph_heap_gc_fast_update) */
     ph_space sp;                  /* the mapping, its growth, persistence */
     unsigned flags;               /* PHEAP_* open flags */
     unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
@@ -82,6 +85,14 @@ struct pheap {
     uint64_t xtakeovers;          /* sharing: dead processes this handle took over, */
     uint64_t xtakeover_max_ns;    /*   the longest of them (relaxed; under the gate) */
 };
+
+/* Sets xgc_fast from what it stands for: at open, and whenever the access
+ * mode or the need for recovery changes. */
+static inline void ph_heap_gc_fast_update(pheap *h)
+{
+    ph_store_relaxed(&h->xgc_fast, h->gc && !h->readonly && !h->shared && !h->needs_recovery &&
+                                       !ph_load_relaxed(&h->xromode));
+}
 
 /* A call not built for a heap shared between processes yet: PHEAP_ENOTSUP
  * (with the error set) when h is one, else 0. */

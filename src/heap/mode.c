@@ -74,6 +74,7 @@ ph_export int pheap_set_mode(pheap *h, unsigned mode)
         /* The commit: one durable aligned store (see the top of the file). */
         ph_persist_store64(&h->sp.persist, ph_heap_pctx(h), &h->sp.state->xmode, ph_mode_word(mode));
         ph_store(&h->xromode, mode == PHEAP_MODE_READONLY);
+        ph_heap_gc_fast_update(h);
     }
     pthread_mutex_unlock(&h->root_lock);
     return 0;

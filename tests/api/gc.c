@@ -6,6 +6,7 @@
  * the checks GC mode keeps on frees.
  */
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -147,6 +148,43 @@ TEST(fast_path_makes_nothing_durable)
     /* about 2000 * 64 bytes: a few slabs more, each two fences; no fence per call */
     CHECK(b.fences - a.fences <= 12);
     CHECK_EQ(b.live_blocks, 1);
+    check_ok(h);
+    pheap_close(h);
+}
+
+/* The calls that touch only the thread cache follow the handle's state:
+ * read-only mode refuses them at once, and so does a fork child. */
+TEST(fast_path_follows_the_mode)
+{
+    pheap *h = create_gc(ph_test_path("gc-fast-mode.heap"), 0);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc(h, 64), b = pheap_alloc(h, 64); /* this thread's cache is warm */
+    REQUIRE(a && b);
+    REQUIRE_OK(pheap_free(h, b));
+    REQUIRE_OK(pheap_set_mode(h, PHEAP_MODE_READONLY));
+    CHECK_EQ(pheap_alloc(h, 64), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EROMODE);
+    CHECK_EQ(pheap_free(h, a), PHEAP_EROMODE);
+    REQUIRE_OK(pheap_set_mode(h, PHEAP_MODE_WRITABLE));
+    pheap_off c = pheap_alloc(h, 64);
+    CHECK(c != 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) /* the child's copy of the handle: refused, never the parent's blocks */
+        _exit(pheap_alloc(h, 64) == 0 && pheap_errno() == PHEAP_EFORKED &&
+                      pheap_free(h, a) == PHEAP_EFORKED
+                  ? 0
+                  : 1);
+    int st = -1;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    REQUIRE_OK(pheap_free(h, a));
+    REQUIRE_OK(pheap_free(h, c));
+    CHECK_EQ(pheap_free(h, 0), 0);
+    CHECK_EQ(pheap_free(h, 8), PHEAP_ERANGE);
+    CHECK_EQ(pheap_alloc(h, 0), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    CHECK_EQ(live(h), 0);
     check_ok(h);
     pheap_close(h);
 }
