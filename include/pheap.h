@@ -551,7 +551,8 @@ int pheap_procs(const char *path, pheap_proc *out, size_t max);
  * removes (PHEAP_EBUSY) until it ends, as against other threads'; a
  * process whose open transactions hold more than 127 names holds the
  * whole directory against the other processes' creates and removes (never
- * their lookups) until they end, and a dead process's holds hold nothing.
+ * their lookups) until they end.  A dead process's holds hold until it is
+ * taken over, which a create or remove that meets one does first.
  * Not available in a shared heap yet (PHEAP_ENOTSUP, nothing changed):
  * pheap_check, pheap_gc, pheap_defrag, pheap_set_mode, pheap_walk_chunks;
  * open the heap exclusively for those.  pheap_stats reports this process's view of the

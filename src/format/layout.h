@@ -653,8 +653,8 @@ _Static_assert(sizeof(ph_procs_chunk) == PH_PROCS_CHUNK_BYTES, "ph_procs_chunk s
  * the transaction ends.  Read and written under the directory's lock
  * between processes (ph_procs_header.xnames_lock); a slot is claimed and
  * let go by compare-and-swap of its owner, so that the takeover of a dead
- * owner and a claim of its stale slot never both win.  A slot whose owner
- * is no live process holds nothing.  Slot 0 holds every name: a process
+ * owner and a claim of its slot never both win; a dead owner's slots hold
+ * until its takeover lets them go.  Slot 0 holds every name: a process
  * whose transactions hold more names than the other slots have room for
  * holds the whole directory (against the other processes' creates and
  * removes, never their lookups) until they end. */

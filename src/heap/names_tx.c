@@ -34,15 +34,18 @@
  * with PHEAP_EBUSY until the transaction ends.  In a heap shared between
  * processes the hold is also entered in the process table's hold slots
  * (format/layout.h, ph_procs_hold), where the other processes' creates and
- * removes look; a dead process's holds are let go by its takeover, and
- * ignored meanwhile: its transaction was not committed (a commit holds the
- * directory's lock through its retirement, and a lock taken over from a
- * dead holder is repaired first), so recovery rolls it back.
+ * removes look.  A dead process's holds hold until its takeover has rolled
+ * its transaction back (its undo images may cover the named block): a
+ * create or remove that meets one takes the dead over first, and the
+ * takeover lets the holds go after the rollback.  (Its transaction cannot
+ * be committed: a commit holds the directory's lock through its
+ * retirement, and a lock taken over from a dead holder is repaired first.)
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "heap/names.h"
+#include "heap/share.h"
 #include "heap/tx_int.h"
 #include "util/error.h"
 
@@ -67,24 +70,31 @@ typedef struct ph_name_hold {
 
 /* ---- the holds of a shared heap's processes (the lock between processes held) ------ */
 
-/* 1 when slot s is held by a live process other than this one. */
-static int held_by_other(ph_names *n, const ph_procs_hold *s)
+/* 1 when slot s is held by another process, dead or alive (*dead). */
+static int held_by_any_other(ph_names *n, const ph_procs_hold *s, int *dead)
 {
     const ph_plock_owner *o = n->powner;
     uint64_t who = ph_load_relaxed(&s->xowner);
-    return who && who != o->me && !o->dead(o->ctx, who);
+    if (!who || who == o->me)
+        return 0;
+    if (o->dead(o->ctx, who))
+        *dead = 1;
+    return 1;
 }
 
 int ph_names_held_elsewhere(ph_names *n, uint64_t hash)
 {
     if (!n->pholds)
         return 0;
-    if (held_by_other(n, &n->pholds[0])) /* every name */
-        return 1;
-    for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
-        if (ph_load_relaxed(&n->pholds[i].xhash) == hash && held_by_other(n, &n->pholds[i]))
-            return 1;
-    return 0;
+    for (int pass = 0;; pass++) {
+        int dead = 0, held = held_by_any_other(n, &n->pholds[0], &dead); /* every name */
+        for (unsigned i = 1; i < PH_PROCS_HOLDS && !held; i++)
+            held = ph_load_relaxed(&n->pholds[i].xhash) == hash &&
+                   held_by_any_other(n, &n->pholds[i], &dead);
+        if (!held || !dead || pass)
+            return held;
+        ph_share_take_over_dead_held(n->heap); /* rolled back, then its holds let go */
+    }
 }
 
 /* Slot i, free or left by a dead process, made this process's. */
@@ -94,7 +104,7 @@ static int take_slot(ph_names *n, unsigned i)
     uint64_t who = ph_load_relaxed(&s->xowner);
     if (who == n->powner->me)
         return i == 0;
-    return (!who || n->powner->dead(n->powner->ctx, who)) &&
+    return !who &&
            __atomic_compare_exchange_n(&s->xowner, &who, n->powner->me, 0, __ATOMIC_ACQ_REL,
                                        __ATOMIC_RELAXED); /* (a takeover may let it go first) */
 }
@@ -107,13 +117,16 @@ static int claim(ph_names *n, ph_name_hold *x, const char *call)
     x->pslot = -1;
     if (!n->pholds)
         return 0;
-    for (unsigned pass = 0; pass < 2; pass++)
+    for (unsigned pass = 0; pass < 2; pass++) {
+        if (pass) /* slots of dead processes: free once they are taken over */
+            ph_share_take_over_dead_held(n->heap);
         for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
-            if ((pass || !ph_load_relaxed(&n->pholds[i].xowner)) && take_slot(n, i)) {
+            if (!ph_load_relaxed(&n->pholds[i].xowner) && take_slot(n, i)) {
                 ph_store(&n->pholds[i].xhash, x->hash);
                 x->pslot = (int)i;
                 return 0;
             }
+    }
     if (!take_slot(n, 0))
         return ph_err(PHEAP_EBUSY, "%s: the name '%s' cannot be held: the open transactions of "
                       "the processes sharing the heap hold more names than the process table "
@@ -127,7 +140,7 @@ static int claim(ph_names *n, ph_name_hold *x, const char *call)
 static void release(ph_names *n, ph_name_hold *x)
 {
     uint64_t me = n->powner ? n->powner->me : 0;
-    if (x->pslot > 0 || (x->pslot == 0 && --n->pall == 0))
+    if (n->pholds && (x->pslot > 0 || (x->pslot == 0 && --n->pall == 0)))
         __atomic_compare_exchange_n(&n->pholds[x->pslot].xowner, &me, 0, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED); /* (fails where a takeover took this
                                                           process for dead) */

@@ -479,6 +479,10 @@ ph_export int pheap_close(pheap *h)
          * mark, no flush, no hole punch (sp.inherited), and the file lock
          * stays with the parent's descriptor of the same open file. */
         h->sp.inherited = 1;
+        if (h->names) { /* the parent's holds and locks are the parent's */
+            h->names->plock = NULL;
+            h->names->pholds = NULL;
+        }
         release(h, 0);
         return 0;
     }

@@ -197,6 +197,11 @@ static void names_taken(pheap *h)
                "repaired: %s", h->path, t ? pheap_errmsg() : "out of memory");
 }
 
+void ph_share_take_over_dead_held(pheap *h)
+{
+    take_over_all(h, 1, 0);
+}
+
 void ph_share_names(pheap *h)
 {
     ph_procs_header *t = ph_procs_table(h);

@@ -49,6 +49,8 @@ void ph_share_stats(pheap *h, struct pheap_stats *out);
 /* The name directory of h (opened) shared: its sequence and lock the
  * process table's. */
 void ph_share_names(pheap *h);
+/* The directory's write lock held: every dead sharer taken over now. */
+void ph_share_take_over_dead_held(pheap *h);
 
 /* The root table's lock: the process lock besides the thread lock. */
 void ph_share_root_lock(pheap *h);
