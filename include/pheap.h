@@ -1445,6 +1445,11 @@ struct pheap_stats {
                                  sharing since its first process opened the heap
                                  (any handle: a snapshot of a shared heap too) */
     uint64_t takeover_max_ns; /*   the longest takeover of this handle */
+    unsigned nt_stores;       /* flush clwb or clflushopt: 1 if the words that commit
+                                 small allocations and frees are written with
+                                 non-temporal stores (movnti), 0 if stored and their
+                                 line written back -- the cheaper on this CPU, or
+                                 what PHEAP_NT_STORES asks for */
 };
 
 /* Per size class (0 <= cls < pheap_class_count()). */

@@ -136,6 +136,7 @@ ph_export int pheap_stats(pheap *h, struct pheap_stats *out)
     out->format_major = h->hdr.major;
     out->format_minor = h->hdr.minor;
     out->flush = h->flush;
+    out->nt_stores = h->sp.persist.nt_stores;
     out->dax = h->dax_file;
     out->flush_source = h->flush_source;
     out->in_memory = h->sp.in_memory;

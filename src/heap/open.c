@@ -258,7 +258,7 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
         h->flush_source = h->dax_file ? PHEAP_FLUSH_FROM_DAX : PHEAP_FLUSH_FROM_NOT_DAX;
     }
     rc = ph_persist_init(&h->sp.persist, h->snapshot ? PHEAP_FLUSH_NONE : h->flush, h->sp.sim,
-                         h->sp.fd);
+                         h->sp.fd, cfg->nt_stores);
     if (!rc && h->tier)
         rc = ph_tier_attach(h);
     if (rc)

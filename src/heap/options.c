@@ -53,6 +53,17 @@ static int env_morph(const char *value, ph_config *cfg)
     return 0;
 }
 
+static int env_nt_stores(const char *value, ph_config *cfg)
+{
+    static const char *const names[] = {"auto", "1", "0"}; /* PH_NT_AUTO, _ON, _OFF */
+    for (unsigned k = 0; k < PH_ARRAY_LEN(names); k++)
+        if (strcmp(value, names[k]) == 0) {
+            cfg->nt_stores = k;
+            return 0;
+        }
+    return ph_err(PHEAP_EINVAL, "PHEAP_NT_STORES=%s: unknown value (auto, 1 or 0)", value);
+}
+
 static int env_durability(const char *value, ph_config *cfg)
 {
     unsigned level;
@@ -97,6 +108,12 @@ static const option_def option_table[] = {
      "staying where they are, so that space stranded in it is used before the heap grows; 0 "
      "turns it off for this open (to measure what it saves).",
      env_morph},
+    {"PHEAP_NT_STORES", "auto",
+     "How the cache-line back ends (clwb, clflushopt) write the word that commits a small "
+     "allocation or free: 1 with a non-temporal store (movnti), 0 with a store and a write-back "
+     "of its line, auto (the cheaper with the fence after it, timed on this CPU once per "
+     "process: pheap_stats.nt_stores says which). Both are durable at the same fence.",
+     env_nt_stores},
     {"PHEAP_DURABILITY", "sync",
      "What a power loss may take from a heap file not on DAX: sync (nothing that returned: "
      "the file is synced at every fence, fences of many threads sharing one sync) or checkpoint "

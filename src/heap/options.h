@@ -21,6 +21,7 @@ typedef struct ph_config {
     unsigned consistency;   /* PHEAP_CONSISTENCY_*: of a new heap; GC asked of an old one */
     unsigned protect;       /* enum pheap_protect_kind; AUTO until mapped */
     unsigned no_morph;      /* PHEAP_MORPH=0: slabs never morph (alloc/morph.h) */
+    unsigned nt_stores;     /* PHEAP_NT_STORES: PH_NT_AUTO, PH_NT_ON or PH_NT_OFF */
     unsigned durability;    /* enum pheap_durability, AUTO resolved to SYNC */
     unsigned durability_env;/* CHECKPOINT came from PHEAP_DURABILITY: it gives way to
                                what the program chose (tier.c) */

@@ -14,7 +14,8 @@
 #include "pheap.h"
 #include "util/error.h"
 
-extern const ph_persist_ops ph_flush_clwb_ops, ph_flush_clflushopt_ops, ph_flush_clflush_ops;
+extern const ph_persist_ops ph_flush_clwb_ops, ph_flush_clflushopt_ops, ph_flush_clflush_ops,
+    ph_flush_clwb_cached_ops, ph_flush_clflushopt_cached_ops;
 
 static int line_in(const uintptr_t *v, uint32_t n, uintptr_t line)
 {
@@ -195,7 +196,7 @@ unsigned ph_persist_auto_kind(int dax)
     return PHEAP_FLUSH_CLFLUSH;
 }
 
-int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd)
+int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd, unsigned nt)
 {
     ph_cpu_features f;
     ph_os_cpu_features(&f);
@@ -206,12 +207,14 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd)
     case PHEAP_FLUSH_CLWB:
         if (!f.clwb)
             return ph_err(PHEAP_ENOTSUP, "flush kind clwb: this CPU has no clwb");
-        p->ops = &ph_flush_clwb_ops;
+        p->nt_stores = nt == PH_NT_ON || (nt == PH_NT_AUTO && ph_flush_nt_faster());
+        p->ops = p->nt_stores ? &ph_flush_clwb_ops : &ph_flush_clwb_cached_ops;
         return 0;
     case PHEAP_FLUSH_CLFLUSHOPT:
         if (!f.clflushopt)
             return ph_err(PHEAP_ENOTSUP, "flush kind clflushopt: this CPU has no clflushopt");
-        p->ops = &ph_flush_clflushopt_ops;
+        p->nt_stores = nt == PH_NT_ON || (nt == PH_NT_AUTO && ph_flush_nt_faster());
+        p->ops = p->nt_stores ? &ph_flush_clflushopt_ops : &ph_flush_clflushopt_cached_ops;
         return 0;
     case PHEAP_FLUSH_CLFLUSH:
         if (!f.clflush)

@@ -114,11 +114,22 @@ struct ph_persist {
     ph_group_sync *group;        /* msync back end: the group commit */
     struct ph_ckpt *ckpt;        /* PHEAP_FLUSH_CHECKPOINT: the dirty map (persist/ckpt.h),
                                     set by the caller after ph_persist_init */
+    unsigned nt_stores;          /* commit words are written with non-temporal stores
+                                    (movnti); else stored and their line written back */
 };
 
-/* Selects back end `kind` (never AUTO) for the heap file open as `fd`.
- * PHEAP_ENOTSUP when the CPU lacks the instruction; PHEAP_ENOMEM. */
-int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd);
+/* How the cache-line back ends write a commit word (ph_persist_store_nt):
+ * the cheaper of the two on this CPU (timed once per process), or the one
+ * PHEAP_NT_STORES asks for. */
+enum { PH_NT_AUTO = 0, PH_NT_ON = 1, PH_NT_OFF = 2 };
+/* 1 when movnti and a fence cost no more than a store, a write-back of
+ * its line and a fence on this CPU (flush_x86.c; 1 off x86). */
+int ph_flush_nt_faster(void);
+
+/* Selects back end `kind` (never AUTO) for the heap file open as `fd`,
+ * its commit words written as `nt` (PH_NT_*) says.  PHEAP_ENOTSUP when
+ * the CPU lacks the instruction; PHEAP_ENOMEM. */
+int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd, unsigned nt);
 
 /* Releases what ph_persist_init allocated.  `inherited`: in a fork child's
  * copy, whose condition variable may count waiters of the parent's threads
@@ -232,9 +243,9 @@ static inline void ph_persist_store64_at(ph_persist *p, ph_pctx *c, uint64_t *wo
 
 /* Non-temporal store of durable words (n words of one line, or one word):
  * writes them to memory without pulling the line into the cache (movnti on
- * the x86 back ends: with the fence, about half the cost of a store, clwb
- * and sfence).  Durable after the thread's next fence; counted as one
- * flush.  Non-temporal stores are weakly ordered, so no other thread may
+ * the x86 back ends where that and the fence cost less than a store, a
+ * write-back and the fence; else the latter: ph_persist_init chooses).
+ * Durable after the thread's next fence; counted as one flush.  Non-temporal stores are weakly ordered, so no other thread may
  * write these words between this store and that fence (the slab code holds
  * the word's lock until then; an extent-log slot has one writer), and the
  * current value must come from a volatile copy: reading it back would miss

@@ -135,3 +135,40 @@ TEST(simulator)
     CHECK(strcmp(pheap_flush_source_name(0), "unknown") == 0);
     CHECK(strcmp(pheap_flush_source_name(99), "unknown") == 0);
 }
+
+/* The commit words of the cache-line back ends: movnti or a store and a
+ * write-back, as PHEAP_NT_STORES says (auto: the cheaper here); either
+ * way the heap works and keeps its blocks. */
+TEST(commit_stores)
+{
+    const char *path = ph_test_path("nt.heap");
+    pheap_close(ph_test_create(path, SIZE));
+    pheap_options o = {.flush = PHEAP_FLUSH_CLFLUSHOPT};
+    static const char *const values[] = {"1", "0", "auto"};
+    for (unsigned k = 0; k < 3; k++) {
+        setenv("PHEAP_NT_STORES", values[k], 1);
+        pheap *h;
+        REQUIRE_OK(pheap_open(path, &o, &h));
+        struct pheap_stats st;
+        REQUIRE_OK(pheap_stats(h, &st));
+        if (k < 2)
+            CHECK_EQ(st.nt_stores, k == 0);
+        else
+            CHECK(st.nt_stores <= 1);
+        pheap_off v[300];
+        for (unsigned i = 0; i < 300; i++)
+            REQUIRE((v[i] = pheap_alloc(h, 16 + i)) != 0);
+        for (unsigned i = 0; i < 300; i += 2)
+            REQUIRE_OK(pheap_free(h, v[i]));
+        pheap_check_report r;
+        CHECK_EQ(pheap_check(h, &r), 0);
+        REQUIRE_OK(pheap_stats(h, &st));
+        CHECK_EQ(st.live_blocks, 150 * (k + 1));
+        pheap_close(h);
+    }
+    setenv("PHEAP_NT_STORES", "2", 1);
+    pheap *h = NULL;
+    CHECK_EQ(pheap_open(path, &o, &h), PHEAP_EINVAL);
+    CHECK(strstr(pheap_errmsg(), "PHEAP_NT_STORES") != NULL);
+    unsetenv("PHEAP_NT_STORES");
+}
