@@ -198,9 +198,11 @@ static inline uint64_t ph_engine_gc_alloc_fast(ph_tcache *t, size_t size)
     return size <= PH_SMALL_MAX ? ph_tcache_pop(t, ph_sizeclass(size)) : 0;
 }
 
-static inline int ph_engine_gc_free_fast(const ph_engine *e, ph_tcache *t, uint64_t off)
+/* (chunks: the engine's chunk map; data_off: the data region's offset) */
+static inline int ph_engine_gc_free_fast(ph_slab *const *chunks, uint64_t data_off, ph_tcache *t,
+                                         uint64_t off)
 {
-    const ph_slab *s = ph_load(&e->chunks[(off - e->data_off) / PH_CHUNK_SIZE]);
+    const ph_slab *s = ph_load(&chunks[(off - data_off) / PH_CHUNK_SIZE]);
     int exact;
     uint32_t i;
     if (ph_unlikely(!s))

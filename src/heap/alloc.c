@@ -176,7 +176,8 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
     int rc = offset_in_heap(h, off);
     if (ph_unlikely(rc))
         return rc;
-    if (h->gc && ph_likely(ph_engine_gc_free_fast(h->engine, &t->tc, off)))
+    if (h->gc && ph_likely(ph_engine_gc_free_fast(h->engine->chunks, h->engine->data_off, &t->tc,
+                                                  off)))
         return 0;
     if (off % PH_PAGE_SIZE == 0 && (rc = ph_heap_guarded(h, off, 1, "pheap_free")) != 0)
         return rc; /* guarded blocks are large: page-aligned */
@@ -188,7 +189,7 @@ ph_export int pheap_free(pheap *h, pheap_off off)
     ph_thread *t = gc_fast(h);
     uint64_t data = h->sp.data_off; /* (0 and offsets outside the data region: the call) */
     if (ph_likely(t != NULL) && ph_likely(off - data < ph_space_size(&h->sp) - data) &&
-        ph_likely(ph_engine_gc_free_fast(h->engine, &t->tc, off)))
+        ph_likely(ph_engine_gc_free_fast(h->gc_chunks, data, &t->tc, off)))
         return 0;
     return free_call(h, off);
 }
