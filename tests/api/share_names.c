@@ -20,27 +20,7 @@
 #include "heap/heap.h"
 #include "heap/names.h"
 #include "heap/procs.h"
-
-#define MB (1u << 20)
-
-static pheap *open_shared(const char *path)
-{
-    pheap_options o = {.flags = PHEAP_SHARED};
-    pheap *h = NULL;
-    if (pheap_open(path, &o, &h))
-        ph_test_fail(__FILE__, __LINE__, "shared open of %s: %s", path, pheap_errmsg());
-    return h;
-}
-
-static const char *make_heap(const char *name, uint64_t size)
-{
-    const char *path = ph_test_path(name);
-    pheap *h = ph_test_create(path, size);
-    if (!h)
-        return NULL;
-    pheap_close(h);
-    return path;
-}
+#include "share_common.h"
 
 static int wait_status(int pid)
 {
@@ -117,43 +97,6 @@ TEST(a_fork_childs_close_keeps_the_parents_holds)
 }
 
 /* ---- a dead holder's hold lapses before its rollback ----------------- */
-
-typedef struct {
-    int pid;
-    int to_child, from_child;
-} child;
-
-static int send_u64(int fd, uint64_t v)
-{
-    return write(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? 0 : -1;
-}
-
-static uint64_t recv_u64(int fd)
-{
-    uint64_t v = 0;
-    return read(fd, &v, sizeof(v)) == (ssize_t)sizeof(v) ? v : ~0ull;
-}
-
-static child start(void (*fn)(const char *, int, int), const char *path)
-{
-    int a[2], b[2];
-    child c = {-1, -1, -1};
-    if (pipe(a) || pipe(b))
-        return c;
-    fflush(NULL);
-    c.pid = fork();
-    if (c.pid == 0) {
-        close(a[1]);
-        close(b[0]);
-        fn(path, a[0], b[1]);
-        _exit(0);
-    }
-    close(a[0]);
-    close(b[1]);
-    c.to_child = a[1];
-    c.from_child = b[0];
-    return c;
-}
 
 /* Changes the block named "x" in a transaction (its old bytes in the
  * log), removes the name in it, says so, waits to be killed. */
