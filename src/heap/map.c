@@ -73,7 +73,7 @@ static int by_offset(const void *a, const void *b)
 static int is_meta(void *arg, uint64_t off, uint64_t bytes)
 {
     map_ctx *m = arg;
-    return bsearch(&off, m->segs, m->nsegs, sizeof(*m->segs), by_offset) != NULL ||
+    return (m->nsegs && bsearch(&off, m->segs, m->nsegs, sizeof(*m->segs), by_offset) != NULL) ||
            ph_space_guarded_overlap(m->sp, off, bytes);
 }
 

@@ -257,22 +257,25 @@ static void tx_namer(const char *path, int in, int out)
         uint64_t v = 0;
         switch (step) {
         case 1: /* the parent's transaction holds "made" and "gone" */
-            v = (pheap_alloc_named(h, "made", 8) == 0 && pheap_errno() == PHEAP_EBUSY) |
-                (pheap_free_named(h, "gone") == PHEAP_EBUSY) << 1 |
-                (pheap_lookup(h, "made") == 0 && pheap_errno() == PHEAP_ENOENT) << 2 |
-                (pheap_lookup(h, "gone") != 0) << 3;
+            /* (one call per statement: the order of the checks is the test's) */
+            v = pheap_alloc_named(h, "made", 8) == 0 && pheap_errno() == PHEAP_EBUSY;
+            v |= (uint64_t)(pheap_free_named(h, "gone") == PHEAP_EBUSY) << 1;
+            v |= (uint64_t)(pheap_lookup(h, "made") == 0 && pheap_errno() == PHEAP_ENOENT) << 2;
+            v |= (uint64_t)(pheap_lookup(h, "gone") != 0) << 3;
             /* in a transaction of its own: the same refusals, and its own names */
             if (pheap_tx_begin(h))
                 _exit(3);
-            v |= (pheap_alloc_named(h, "made", 8) == 0 && pheap_errno() == PHEAP_EBUSY) << 4 |
-                 (pheap_free_named(h, "gone") == PHEAP_EBUSY) << 5 |
-                 (pheap_alloc_named(h, "child", 8) != 0) << 6;
+            v |= (uint64_t)(pheap_alloc_named(h, "made", 8) == 0 && pheap_errno() == PHEAP_EBUSY)
+                 << 4;
+            v |= (uint64_t)(pheap_free_named(h, "gone") == PHEAP_EBUSY) << 5;
+            v |= (uint64_t)(pheap_alloc_named(h, "child", 8) != 0) << 6;
             if (pheap_tx_commit(h))
                 _exit(4);
             break;
-        case 2: /* the parent committed */
-            v = (pheap_lookup(h, "made") != 0) | (pheap_lookup(h, "gone") == 0) << 1 |
-                (pheap_free_named(h, "made") == 0) << 2;
+        case 2: /* the parent committed (the calls in this order) */
+            v = pheap_lookup(h, "made") != 0;
+            v |= (uint64_t)(pheap_lookup(h, "gone") == 0) << 1;
+            v |= (uint64_t)(pheap_free_named(h, "made") == 0) << 2;
             break;
         case 3: /* holds, then is killed with them */
             if (pheap_tx_begin(h) || !pheap_alloc_named(h, "dead-made", 64) ||
@@ -566,7 +569,7 @@ TEST(transactions_of_killed_processes_roll_back_or_forward)
     pheap_persist(h, w, TXW * sizeof(*w));
     struct pheap_stats st;
     uint64_t rng = 77, round = 0, takeovers = 0;
-    for (; round < 400 && !ph_test_failed; round++) {
+    for (; round < 1500 && !ph_test_failed; round++) { /* (until both were seen) */
         child c = start(tx_looper, path);
         REQUIRE(c.pid > 0);
         REQUIRE_EQ(recv_u64(c.from_child), 1);

@@ -65,6 +65,16 @@ static int fx_open(fx *f, const char *name)
     return 0;
 }
 
+/* What fx_open made, released (no engine of it is used after). */
+static void fx_close(fx *f)
+{
+    for (unsigned i = 0; i < 4; i++)
+        free(f->t[i].store);
+    for (unsigned i = 0; i < 2; i++)
+        ph_engine_close(f->e[i]);
+    pheap_close(f->h);
+}
+
 static ph_procs_chunk *chunk_words(fx *f, uint64_t off)
 {
     ph_procs_chunk *all = ph_space_at(&f->h->sp, PH_PROCS_CHUNKS_AT(f->r->offset));
@@ -123,6 +133,7 @@ TEST(takeover_replays_a_free_of_the_survivors_block)
     for (uint32_t k = 0; k < 3 * s->nblocks && !back; k++)
         back = ph_engine_alloc(S, &f.t[0], &f.c, 48, NULL) == X;
     CHECK(back); /* the free was not lost */
+    fx_close(&f);
 }
 
 /* The window of a logged free of another process's block, between its
@@ -187,6 +198,7 @@ static void window(int lower)
         xs += ph_engine_alloc(A, &f.t[2], &f.c, 48, NULL) == X;
     fprintf(stderr, "  X handed out %u times\n", xs);
     CHECK(xs <= 1); /* never handed out twice */
+    fx_close(&f);
 }
 
 /* X in the adopter's cache when the push comes: handed out twice */
