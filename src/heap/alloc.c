@@ -187,10 +187,12 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
     ph_thread *t = gc_fast(h);
-    uint64_t data = h->sp.data_off; /* (0 and offsets outside the data region: the call) */
-    if (ph_likely(t != NULL) && ph_likely(off - data < ph_space_size(&h->sp) - data) &&
-        ph_likely(ph_engine_gc_free_fast(h->gc_chunks, data, &t->tc, off)))
-        return 0;
+    if (ph_likely(t != NULL)) {
+        uint64_t data = h->sp.data_off; /* (0 and offsets outside the data region: the call) */
+        if (ph_likely(off - data < ph_space_size(&h->sp) - data) &&
+            ph_likely(ph_engine_gc_free_fast(h->gc_chunks, data, &t->tc, off)))
+            return 0;
+    }
     return free_call(h, off);
 }
 

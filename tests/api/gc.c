@@ -184,6 +184,9 @@ TEST(fast_path_follows_the_mode)
     CHECK_EQ(pheap_free(h, 8), PHEAP_ERANGE);
     CHECK_EQ(pheap_alloc(h, 0), 0);
     CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    CHECK_EQ(pheap_alloc(NULL, 64), 0);
+    CHECK_EQ(pheap_errno(), PHEAP_EINVAL);
+    CHECK_EQ(pheap_free(NULL, a), PHEAP_EINVAL);
     CHECK_EQ(live(h), 0);
     check_ok(h);
     pheap_close(h);
