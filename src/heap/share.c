@@ -171,12 +171,16 @@ static unsigned take_over_dead(pheap *h, ph_pctx *c)
 static void take_over_all(pheap *h, int names_held, int try)
 {
     ph_names *n = names_held ? NULL : h->names;
+    /* The thread's record first: getting one takes the registry's lock,
+     * which an exiting thread holds while it waits for the directory.
+     * (Under the directory's lock, a caller has one already.) */
+    ph_pctx *c = ph_heap_pctx(h);
     if (n)
         ph_names_wrlock(n);
     /* the gate is the open file's: this process's threads take turns first */
     if (try ? pthread_mutex_trylock(&h->share_lock) == 0 : pthread_mutex_lock(&h->share_lock) == 0) {
         if ((try ? ph_procs_gate_try(h) : ph_procs_gate(h)) == 0) {
-            take_over_dead(h, ph_heap_pctx(h));
+            take_over_dead(h, c);
             ph_procs_ungate(h);
         }
         pthread_mutex_unlock(&h->share_lock);
