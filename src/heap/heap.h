@@ -53,7 +53,7 @@ struct pheap {
                                      thread cache alone (alloc.c): gc, read-write, not in
                                      read-only mode, recovered (ph_heap_gc_fast_update) */
     ph_slab *const *gc_chunks;    /* engine->chunks, for the GC fast path's free: one
-                                     load nearer (fixed while the handle is open) */
+                                     load nearer (set at open, fixed while it lasts) */
     ph_space sp;                  /* the mapping, its growth, persistence */
     unsigned flags;               /* PHEAP_* open flags */
     unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
@@ -92,7 +92,6 @@ struct pheap {
  * mode or the need for recovery changes. */
 static inline void ph_heap_gc_fast_update(pheap *h)
 {
-    h->gc_chunks = h->engine ? h->engine->chunks : NULL;
     ph_store_relaxed(&h->xgc_fast, h->gc && !h->readonly && !h->shared && !h->needs_recovery &&
                                        !ph_load_relaxed(&h->xromode));
 }

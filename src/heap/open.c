@@ -463,6 +463,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         release(h, 1);
         return rc;
     }
+    h->gc_chunks = h->engine ? h->engine->chunks : NULL;
     ph_heap_gc_fast_update(h);
     *out = h;
     return 0;

@@ -125,7 +125,7 @@ static uint64_t time_commits(const ph_persist_ops *ops, uint64_t *line, unsigned
     return best;
 }
 
-static int nt_faster;
+static int nt_faster[2] = {1, 1}; /* against store + clwb, against store + clflushopt */
 static pthread_once_t nt_once = PTHREAD_ONCE_INIT;
 
 static void measure_nt(void)
@@ -133,26 +133,29 @@ static void measure_nt(void)
     /* eight lines of memory of its own: the commits of a heap land in
      * lines no other thread writes meanwhile */
     uint64_t *mem = aligned_alloc(PH_CACHE_LINE, 8 * PH_CACHE_LINE);
-    if (!mem) {
-        nt_faster = 1;
+    if (!mem)
         return;
-    }
     for (unsigned i = 0; i < 8 * PH_CACHE_LINE / 8; i++)
         mem[i] = 0;
-    const ph_persist_ops *cached = &ph_flush_clwb_cached_ops;
     ph_cpu_features f;
     ph_os_cpu_features(&f);
-    if (!f.clwb)
-        cached = &ph_flush_clflushopt_cached_ops;
-    (void)time_commits(&ph_flush_clwb_ops, mem, 64); /* warm both paths up */
-    nt_faster = time_commits(&ph_flush_clwb_ops, mem, 256) <= time_commits(cached, mem, 256);
+    const ph_persist_ops *cached[2] = {f.clwb ? &ph_flush_clwb_cached_ops : NULL,
+                                       f.clflushopt ? &ph_flush_clflushopt_cached_ops : NULL};
+    (void)time_commits(&ph_flush_clwb_ops, mem, 64); /* every path warmed up */
+    for (unsigned k = 0; k < 2; k++)
+        if (cached[k])
+            (void)time_commits(cached[k], mem, 64);
+    uint64_t nt = time_commits(&ph_flush_clwb_ops, mem, 256);
+    for (unsigned k = 0; k < 2; k++)
+        if (cached[k])
+            nt_faster[k] = nt <= time_commits(cached[k], mem, 256);
     free(mem);
 }
 
-int ph_flush_nt_faster(void)
+int ph_flush_nt_faster(int clflushopt)
 {
     pthread_once(&nt_once, measure_nt);
-    return nt_faster;
+    return nt_faster[clflushopt != 0];
 }
 #else
 static void no_flush(ph_persist *p, ph_pctx *c, uintptr_t line, uint64_t n)
@@ -174,8 +177,9 @@ const ph_persist_ops ph_flush_clflushopt_ops = {"clflushopt", no_flush, no_fence
 const ph_persist_ops ph_flush_clwb_cached_ops = {"clwb", no_flush, no_fence, plain_store};
 const ph_persist_ops ph_flush_clflushopt_cached_ops = {"clflushopt", no_flush, no_fence, plain_store};
 const ph_persist_ops ph_flush_clflush_ops = {"clflush", no_flush, no_fence, plain_store};
-int ph_flush_nt_faster(void)
+int ph_flush_nt_faster(int clflushopt)
 {
+    (void)clflushopt;
     return 1;
 }
 #endif

@@ -207,13 +207,13 @@ int ph_persist_init(ph_persist *p, unsigned kind, struct ph_sim *sim, int fd, un
     case PHEAP_FLUSH_CLWB:
         if (!f.clwb)
             return ph_err(PHEAP_ENOTSUP, "flush kind clwb: this CPU has no clwb");
-        p->nt_stores = nt == PH_NT_ON || (nt == PH_NT_AUTO && ph_flush_nt_faster());
+        p->nt_stores = nt == PH_NT_ON || (nt == PH_NT_AUTO && ph_flush_nt_faster(0));
         p->ops = p->nt_stores ? &ph_flush_clwb_ops : &ph_flush_clwb_cached_ops;
         return 0;
     case PHEAP_FLUSH_CLFLUSHOPT:
         if (!f.clflushopt)
             return ph_err(PHEAP_ENOTSUP, "flush kind clflushopt: this CPU has no clflushopt");
-        p->nt_stores = nt == PH_NT_ON || (nt == PH_NT_AUTO && ph_flush_nt_faster());
+        p->nt_stores = nt == PH_NT_ON || (nt == PH_NT_AUTO && ph_flush_nt_faster(1));
         p->ops = p->nt_stores ? &ph_flush_clflushopt_ops : &ph_flush_clflushopt_cached_ops;
         return 0;
     case PHEAP_FLUSH_CLFLUSH:

@@ -123,8 +123,9 @@ struct ph_persist {
  * PHEAP_NT_STORES asks for. */
 enum { PH_NT_AUTO = 0, PH_NT_ON = 1, PH_NT_OFF = 2 };
 /* 1 when movnti and a fence cost no more than a store, a write-back of
- * its line and a fence on this CPU (flush_x86.c; 1 off x86). */
-int ph_flush_nt_faster(void);
+ * its line (clwb, or clflushopt when `clflushopt`) and a fence on this
+ * CPU (flush_x86.c; 1 off x86). */
+int ph_flush_nt_faster(int clflushopt);
 
 /* Selects back end `kind` (never AUTO) for the heap file open as `fd`,
  * its commit words written as `nt` (PH_NT_*) says.  PHEAP_ENOTSUP when

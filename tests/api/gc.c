@@ -5,6 +5,7 @@
  * filters), pheap_gc on LOG and GC heaps with and without a dry run, and
  * the checks GC mode keeps on frees.
  */
+#include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -190,6 +191,40 @@ TEST(fast_path_follows_the_mode)
     CHECK_EQ(live(h), 0);
     check_ok(h);
     pheap_close(h);
+}
+
+/* One thread switches the mode while another allocates and frees: the
+ * fast path reads only what a mode switch writes atomically (a data race
+ * here is ThreadSanitizer's to find). */
+static pheap *race_heap;
+static int race_stop;
+
+static void *race_worker(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&race_stop, __ATOMIC_RELAXED)) {
+        pheap_off o = pheap_alloc(race_heap, 64);
+        while (o && pheap_free(race_heap, o) == PHEAP_EROMODE)
+            ; /* read-only mode for a while: the main thread makes it writable again */
+    }
+    return NULL;
+}
+
+TEST(fast_path_and_mode_switches_in_two_threads)
+{
+    race_heap = create_gc(ph_test_path("gc-fast-race.heap"), 0);
+    REQUIRE(race_heap);
+    pthread_t th;
+    REQUIRE_EQ(pthread_create(&th, NULL, race_worker, NULL), 0);
+    for (int i = 0; i < 2000; i++) {
+        REQUIRE_OK(pheap_set_mode(race_heap, PHEAP_MODE_READONLY));
+        REQUIRE_OK(pheap_set_mode(race_heap, PHEAP_MODE_WRITABLE));
+    }
+    __atomic_store_n(&race_stop, 1, __ATOMIC_RELAXED);
+    pthread_join(th, NULL);
+    CHECK_EQ(live(race_heap), 0);
+    check_ok(race_heap);
+    pheap_close(race_heap);
 }
 
 TEST(refused_until_recovered)
