@@ -107,12 +107,12 @@ static uint64_t now_ns(void)
 }
 
 /* Nanoseconds of `rounds` commits of one word of `line` with `store` and
- * a fence, the fastest of five tries (the machine's other work only ever
+ * a fence, the fastest of three tries (the machine's other work only ever
  * adds time). */
 static uint64_t time_commits(const ph_persist_ops *ops, uint64_t *line, unsigned rounds)
 {
     uint64_t best = UINT64_MAX;
-    for (unsigned t = 0; t < 5; t++) {
+    for (unsigned t = 0; t < 3; t++) {
         uint64_t t0 = now_ns();
         for (unsigned i = 0; i < rounds; i++) {
             uint64_t v = i;
@@ -141,14 +141,14 @@ static void measure_nt(void)
     ph_os_cpu_features(&f);
     const ph_persist_ops *cached[2] = {f.clwb ? &ph_flush_clwb_cached_ops : NULL,
                                        f.clflushopt ? &ph_flush_clflushopt_cached_ops : NULL};
-    (void)time_commits(&ph_flush_clwb_ops, mem, 64); /* every path warmed up */
+    (void)time_commits(&ph_flush_clwb_ops, mem, 16); /* every path warmed up */
     for (unsigned k = 0; k < 2; k++)
         if (cached[k])
-            (void)time_commits(cached[k], mem, 64);
-    uint64_t nt = time_commits(&ph_flush_clwb_ops, mem, 256);
+            (void)time_commits(cached[k], mem, 16);
+    uint64_t nt = time_commits(&ph_flush_clwb_ops, mem, 128);
     for (unsigned k = 0; k < 2; k++)
         if (cached[k])
-            nt_faster[k] = nt <= time_commits(cached[k], mem, 256);
+            nt_faster[k] = nt <= time_commits(cached[k], mem, 128);
     free(mem);
 }
 
