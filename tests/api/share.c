@@ -102,6 +102,71 @@ TEST(two_processes_free_each_others_blocks)
     check_alone(path, 1); /* the root's block */
 }
 
+/* The child of sixteen_processes_at_once: waits until told, then
+ * allocates 300 blocks, frees every other one and, with the parent's
+ * offset, a block of the parent's; roots an array of what it keeps. */
+static void one_of_sixteen(const char *path, int in, int out)
+{
+    pheap *h = child_open(path);
+    send_u64(out, 1); /* attached */
+    pheap_off theirs = recv_u64(in);
+    pheap_off arr = pheap_alloc_init(h, 150 * sizeof(pheap_off), PHEAP_ALLOC_ZERO, NULL, NULL);
+    if (!arr)
+        _exit(3);
+    pheap_off *keep = pheap_direct(h, arr);
+    for (unsigned i = 0; i < 300; i++) {
+        pheap_off off = pheap_alloc(h, size_of(i % 5));
+        if (!off)
+            _exit(4);
+        if (i % 2 == 0)
+            keep[i / 2] = off;
+        else if (pheap_free(h, off))
+            _exit(5);
+    }
+    pheap_persist(h, keep, 150 * sizeof(pheap_off));
+    char root[16];
+    snprintf(root, sizeof(root), "p%d", (int)getpid() % 100000);
+    if (pheap_root_set(h, root, arr) || pheap_free(h, theirs))
+        _exit(6);
+    send_u64(out, 2);
+    recv_u64(in);
+    _exit(pheap_close(h) ? 7 : 0);
+}
+
+TEST(sixteen_processes_at_once)
+{
+    enum { N = 16 };
+    const char *path;
+    pheap *h = shared_heap("share-sixteen.heap", 64 * MB, &path);
+    REQUIRE(h);
+    child c[N];
+    for (unsigned i = 0; i < N; i++) {
+        c[i] = start(one_of_sixteen, path);
+        REQUIRE(c[i].pid > 0);
+    }
+    for (unsigned i = 0; i < N; i++)
+        REQUIRE_EQ(recv_u64(c[i].from_child), 1);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.processes, N + 1); /* all of them hold it read-write at once */
+    for (unsigned i = 0; i < N; i++) { /* go: each frees a block of this process's too */
+        pheap_off mine = pheap_alloc(h, 100);
+        REQUIRE(mine);
+        send_u64(c[i].to_child, mine);
+    }
+    for (unsigned i = 0; i < N; i++)
+        CHECK_EQ(recv_u64(c[i].from_child), 2);
+    for (unsigned i = 0; i < N; i++) {
+        send_u64(c[i].to_child, 0);
+        CHECK_EQ(finish(&c[i]), 0);
+    }
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.processes, 1);
+    CHECK_EQ(st.takeovers, 0);
+    CHECK_EQ(pheap_close(h), 0);
+    check_alone(path, N * (1 + 150)); /* each child's array and the blocks it kept */
+}
+
 TEST(opens_exclude_each_other)
 {
     const char *path = make_heap("share-exclude.heap", 8 * MB);
