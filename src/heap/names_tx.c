@@ -117,7 +117,9 @@ static int claim(ph_names *n, ph_name_hold *x, const char *call)
     x->pslot = -1;
     if (!n->pholds)
         return 0;
-    for (unsigned pass = 0; pass < 2; pass++) {
+    /* While this process holds every name, a further hold joins slot 0
+     * (no scan, no takeover at each name of a large transaction). */
+    for (unsigned pass = n->pall ? 2 : 0; pass < 2; pass++) {
         if (pass) /* slots of dead processes: free once they are taken over */
             ph_share_take_over_dead_held(n->heap);
         for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
