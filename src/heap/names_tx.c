@@ -97,7 +97,8 @@ int ph_names_held_elsewhere(ph_names *n, uint64_t hash)
     }
 }
 
-/* Slot i, free or left by a dead process, made this process's. */
+/* Slot i made this process's: a free one (1..127), or slot 0 when it is
+ * free or this process's already. */
 static int take_slot(ph_names *n, unsigned i)
 {
     ph_procs_hold *s = &n->pholds[i];
@@ -109,26 +110,33 @@ static int take_slot(ph_names *n, unsigned i)
                                        __ATOMIC_RELAXED); /* (a takeover may let it go first) */
 }
 
-/* Enters x's hold in a slot of its own -- free ones first, then ones that
- * dead processes left -- or else under slot 0, which holds every name
- * (PHEAP_EBUSY when another live process has that). */
+/* A free slot of 1..127 for x's hold, -1 when none is free. */
+static int free_slot(ph_names *n, const ph_name_hold *x)
+{
+    for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
+        if (!ph_load_relaxed(&n->pholds[i].xowner) && take_slot(n, i)) {
+            ph_store(&n->pholds[i].xhash, x->hash);
+            return (int)i;
+        }
+    return -1;
+}
+
+/* Enters x's hold in a free slot of its own -- after taking over the dead
+ * processes, whose slots their takeovers let go, when none is free -- or
+ * else under slot 0, which holds every name (PHEAP_EBUSY when another live
+ * process has that).  While this process holds slot 0, a further hold
+ * joins it: no scan and no takeover at each name of a large transaction. */
 static int claim(ph_names *n, ph_name_hold *x, const char *call)
 {
     x->pslot = -1;
     if (!n->pholds)
         return 0;
-    /* While this process holds every name, a further hold joins slot 0
-     * (no scan, no takeover at each name of a large transaction). */
-    for (unsigned pass = n->pall ? 2 : 0; pass < 2; pass++) {
-        if (pass) /* slots of dead processes: free once they are taken over */
-            ph_share_take_over_dead_held(n->heap);
-        for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
-            if (!ph_load_relaxed(&n->pholds[i].xowner) && take_slot(n, i)) {
-                ph_store(&n->pholds[i].xhash, x->hash);
-                x->pslot = (int)i;
-                return 0;
-            }
+    if (!n->pall && (x->pslot = free_slot(n, x)) < 0) {
+        ph_share_take_over_dead_held(n->heap);
+        x->pslot = free_slot(n, x);
     }
+    if (x->pslot > 0)
+        return 0;
     if (!take_slot(n, 0))
         return ph_err(PHEAP_EBUSY, "%s: the name '%s' cannot be held: the open transactions of "
                       "the processes sharing the heap hold more names than the process table "
