@@ -189,26 +189,25 @@ int ph_engine_evacuate_end(ph_engine *e, ph_pctx *c, uint64_t chunk);
  * "allocated or cached" while the heap runs, and exactly "allocated" once
  * every cache is drained. */
 
-/* GC mode's small allocation and free, inlined into the public calls: a
- * pop or a push on the thread cache.  0 when the engine's own call must
- * run instead (cache empty or full, a large block, an offset that is no
- * block start, a block available in its slab: that call tells which). */
-static inline uint64_t ph_engine_gc_alloc_fast(ph_tcache *t, size_t size)
-{
-    return size <= PH_SMALL_MAX ? ph_tcache_pop(t, ph_sizeclass(size)) : 0;
-}
+/* What GC mode's fast free reads of the engine (a copy in the handle). */
+typedef struct ph_gc_freemap {
+    ph_slab *const *chunks;    /* the chunk map, ph_engine.chunks */
+    uint64_t data_off;         /* the data region's offset */
+    uint64_t nchunks;          /* entries of the map: chunks at the largest size */
+} ph_gc_freemap;
 
-/* (chunks: the engine's chunk map; data_off: the data region's offset) */
-static inline int ph_engine_gc_free_fast(ph_slab *const *chunks, uint64_t data_off, ph_tcache *t,
-                                         uint64_t off)
+/* GC mode's small free, inlined into pheap_free (the allocation is a pop
+ * there): a push on the thread cache.  0 when the engine's own call must
+ * run instead (cache full, a large block, an offset that is no block
+ * start, a block available in its slab: that call tells which).  Offsets
+ * outside the data region -- 0 among them -- index no chunk of the map,
+ * and a chunk beyond the heap's size now holds no slab. */
+static inline int ph_engine_gc_free_fast(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
 {
-    const ph_slab *s = ph_load(&chunks[(off - data_off) / PH_CHUNK_SIZE]);
-    int exact;
-    uint32_t i;
-    if (ph_unlikely(!s))
-        return 0;
-    i = ph_slab_index(s, off, &exact);
-    if (ph_unlikely(!exact || ph_slab_available(s, i)))
+    uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
+    const ph_slab *s;
+    if (ph_unlikely(ch >= m->nchunks) || ph_unlikely(!(s = ph_load(&m->chunks[ch]))) ||
+        ph_unlikely(!ph_slab_held(s, (uint32_t)(rel % PH_CHUNK_SIZE))))
         return 0;
     return ph_tcache_push_top(t, ph_load_relaxed(&s->xcls), off);
 }

@@ -98,6 +98,13 @@ static void check_visit(void *arg, const ph_extnode *n)
                 break;
             }
         }
+        int64_t g = ph_slab_held_mismatch(s);
+        if (g >= 0) {
+            snprintf(msg, sizeof(msg), "slab at %llu: the fast free's bit of offset %llu does "
+                     "not follow the available blocks", (unsigned long long)s->off,
+                     (unsigned long long)(s->off + (uint64_t)g * 16));
+            check_fail(w, msg);
+        }
     }
     const uint64_t per_chunk = PH_CHUNK_SIZE / PH_PAGE_SIZE;
     for (uint64_t p = PH_ALIGN_UP(n->page, per_chunk); n->kind != PH_EXT_SLAB && p < n->page + n->npages;

@@ -25,6 +25,28 @@
 #include "pheap.h"
 #include "util/error.h"
 
+/* Sets or clears block i's bit of held (lock held; see ph_slab_held). */
+static void held_put(ph_slab *s, uint32_t i, int on)
+{
+    if (s->block_size < 16)
+        return; /* two blocks a granule: never taken by the fast free */
+    uint32_t g = i * (s->block_size / 16);
+    uint64_t v = s->held[g / 64], bit = 1ull << (g % 64);
+    ph_store_relaxed(&s->held[g / 64], on ? v | bit : v & ~bit);
+}
+
+int64_t ph_slab_held_mismatch(const ph_slab *s)
+{
+    uint32_t size = s->block_size;
+    for (uint32_t g = 0; g < PH_CHUNK_SIZE / 16; g++) {
+        uint32_t rel = g * 16, i = rel / size;
+        int want = size >= 16 && rel % size == 0 && i < s->nblocks && !ph_slab_available(s, i);
+        if (ph_slab_held(s, rel) != want)
+            return g;
+    }
+    return -1;
+}
+
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
 {
     ph_slab *s = calloc(1, sizeof(*s));
@@ -73,6 +95,8 @@ void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
     for (uint32_t i = 0; i < s->nblocks; i++)
         s->avail[i / 64] |= 1ull << (i % 64);
     s->navail = s->nblocks;
+    for (uint32_t w = 0; w < PH_CHUNK_SIZE / 16 / 64; w++)
+        ph_store_relaxed(&s->held[w], 0);
 }
 
 void ph_slab_store_desc(ph_space *sp, ph_pctx *c, ph_slab *s)
@@ -105,11 +129,15 @@ void ph_slab_load(ph_slab *s)
 void ph_slab_find_avail(ph_slab *s)
 {
     memset(s->avail, 0, sizeof(s->avail));
+    for (uint32_t w = 0; w < PH_CHUNK_SIZE / 16 / 64; w++)
+        ph_store_relaxed(&s->held[w], 0);
     s->navail = 0;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         if (!(ph_slab_bits(s, i) & 1)) {
             s->avail[i / 64] |= 1ull << (i % 64);
             s->navail++;
+        } else {
+            held_put(s, i, 1);
         }
     }
 }
@@ -124,6 +152,7 @@ uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)
         while (got < n && v) {
             uint32_t b = (uint32_t)__builtin_ctzll(v);
             v &= v - 1;
+            held_put(s, w * 64 + b, 1);
             out[got++] = s->off + (uint64_t)(w * 64 + b) * s->block_size;
         }
         ph_store_relaxed(&s->avail[w], v); /* read without the lock: ph_slab_available */
@@ -137,6 +166,7 @@ void ph_slab_withhold(ph_slab *s, uint64_t off)
     uint32_t i = (uint32_t)((off - s->off) / s->block_size);
     if (ph_slab_available(s, i)) {
         ph_store_relaxed(&s->avail[i / 64], s->avail[i / 64] & ~(1ull << (i % 64)));
+        held_put(s, i, 1);
         s->navail--;
     }
 }
@@ -154,6 +184,7 @@ int ph_slab_free_error(int rc, uint64_t off)
 void ph_slab_give(ph_slab *s, uint64_t off)
 {
     uint32_t i = (uint32_t)((off - s->off) / s->block_size);
+    held_put(s, i, 0); /* before: a racing fast free sees it held only while not available */
     ph_store_relaxed(&s->avail[i / 64], s->avail[i / 64] | 1ull << (i % 64));
     s->navail++;
 }

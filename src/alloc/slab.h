@@ -57,6 +57,13 @@ typedef struct ph_slab {
     struct ph_slab *next, *prev;
     uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block (written
                                    under the lock, read anywhere: ph_slab_available) */
+    uint64_t held[PH_CHUNK_SIZE / 16 / 64]; /* one bit per 16 bytes of the chunk: set at
+                                   the start of each block of the class that is not
+                                   available (allocated, or in a thread cache); never
+                                   for 8-byte blocks.  GC mode's free tests this one
+                                   bit where it would find the block's index and test
+                                   avail (ph_slab_held).  Follows avail, under the same
+                                   lock; read anywhere */
     /* under the word's lock (read anywhere with ph_load): */
     uint64_t bits[PH_SLAB_WORDS];  /* copy of desc->xbits */
     uint8_t wlock[PH_SLAB_WORDS];  /* word locks */
@@ -247,6 +254,20 @@ static inline int ph_slab_available(const ph_slab *s, uint32_t i)
 {
     return (int)((ph_load_relaxed(&s->avail[i / 64]) >> (i % 64)) & 1);
 }
+
+/* 1 when the start of a block of s's class that is not available lies
+ * at `rel` bytes into the chunk: a block allocated, or in a thread cache
+ * (the very test of ph_slab_index and ph_slab_available, in one load).
+ * 0 for every other offset, and for each of an 8-byte class's blocks. */
+static inline int ph_slab_held(const ph_slab *s, uint32_t rel)
+{
+    uint32_t g = rel / 16;
+    return rel % 16 == 0 && ((ph_load_relaxed(&s->held[g / 64]) >> (g % 64)) & 1);
+}
+
+/* The first 16-byte granule whose held bit disagrees with the available
+ * blocks (pheap_check), or -1. */
+int64_t ph_slab_held_mismatch(const ph_slab *s);
 
 /* Volatile part for chunk `off` (calloc'ed); the descriptor is not read. */
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off);

@@ -82,19 +82,17 @@ static int offset_in_heap(pheap *h, pheap_off off)
     return 0;
 }
 
-/* GC mode's fast path (docs/GC.md): the calling thread's record when h
- * may take it -- a GC heap open read-write, recovered, not in read-only
- * mode (xgc_fast), whose record this thread has cached (so neither NULL
- * nor a handle inherited through fork: a fork child's cache is cleared) --
- * else NULL.  A pop or a push on the thread cache writes nothing of the
+/* GC mode's fast path (docs/GC.md): 1 when h may take it -- a GC heap
+ * open read-write, recovered, not in read-only mode (xgc_key is then h's
+ * id), whose record this thread has cached in ph_tls (so not a handle
+ * inherited through fork: a fork child's cache is cleared) -- else 0.
+ * The id alone names the handle: ids are unique among the opens of the
+ * process.  A pop or a push on the thread cache writes nothing of the
  * heap's mapping, so it needs neither the call gate of the checkpoint
  * level nor the protection window: a few loads and no stack frame. */
-static inline __attribute__((always_inline)) ph_thread *gc_fast(pheap *h)
+static inline __attribute__((always_inline)) int gc_fast(pheap *h)
 {
-    if (ph_likely(h != NULL && ph_tls.heap == h) && ph_likely(ph_tls.id == h->id) &&
-        ph_likely(ph_load_relaxed(&h->xgc_fast)))
-        return ph_tls.thread;
-    return NULL;
+    return ph_likely(h != NULL) && ph_likely(ph_tls.id == ph_load_relaxed(&h->xgc_key));
 }
 
 static ph_noinline pheap_off alloc_call(pheap *h, size_t size)
@@ -107,8 +105,8 @@ static ph_noinline pheap_off alloc_call(pheap *h, size_t size)
         ph_err(PHEAP_EINVAL, "pheap_alloc: size 0");
         return 0;
     }
-    if (h->gc) {
-        uint64_t off = ph_engine_gc_alloc_fast(&t->tc, size);
+    if (h->gc && size <= PH_SMALL_MAX) {
+        uint64_t off = ph_tcache_pop(&t->tc, ph_sizeclass(size));
         if (ph_likely(off))
             return off;
     }
@@ -117,11 +115,14 @@ static ph_noinline pheap_off alloc_call(pheap *h, size_t size)
 
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
-    ph_thread *t = gc_fast(h);
-    if (ph_likely(t != NULL) && ph_likely(size - 1 < PH_SMALL_MAX)) {
-        uint64_t off = ph_engine_gc_alloc_fast(&t->tc, size);
-        if (ph_likely(off))
-            return off;
+    if (ph_likely(gc_fast(h)) && ph_likely(size - 1 < PH_SMALL_MAX)) {
+        ph_tbin *b = &ph_tls.thread->tc.bins[ph_sizeclass(size)]; /* (never NULL here) */
+        __asm__("" : "+r"(b)); /* one address for the load and the atomic store below */
+        uint32_t n = b->n;
+        if (ph_likely(n)) {
+            ph_store_relaxed(&b->n, n - 1); /* relaxed: pheap_stats reads it */
+            return b->v[n - 1];
+        }
     }
     return alloc_call(h, size);
 }
@@ -176,8 +177,7 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
     int rc = offset_in_heap(h, off);
     if (ph_unlikely(rc))
         return rc;
-    if (h->gc && ph_likely(ph_engine_gc_free_fast(h->engine->chunks, h->engine->data_off, &t->tc,
-                                                  off)))
+    if (h->gc && ph_likely(ph_engine_gc_free_fast(&h->gc_map, &t->tc, off)))
         return 0;
     if (off % PH_PAGE_SIZE == 0 && (rc = ph_heap_guarded(h, off, 1, "pheap_free")) != 0)
         return rc; /* guarded blocks are large: page-aligned */
@@ -186,13 +186,9 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
 
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
-    ph_thread *t = gc_fast(h);
-    if (ph_likely(t != NULL)) {
-        uint64_t data = h->sp.data_off; /* (0 and offsets outside the data region: the call) */
-        if (ph_likely(off - data < ph_space_size(&h->sp) - data) &&
-            ph_likely(ph_engine_gc_free_fast(h->gc_chunks, data, &t->tc, off)))
-            return 0;
-    }
+    if (ph_likely(gc_fast(h)) && ph_likely(ph_engine_gc_free_fast(&h->gc_map, &ph_tls.thread->tc,
+                                                                    off)))
+        return 0; /* (0 and offsets outside the heap: the call) */
     return free_call(h, off);
 }
 

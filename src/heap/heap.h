@@ -49,11 +49,13 @@ struct pheap {
                                      pheap_recover (read anywhere) */
     unsigned gc;                  /* PHEAP_CONSISTENCY_GC heap */
     unsigned shared;              /* PHEAP_SHARED: other processes hold it too (share.c) */
-    unsigned xgc_fast;            /* GC mode's small allocations and frees may take the
-                                     thread cache alone (alloc.c): gc, read-write, not in
-                                     read-only mode, recovered (ph_heap_gc_fast_update) */
-    ph_slab *const *gc_chunks;    /* engine->chunks, for the GC fast path's free: one
-                                     load nearer (set at open, fixed while it lasts) */
+    uint64_t xgc_key;             /* id while GC mode's small allocations and frees may
+                                     take the thread cache alone (alloc.c): gc,
+                                     read-write, not in read-only mode, recovered;
+                                     else PH_GC_KEY_NONE, which no thread's cached id
+                                     equals (ph_heap_gc_fast_update) */
+    ph_gc_freemap gc_map;         /* the engine's chunk map for the GC fast path's free:
+                                     one load nearer (set at open, fixed while it lasts) */
     ph_space sp;                  /* the mapping, its growth, persistence */
     unsigned flags;               /* PHEAP_* open flags */
     unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
@@ -88,12 +90,15 @@ struct pheap {
     uint64_t xtakeover_max_ns;    /*   the longest of them (relaxed; under the gate) */
 };
 
-/* Sets xgc_fast from what it stands for: at open, and whenever the access
- * mode or the need for recovery changes. */
+/* Sets xgc_key from what it stands for: at open, and whenever the access
+ * mode or the need for recovery changes.  Ids are unique among the opens
+ * of the process and never 0, the id of an empty ph_tls, nor this. */
+#define PH_GC_KEY_NONE UINT64_MAX
 static inline void ph_heap_gc_fast_update(pheap *h)
 {
-    ph_store_relaxed(&h->xgc_fast, h->gc && !h->readonly && !h->shared && !h->needs_recovery &&
-                                       !ph_load_relaxed(&h->xromode));
+    int fast = h->gc && !h->readonly && !h->shared && !h->needs_recovery &&
+               !ph_load_relaxed(&h->xromode);
+    ph_store_relaxed(&h->xgc_key, fast ? h->id : PH_GC_KEY_NONE);
 }
 
 /* A call not built for a heap shared between processes yet: PHEAP_ENOTSUP
