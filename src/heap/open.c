@@ -409,6 +409,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     }
     h->path = file;
     path = file; /* a name is its file in the heap directory from here on */
+    h->xgc_key = PH_GC_KEY_NONE; /* (0 would be an empty ph_tls's id) */
     h->sp.fd = -1;
     h->lease = -1;
     h->gate_fd = -1;
