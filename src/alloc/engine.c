@@ -97,6 +97,16 @@ static int slab_release(ph_engine *e, ph_pctx *c, ph_slab *s)
     return rc;
 }
 
+/* Makes chunk `off` slab s in the chunk map, or no slab (s NULL); in GC
+ * mode in gc_slabs too. */
+static void chunk_set(ph_engine *e, uint64_t off, ph_slab *s)
+{
+    uint64_t ch = ph_engine_chunk_of(e, off);
+    ph_store(&e->chunks[ch], s);
+    if (e->gc)
+        ph_store(&e->gc_slabs[ch], ph_gc_slab_tag(s));
+}
+
 /* Releases the empty slabs of arena a (lock held); returns how many. */
 static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
 {
@@ -107,7 +117,7 @@ static unsigned release_empty(ph_engine *e, ph_pctx *c, ph_arena *a)
             if (!slab_empty(s))
                 continue;
             partial_remove(a, s);
-            ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
+            chunk_set(e, s->off, NULL);
             if (slab_release(e, c, s) == 0)
                 n++;
         }
@@ -156,7 +166,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
         ph_slab *s = e->slabs[ph_engine_chunk_of(e, offs[i])];
         s->arena = ai;
         partial_push(a, s);
-        ph_store(&e->chunks[ph_engine_chunk_of(e, offs[i])], s);
+        chunk_set(e, offs[i], s);
         *out = s;
     }
     a->made[cls] += n;
@@ -227,10 +237,10 @@ static void maybe_release(ph_engine *e, ph_pctx *c, ph_arena *a, ph_slab *s)
     if (!slab_empty(s) || (!s->next && !s->prev))
         return;
     partial_remove(a, s);
-    ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
+    chunk_set(e, s->off, NULL);
     if (slab_release(e, c, s) != 0) {
         /* Cannot happen while the index is consistent; keep the slab. */
-        ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
+        chunk_set(e, s->off, s);
         partial_push(a, s);
     }
 }
@@ -275,10 +285,10 @@ int ph_engine_evacuate_end(ph_engine *e, ph_pctx *c, uint64_t chunk)
     pthread_mutex_lock(&a->lock);
     s->evac = 0;
     if (slab_empty(s)) {
-        ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], (ph_slab *)NULL);
+        chunk_set(e, s->off, NULL);
         released = slab_release(e, c, s) == 0;
         if (!released) /* cannot happen while the index is consistent: keep it */
-            ph_store(&e->chunks[ph_engine_chunk_of(e, s->off)], s);
+            chunk_set(e, s->off, s);
     }
     if (!released && s->navail)
         partial_push(a, s);
@@ -1291,6 +1301,7 @@ static int engine_new(ph_space *sp, ph_engine **out)
     e->nchunks = (sp->max_size - sp->data_off) / PH_CHUNK_SIZE;
     e->chunks = alloc_map(e->nchunks * sizeof(*e->chunks));
     e->slabs = alloc_map(e->nchunks * sizeof(*e->slabs));
+    e->gc_slabs = alloc_map(e->nchunks * sizeof(*e->gc_slabs));
     e->narenas = sp->sim ? PH_SIM_ARENAS : PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
     pthread_mutex_init(&e->lane_lock, NULL);
@@ -1301,7 +1312,7 @@ static int engine_new(ph_space *sp, ph_engine **out)
     if (sp->features & PH_FEAT_INCOMPAT_TX)
         e->txlogs = ph_space_at(sp, sp->lane_region);
     e->morph = (sp->features & PH_FEAT_INCOMPAT_MORPH) != 0;
-    if (!e->chunks || !e->slabs || !e->arenas) {
+    if (!e->chunks || !e->slabs || !e->gc_slabs || !e->arenas) {
         free(e->arenas);
         e->arenas = NULL;
         return ph_err(PHEAP_ENOMEM, "out of memory for the allocator's index");
@@ -1386,6 +1397,7 @@ void ph_engine_close(ph_engine *e)
     ph_extents_close(e->ext);
     ph_os_free_pages(e->chunks, PH_ALIGN_UP(e->nchunks * sizeof(*e->chunks), PH_PAGE_SIZE));
     ph_os_free_pages(e->slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->slabs), PH_PAGE_SIZE));
+    ph_os_free_pages(e->gc_slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->gc_slabs), PH_PAGE_SIZE));
     for (unsigned a = 0; e->arenas && a < e->narenas; a++)
         pthread_mutex_destroy(&e->arenas[a].lock);
     free(e->arenas);

@@ -53,6 +53,8 @@ typedef struct ph_engine {
     uint64_t nchunks;              /* chunks at max_size */
     ph_slab **chunks;              /* [nchunks]: the slab a chunk is now, or NULL */
     ph_slab **slabs;               /* [nchunks]: volatile part ever made for a chunk */
+    uintptr_t *gc_slabs;           /* [nchunks], GC mode: chunks[] tagged with each slab's
+                                      class (ph_gc_slab_tag), for the fast free */
     unsigned narenas;
     unsigned next_arena;           /* round robin at open */
     ph_arena *arenas;
@@ -189,9 +191,17 @@ int ph_engine_evacuate_end(ph_engine *e, ph_pctx *c, uint64_t chunk);
  * "allocated or cached" while the heap runs, and exactly "allocated" once
  * every cache is drained. */
 
+/* GC mode's map entry of a slab: its address (aligned to 64) plus its
+ * class, which never changes in GC mode (no morph); 0 for no slab. */
+_Static_assert(PH_CLASSES <= 64, "a class must fit below a slab's 64-byte alignment");
+static inline uintptr_t ph_gc_slab_tag(const ph_slab *s)
+{
+    return s ? (uintptr_t)s + ph_load_relaxed(&s->xcls) : 0;
+}
+
 /* What GC mode's fast free reads of the engine (a copy in the handle). */
 typedef struct ph_gc_freemap {
-    ph_slab *const *chunks;    /* the chunk map, ph_engine.chunks */
+    const uintptr_t *slabs;    /* ph_engine.gc_slabs */
     uint64_t data_off;         /* the data region's offset */
     uint64_t nchunks;          /* entries of the map: chunks at the largest size */
 } ph_gc_freemap;
@@ -201,15 +211,19 @@ typedef struct ph_gc_freemap {
  * run instead (cache full, a large block, an offset that is no block
  * start, a block available in its slab: that call tells which).  Offsets
  * outside the data region -- 0 among them -- index no chunk of the map,
- * and a chunk beyond the heap's size now holds no slab. */
+ * and a chunk beyond the heap's size now holds no slab.  The class comes
+ * with the slab's address: the one line of the slab read is the held
+ * bit's. */
 static inline int ph_engine_gc_free_fast(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
 {
     uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
-    const ph_slab *s;
-    if (ph_unlikely(ch >= m->nchunks) || ph_unlikely(!(s = ph_load(&m->chunks[ch]))) ||
-        ph_unlikely(!ph_slab_held(s, (uint32_t)(rel % PH_CHUNK_SIZE))))
+    uintptr_t v;
+    if (ph_unlikely(ch >= m->nchunks) || ph_unlikely(!(v = ph_load(&m->slabs[ch]))))
         return 0;
-    return ph_tcache_push_top(t, ph_load_relaxed(&s->xcls), off);
+    unsigned cls = (unsigned)(v % 64);
+    if (ph_unlikely(!ph_slab_held((const ph_slab *)(v - cls), (uint32_t)(rel % PH_CHUNK_SIZE))))
+        return 0;
+    return ph_tcache_push_top(t, cls, off);
 }
 
 /* Selects GC mode for an engine just opened. */

@@ -47,6 +47,8 @@ void ph_engine_set_gc(ph_engine *e)
 {
     e->gc = 1;
     e->morph = 0; /* the tracer knows one class per slab */
+    for (uint64_t ch = 0; ch < ph_engine_backed_chunks(e); ch++)
+        e->gc_slabs[ch] = ph_gc_slab_tag(e->chunks[ch]);
 }
 
 

@@ -49,9 +49,12 @@ int64_t ph_slab_held_mismatch(const ph_slab *s)
 
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
 {
-    ph_slab *s = calloc(1, sizeof(*s));
+    /* Aligned to 64: GC mode's map tags the pointer with the class
+     * (ph_engine.gc_slabs). */
+    ph_slab *s = aligned_alloc(64, PH_ALIGN_UP(sizeof(*s), 64));
     if (!s)
         return NULL;
+    memset(s, 0, sizeof(*s));
     s->off = off;
     uint64_t chunk = (off - sp->data_off) / PH_CHUNK_SIZE;
     s->desc = (ph_slab_desc *)ph_space_at(sp, sp->slab_region + chunk * PH_SLAB_DESC_SIZE);
