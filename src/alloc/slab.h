@@ -27,6 +27,14 @@
 #include "util/spin.h"
 
 typedef struct ph_slab {
+    uint64_t held[PH_CHUNK_SIZE / 16 / 64]; /* one bit per 16 bytes of the chunk: set at
+                                   the start of each block of the class that is not
+                                   available (allocated, or in a thread cache); never
+                                   for 8-byte blocks.  GC mode's free tests this one
+                                   bit where it would find the block's index and test
+                                   avail (ph_slab_held).  Follows avail, under the same
+                                   lock; read anywhere.  First: its address
+                                   is the slab's, which GC mode's map holds */
     uint64_t off;              /* data offset of the chunk (immutable) */
     ph_slab_desc *desc;        /* descriptor in the mapping (immutable) */
     uint32_t xcls;             /* size class while a slab */
@@ -57,13 +65,6 @@ typedef struct ph_slab {
     struct ph_slab *next, *prev;
     uint64_t avail[PH_SLAB_MAX_BLOCKS / 64]; /* one bit per available block (written
                                    under the lock, read anywhere: ph_slab_available) */
-    uint64_t held[PH_CHUNK_SIZE / 16 / 64]; /* one bit per 16 bytes of the chunk: set at
-                                   the start of each block of the class that is not
-                                   available (allocated, or in a thread cache); never
-                                   for 8-byte blocks.  GC mode's free tests this one
-                                   bit where it would find the block's index and test
-                                   avail (ph_slab_held).  Follows avail, under the same
-                                   lock; read anywhere */
     /* under the word's lock (read anywhere with ph_load): */
     uint64_t bits[PH_SLAB_WORDS];  /* copy of desc->xbits */
     uint8_t wlock[PH_SLAB_WORDS];  /* word locks */
