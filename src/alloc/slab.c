@@ -37,14 +37,21 @@ static void held_put(ph_slab *s, uint32_t i, int on)
 
 int64_t ph_slab_held_mismatch(const ph_slab *s)
 {
-    uint32_t size = s->block_size;
-    for (uint32_t g = 0; g < PH_CHUNK_SIZE / 16; g++) {
-        uint32_t rel = g * 16, i = rel / size;
-        int want = size >= 16 && rel % size == 0 && i < s->nblocks && !ph_slab_available(s, i);
-        if (ph_slab_held(s, rel) != want)
-            return g;
+    uint32_t size = s->block_size, want = 0, set = 0;
+    for (uint32_t i = 0; size >= 16 && i < s->nblocks; i++) {
+        int held = !ph_slab_available(s, i);
+        if (ph_slab_held(s, i * size) != held)
+            return (int64_t)(i * size / 16);
+        want += (uint32_t)held;
     }
-    return -1;
+    for (uint32_t w = 0; w < PH_CHUNK_SIZE / 16 / 64; w++)
+        set += (uint32_t)__builtin_popcountll(ph_load_relaxed(&s->held[w]));
+    if (set == want)
+        return -1;
+    for (uint32_t g = 0; g < PH_CHUNK_SIZE / 16; g++) /* a bit at no block's start */
+        if (ph_slab_held(s, g * 16) && (size < 16 || g * 16 % size || g * 16 / size >= s->nblocks))
+            return g;
+    return 0; /* (cannot happen: the counts differ) */
 }
 
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off)
