@@ -452,6 +452,49 @@ TEST(frees_gc_mode_still_checks)
     pheap_close(h);
 }
 
+/* The fast free takes an offset only where its slab's held bit is set: at
+ * the start of a block that is allocated or cached.  Every other offset
+ * reaches the full call and its error, whatever its alignment; 8-byte
+ * blocks (two to a held bit's 16 bytes) are freed by the full call. */
+TEST(fast_free_takes_only_held_block_starts)
+{
+    pheap *h = create_gc(ph_test_path("gc-held.heap"), 0);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc(h, 64), t = pheap_alloc(h, 48);
+    REQUIRE(a && t);
+    for (unsigned k = 16; k < 64; k += 16) /* inside a: 16-byte aligned, no block start */
+        CHECK_EQ(pheap_free(h, a + k), PHEAP_EINTERIOR);
+    CHECK_EQ(pheap_free(h, t + 16), PHEAP_EINTERIOR);
+    CHECK_EQ(pheap_free(h, t + 48 * 100), PHEAP_ENOTALLOC); /* a start never handed out */
+    pheap_off e[40];
+    for (unsigned i = 0; i < 40; i++)
+        REQUIRE((e[i] = pheap_alloc(h, 8)) != 0);
+    CHECK_EQ(pheap_usable_size(h, e[0]), 8);
+    for (unsigned i = 0; i < 40; i++)
+        REQUIRE_OK(pheap_free(h, e[i]));
+    /* a block back in its slab (the caches emptied) is free there: refused */
+    REQUIRE_OK(pheap_free(h, t));
+    REQUIRE_OK(pheap_gc(h));
+    CHECK_EQ(pheap_free(h, t), PHEAP_EDOUBLEFREE);
+    CHECK_EQ(pheap_free(h, e[7]), PHEAP_EDOUBLEFREE);
+    /* handed out again from the slab: the fast free takes it once more */
+    pheap_off v[3000];
+    unsigned n = 0, again = 0;
+    for (; n < 3000; n++) {
+        REQUIRE((v[n] = pheap_alloc(h, 48)) != 0);
+        again |= v[n] == t;
+    }
+    CHECK(again);
+    for (unsigned i = 0; i < n; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    REQUIRE_OK(pheap_free(h, a));
+    CHECK_EQ(live(h), 0);
+    check_ok(h); /* includes the held bits against the available sets */
+    REQUIRE_OK(pheap_gc(h));
+    check_ok(h);
+    pheap_close(h);
+}
+
 /* Conservative tracing keeps a block that a stale word happens to name:
  * the documented superset.  A filter that reports only the real links
  * frees it. */
