@@ -1187,12 +1187,15 @@ int pheap_thread_collect(pheap *h);
  *
  * What GC mode checks: a free of an offset that is not the start of a
  * block, or of a block that is free in its slab, is refused as in LOG
- * mode; a double free of a block still held by a thread cache (a full
- * cache hands half of its blocks to other threads' caches as a batch) is
- * not seen at the call: it is caught and ignored when the block goes back
- * to its slab -- at a thread's exit, pheap_gc, a clean close, or when the
- * caches overflow -- and counted (pheap_stats.gc_double_frees); meanwhile
- * the block can be handed out twice, as malloc would.
+ * mode; a free of a block still held by a thread cache -- a double free,
+ * or one of a block no allocation handed out yet (a full cache hands half
+ * of its blocks to other threads' caches as a batch) -- is not seen at the
+ * call: it is caught and ignored when the block goes back to its slab --
+ * at a thread's exit, pheap_thread_collect, pheap_gc, a clean close, or
+ * when the caches overflow -- and counted (pheap_stats.gc_double_frees);
+ * meanwhile the block can be handed out twice, as malloc would.  A block
+ * that has been through a cache is refused as PHEAP_EDOUBLEFREE, handed
+ * out or not.
  *
  * Tracing.  Conservative by default: every aligned 8-byte word of a
  * reachable block whose value is the offset of the start of a block makes

@@ -99,11 +99,13 @@ void ph_slab_format(ph_space *sp, ph_pctx *c, ph_slab *s, unsigned cls)
         if (dirty)
             ph_persist_store_nt_words(&sp->persist, c, &d->xbits[w0], zero, PH_LINE_SIZE / 8);
     }
-    memset(s->bits, 0, sizeof(s->bits));
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++) /* read anywhere: pheap_walk_chunks */
+        ph_store_relaxed(&s->bits[w], 0);
     s->bits_known = 1;
-    memset(s->avail, 0, sizeof(s->avail));
-    for (uint32_t i = 0; i < s->nblocks; i++)
-        s->avail[i / 64] |= 1ull << (i % 64);
+    for (uint32_t w = 0; w < PH_SLAB_MAX_BLOCKS / 64; w++) /* read anywhere */
+        ph_store_relaxed(&s->avail[w], w < s->nblocks / 64 ? ~0ull
+                                       : w == s->nblocks / 64 ? (1ull << (s->nblocks % 64)) - 1
+                                                             : 0);
     s->navail = s->nblocks;
     for (uint32_t w = 0; w < PH_CHUNK_SIZE / 16 / 64; w++)
         ph_store_relaxed(&s->held[w], 0);
@@ -138,18 +140,24 @@ void ph_slab_load(ph_slab *s)
 
 void ph_slab_find_avail(ph_slab *s)
 {
-    memset(s->avail, 0, sizeof(s->avail));
-    for (uint32_t w = 0; w < PH_CHUNK_SIZE / 16 / 64; w++)
-        ph_store_relaxed(&s->held[w], 0);
+    /* Built aside, then stored word by word: both sets are read without
+     * the lock (ph_slab_available, ph_slab_held). */
+    uint64_t avail[PH_SLAB_MAX_BLOCKS / 64] = {0}, held[PH_CHUNK_SIZE / 16 / 64] = {0};
+    uint32_t size = s->block_size;
     s->navail = 0;
     for (uint32_t i = 0; i < s->nblocks; i++) {
         if (!(ph_slab_bits(s, i) & 1)) {
-            s->avail[i / 64] |= 1ull << (i % 64);
+            avail[i / 64] |= 1ull << (i % 64);
             s->navail++;
-        } else {
-            held_put(s, i, 1);
+        } else if (size >= 16) { /* as held_put */
+            uint32_t g = i * (size / 16);
+            held[g / 64] |= 1ull << (g % 64);
         }
     }
+    for (uint32_t w = 0; w < PH_SLAB_MAX_BLOCKS / 64; w++)
+        ph_store_relaxed(&s->avail[w], avail[w]);
+    for (uint32_t w = 0; w < PH_CHUNK_SIZE / 16 / 64; w++)
+        ph_store_relaxed(&s->held[w], held[w]);
 }
 
 uint32_t ph_slab_take(ph_slab *s, uint64_t *out, uint32_t n)

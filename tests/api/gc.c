@@ -495,6 +495,52 @@ TEST(fast_free_takes_only_held_block_starts)
     pheap_close(h);
 }
 
+/* What one held bit cannot tell (GC.md, the double-free row): a block in
+ * the thread's cache that no allocation handed out is accepted by a free,
+ * handed out twice, and counted when the caches go back to their slabs;
+ * once back, it is refused as a double free. */
+TEST(free_of_a_cached_block_is_caught_when_it_returns)
+{
+    pheap *h = create_gc(ph_test_path("gc-cached.heap"), 0);
+    REQUIRE(h);
+    pheap_off a = pheap_alloc(h, 64); /* the refill's highest block: the one below is cached */
+    REQUIRE(a);
+    CHECK_EQ(pheap_free(h, a - 64), 0); /* the cache holds it twice now */
+    REQUIRE_OK(pheap_thread_collect(h)); /* the cache goes back: the second copy is counted */
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.gc_double_frees, 1);
+    CHECK_EQ(st.live_blocks, 1);
+    CHECK_EQ(pheap_free(h, a - 64), PHEAP_EDOUBLEFREE); /* back in its slab: refused */
+    REQUIRE_OK(pheap_free(h, a));
+    check_ok(h);
+    pheap_close(h);
+    /* meanwhile, the block may be handed out twice */
+    h = create_gc(ph_test_path("gc-cached2.heap"), 0);
+    REQUIRE(h);
+    pheap_off b = pheap_alloc(h, 64);
+    REQUIRE(b);
+    CHECK_EQ(pheap_free(h, b - 64), 0);
+    pheap_off v[2000];
+    unsigned twice = 0;
+    for (unsigned i = 0; i < 2000; i++) {
+        REQUIRE((v[i] = pheap_alloc(h, 64)) != 0);
+        twice += v[i] == b - 64;
+    }
+    CHECK_EQ(twice, 2);
+    int freed = 0;
+    for (unsigned i = 0; i < 2000; i++)
+        if (v[i] != b - 64 || !freed++)
+            REQUIRE_OK(pheap_free(h, v[i]));
+    REQUIRE_OK(pheap_free(h, b));
+    REQUIRE_OK(pheap_thread_collect(h));
+    pheap_stats(h, &st);
+    CHECK_EQ(st.live_blocks, 0);
+    CHECK_EQ(st.gc_double_frees, 0); /* both copies were handed out and freed once each */
+    check_ok(h);
+    pheap_close(h);
+}
+
 /* Conservative tracing keeps a block that a stale word happens to name:
  * the documented superset.  A filter that reports only the real links
  * frees it. */
