@@ -116,7 +116,7 @@ static ph_noinline pheap_off alloc_call(pheap *h, size_t size)
 ph_export pheap_off pheap_alloc(pheap *h, size_t size)
 {
     if (ph_likely(gc_fast(h)) && ph_likely(size - 1 < PH_SMALL_MAX)) {
-        ph_tbin *b = &ph_tls.thread->tc.bins[ph_sizeclass(size)]; /* (never NULL here) */
+        ph_tbin *b = &ph_tls.bins[ph_sizeclass(size)]; /* (never NULL here) */
         __asm__("" : "+r"(b)); /* one address for the load and the atomic store below */
         uint32_t n = b->n;
         if (ph_likely(n)) {

@@ -125,6 +125,7 @@ typedef struct ph_tls_last {
     const pheap *heap;
     uint64_t id;
     ph_thread *thread;
+    struct ph_tbin *bins;  /* thread->tc.bins: GC mode's pop, one add less */
 } ph_tls_last;
 extern __thread ph_tls_last ph_tls __attribute__((tls_model("initial-exec")));
 

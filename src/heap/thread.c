@@ -101,7 +101,7 @@ ph_noinline ph_thread *ph_thread_get_slow(pheap *h)
     for (size_t i = 0; i < tls_records.n; i++) {
         tls_entry *e = &tls_records.v[i];
         if (e->heap == h && e->id == h->id) {
-            ph_tls = (ph_tls_last){h, h->id, e->thread};
+            ph_tls = (ph_tls_last){h, h->id, e->thread, e->thread->tc.bins};
             return e->thread;
         }
     }
@@ -136,7 +136,7 @@ ph_noinline ph_thread *ph_thread_get_slow(pheap *h)
     pthread_mutex_unlock(&h->threads_lock);
     tls_records.v[tls_records.n++] = (tls_entry){h, h->id, t};
     pthread_setspecific(tls_key, &tls_records);
-    ph_tls = (ph_tls_last){h, h->id, t};
+    ph_tls = (ph_tls_last){h, h->id, t, t->tc.bins};
     return t;
 }
 
