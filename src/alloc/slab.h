@@ -270,7 +270,7 @@ static inline int ph_slab_held(const ph_slab *s, uint32_t rel)
  * blocks (pheap_check), or -1. */
 int64_t ph_slab_held_mismatch(const ph_slab *s);
 
-/* Volatile part for chunk `off` (calloc'ed); the descriptor is not read. */
+/* Volatile part for chunk `off` (zeroed, aligned to 64); the descriptor is not read. */
 ph_slab *ph_slab_new(ph_space *sp, uint64_t off);
 
 /* Sets class-derived fields of the volatile part. */
