@@ -214,17 +214,25 @@ typedef struct ph_gc_freemap {
  * and a chunk beyond the heap's size now holds no slab.  The class comes
  * with the slab's address: the one line of the slab read is the held
  * bit's. */
-static inline int ph_engine_gc_free_fast(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
+static inline __attribute__((always_inline)) int ph_engine_gc_free_fast(const ph_gc_freemap *m,
+                                                                        ph_tcache *t, uint64_t off)
 {
     uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
     uintptr_t v;
     if (ph_unlikely(ch >= m->nchunks) || ph_unlikely(!(v = ph_load(&m->slabs[ch]))))
         return 0;
     unsigned cls = (unsigned)(v % 64);
-    if (ph_unlikely(!ph_slab_held((const ph_slab *)(v - cls), (uint32_t)(rel % PH_CHUNK_SIZE))))
+    const ph_slab *s = (const ph_slab *)(v - cls);
+    uint32_t r = (uint32_t)(rel % PH_CHUNK_SIZE);
+    if (ph_unlikely(!ph_slab_held(s, r)))
         return 0;
     return ph_tcache_push_top(t, cls, off);
 }
+
+/* The same for an 8-byte block (class 0), which ph_engine_gc_free_fast
+ * leaves: two blocks to a held bit, so the block's index and its
+ * available bit are read.  0 for any other offset. */
+int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tcache *t, uint64_t off);
 
 /* Selects GC mode for an engine just opened. */
 void ph_engine_set_gc(ph_engine *e);

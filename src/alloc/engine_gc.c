@@ -52,6 +52,18 @@ void ph_engine_set_gc(ph_engine *e)
 }
 
 
+int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
+{
+    uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
+    uintptr_t v = ch < m->nchunks ? ph_load(&m->slabs[ch]) : 0;
+    uint32_t r = (uint32_t)(rel % PH_CHUNK_SIZE);
+    /* class 0 (tag 0) fills a slab's PH_SLAB_MAX_BLOCKS blocks */
+    if (!v || v % 64 != 0 || r % 8 != 0 || r / 8 >= PH_SLAB_MAX_BLOCKS ||
+        ph_slab_available((const ph_slab *)v, r / 8))
+        return 0;
+    return ph_tcache_push_top(t, 0, off);
+}
+
 void ph_engine_gc_writeback(ph_engine *e, ph_pctx *c)
 {
     for (uint64_t ch = 0; ch < ph_engine_backed_chunks(e); ch++) {

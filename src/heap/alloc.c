@@ -184,12 +184,20 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
     return ph_engine_free(h->engine, &t->tc, &t->pctx, off);
 }
 
+/* What the fast free leaves: an 8-byte block of a GC heap, else the call. */
+static ph_noinline int free_slow(pheap *h, pheap_off off)
+{
+    if (gc_fast(h) && ph_engine_gc_free_tiny(&h->gc_map, &ph_tls.thread->tc, off))
+        return 0;
+    return free_call(h, off);
+}
+
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
     if (ph_likely(gc_fast(h)) && ph_likely(ph_engine_gc_free_fast(&h->gc_map, &ph_tls.thread->tc,
                                                                     off)))
         return 0; /* (0 and offsets outside the heap: the call) */
-    return free_call(h, off);
+    return free_slow(h, off);
 }
 
 ph_export int pheap_alloc_to(pheap *h, size_t size, pheap_off *dest)
