@@ -132,8 +132,8 @@ static void check_orphan_descriptors(walk_ctx *w)
         if (ph_load(&e->chunks[ch]))
             continue;
         const ph_slab_desc *d = ph_space_at(e->sp, e->sp->slab_region + ch * PH_SLAB_DESC_SIZE);
-        uint32_t live = ph_slab_desc_allocated(d);
-        if (live) {
+        if (ph_slab_desc_any_allocated(d)) {
+            uint32_t live = ph_slab_desc_allocated(d);
             snprintf(msg, sizeof(msg), "chunk %llu (offset %llu) is no slab in the extent log, but its "
                      "slab descriptor (class %llu) records %u allocated block(s)",
                      (unsigned long long)ch, (unsigned long long)(e->sp->data_off + ch * PH_CHUNK_SIZE),

@@ -234,7 +234,7 @@ static void rebuild_slab(ph_engine *e, ph_pctx *c, const ph_gc_marks *m, uint64_
 static void clear_orphan_desc(ph_engine *e, ph_pctx *c, uint64_t ch)
 {
     ph_slab_desc *d = ph_space_at(e->sp, e->sp->slab_region + ch * PH_SLAB_DESC_SIZE);
-    if (!ph_slab_desc_allocated(d))
+    if (!ph_slab_desc_any_allocated(d))
         return;
     for (unsigned w = 0; w < PH_SLAB_WORDS; w++)
         if (ph_load(&d->xbits[w]))

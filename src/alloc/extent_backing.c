@@ -32,7 +32,7 @@ static void clear_new_descriptors(ph_extents *x, ph_pctx *c, uint64_t from, uint
     int wrote = 0;
     for (uint64_t ch = from / PAGES_PER_CHUNK; ch < to / PAGES_PER_CHUNK; ch++) {
         ph_slab_desc *d = ph_space_at(sp, sp->slab_region + ch * PH_SLAB_DESC_SIZE);
-        if (!ph_slab_desc_allocated(d))
+        if (!ph_slab_desc_any_allocated(d))
             continue;
         for (unsigned w = 0; w < PH_SLAB_WORDS; w++)
             if (ph_load(&d->xbits[w]))

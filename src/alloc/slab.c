@@ -288,6 +288,14 @@ int ph_slab_check(const ph_slab *s, unsigned cls, char *err, size_t errlen)
     return 0;
 }
 
+int ph_slab_desc_any_allocated(const ph_slab_desc *d)
+{
+    uint64_t a = 0;
+    for (uint32_t w = 0; w < PH_SLAB_WORDS; w++)
+        a |= ph_load(&d->xbits[w]);
+    return (a & 0x5555555555555555ull) != 0;
+}
+
 uint32_t ph_slab_desc_allocated(const ph_slab_desc *d)
 {
     uint32_t n = 0;

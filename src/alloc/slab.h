@@ -320,5 +320,8 @@ int ph_slab_check_desc(const ph_slab *s, unsigned cls, char *err, size_t errlen)
 /* A bits set in a descriptor's bitmap (of a chunk that may not be a slab
  * now: a slab is released only once all its A bits are durably clear). */
 uint32_t ph_slab_desc_allocated(const ph_slab_desc *d);
+/* 1 when the descriptor's bitmap records any allocated block: what the
+ * scans of every chunk at open ask, without counting. */
+int ph_slab_desc_any_allocated(const ph_slab_desc *d);
 
 #endif
