@@ -214,16 +214,23 @@ typedef struct ph_gc_freemap {
  * and a chunk beyond the heap's size now holds no slab.  The class comes
  * with the slab's address: the one line of the slab read is the held
  * bit's. */
+static inline __attribute__((always_inline)) uintptr_t ph_gc_map_entry(const ph_gc_freemap *m,
+                                                                       uint64_t off, uint32_t *r)
+{
+    uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
+    *r = (uint32_t)(rel % PH_CHUNK_SIZE); /* the offset in the chunk */
+    return ph_likely(ch < m->nchunks) ? ph_load(&m->slabs[ch]) : 0;
+}
+
 static inline __attribute__((always_inline)) int ph_engine_gc_free_fast(const ph_gc_freemap *m,
                                                                         ph_tcache *t, uint64_t off)
 {
-    uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
-    uintptr_t v;
-    if (ph_unlikely(ch >= m->nchunks) || ph_unlikely(!(v = ph_load(&m->slabs[ch]))))
+    uint32_t r;
+    uintptr_t v = ph_gc_map_entry(m, off, &r);
+    if (ph_unlikely(!v))
         return 0;
     unsigned cls = (unsigned)(v % 64);
     const ph_slab *s = (const ph_slab *)(v - cls);
-    uint32_t r = (uint32_t)(rel % PH_CHUNK_SIZE);
     if (ph_unlikely(!ph_slab_held(s, r)))
         return 0;
     return ph_tcache_push_top(t, cls, off);

@@ -54,9 +54,8 @@ void ph_engine_set_gc(ph_engine *e)
 
 int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
 {
-    uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
-    uintptr_t v = ch < m->nchunks ? ph_load(&m->slabs[ch]) : 0;
-    uint32_t r = (uint32_t)(rel % PH_CHUNK_SIZE);
+    uint32_t r;
+    uintptr_t v = ph_gc_map_entry(m, off, &r);
     /* class 0 (tag 0) fills a slab's PH_SLAB_MAX_BLOCKS blocks */
     if (!v || v % 64 != 0 || r % 8 != 0 || r / 8 >= PH_SLAB_MAX_BLOCKS ||
         ph_slab_available((const ph_slab *)v, r / 8))

@@ -82,19 +82,28 @@ static int held_by_any_other(ph_names *n, const ph_procs_hold *s, int *dead)
     return 1;
 }
 
+/* 1 when another process (*dead: one of them dead) holds slot 0 or the
+ * slot of `hash`. */
+static int held_scan(ph_names *n, uint64_t hash, int *dead)
+{
+    if (held_by_any_other(n, &n->pholds[0], dead)) /* every name */
+        return 1;
+    for (unsigned i = 1; i < PH_PROCS_HOLDS; i++)
+        if (ph_load_relaxed(&n->pholds[i].xhash) == hash &&
+            held_by_any_other(n, &n->pholds[i], dead))
+            return 1;
+    return 0;
+}
+
 int ph_names_held_elsewhere(ph_names *n, uint64_t hash)
 {
-    if (!n->pholds)
+    int dead = 0;
+    if (!n->pholds || !held_scan(n, hash, &dead))
         return 0;
-    for (int pass = 0;; pass++) {
-        int dead = 0, held = held_by_any_other(n, &n->pholds[0], &dead); /* every name */
-        for (unsigned i = 1; i < PH_PROCS_HOLDS && !held; i++)
-            held = ph_load_relaxed(&n->pholds[i].xhash) == hash &&
-                   held_by_any_other(n, &n->pholds[i], &dead);
-        if (!held || !dead || pass)
-            return held;
-        ph_share_take_over_dead_held(n->heap); /* rolled back, then its holds let go */
-    }
+    if (!dead)
+        return 1;
+    ph_share_take_over_dead_held(n->heap); /* rolled back, then its holds let go */
+    return held_scan(n, hash, &dead);
 }
 
 /* Slot i made this process's: a free one (1..127), or slot 0 when it is

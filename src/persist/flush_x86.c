@@ -52,28 +52,30 @@ static void movnti_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_
         __asm__ volatile("movnti %1, %0" : "=m"(dst[i]) : "r"(src[i]) : "memory");
 }
 
-/* The cached forms: the stores, then the write-back of their line. */
-static void clwb_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
+/* The cached forms: the stores, then the write-back of their line;
+ * returns the line. */
+static uintptr_t store_words(uint64_t *dst, const uint64_t *src, unsigned n)
 {
     for (unsigned i = 0; i < n; i++)
         ph_store(&dst[i], src[i]);
-    clwb_flush(p, c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+    return (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1);
+}
+
+static void clwb_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
+{
+    clwb_flush(p, c, store_words(dst, src, n), 1);
 }
 
 static void clflushopt_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src,
                              unsigned n)
 {
-    for (unsigned i = 0; i < n; i++)
-        ph_store(&dst[i], src[i]);
-    clflushopt_flush(p, c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+    clflushopt_flush(p, c, store_words(dst, src, n), 1);
 }
 
 /* clflush back end: the stores, then the ordered flush of their line. */
 static void clflush_store(ph_persist *p, ph_pctx *c, uint64_t *dst, const uint64_t *src, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++)
-        ph_store(&dst[i], src[i]);
-    clflush_flush(p, c, (uintptr_t)dst & ~(uintptr_t)(PH_CACHE_LINE - 1), 1);
+    clflush_flush(p, c, store_words(dst, src, n), 1);
 }
 
 static void sfence(ph_persist *p, ph_pctx *c)

@@ -246,8 +246,9 @@ static inline void ph_persist_store64_at(ph_persist *p, ph_pctx *c, uint64_t *wo
  * writes them to memory without pulling the line into the cache (movnti on
  * the x86 back ends where that and the fence cost less than a store, a
  * write-back and the fence; else the latter: ph_persist_init chooses).
- * Durable after the thread's next fence; counted as one flush.  Non-temporal stores are weakly ordered, so no other thread may
- * write these words between this store and that fence (the slab code holds
+ * Durable after the thread's next fence; counted as one flush.
+ * Non-temporal stores are weakly ordered, so no other thread may write
+ * these words between this store and that fence (the slab code holds
  * the word's lock until then; an extent-log slot has one writer), and the
  * current value must come from a volatile copy: reading it back would miss
  * the cache.  (Dropped in a test-only build: plain stores, never
