@@ -583,6 +583,7 @@ void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
         t->arena = -1;
     }
     if (t->lane.index >= 0) {
+        ph_lane_settle_own(&e->lanes, c, &t->lane); /* before a new holder zeroes it */
         pthread_mutex_lock(&e->lane_lock);
         e->lane_used[t->lane.index] = 0;
         if (e->shared) /* its entries are retired: no survivor has anything to replay */
@@ -856,6 +857,16 @@ int ph_engine_lane(ph_engine *e, ph_tcache *t, ph_pctx *c)
     return 0;
 }
 
+/* Whether a small logged allocation may leave its stores unfenced (see
+ * PH_LOG_BIND): a bind with no block contents to check -- the program may
+ * write the block once the call returns, and a replay from the old value
+ * would then find another CRC -- in a heap of this process only (another
+ * process could free the segment of the entry's word while it lasts). */
+static int deferrable(const ph_engine *e, uint64_t op, uint64_t contents)
+{
+    return (op & 0xff) == PH_LOG_BIND && !contents && !e->shared && e->lanes.deferred;
+}
+
 /* The logged allocation behind pheap_alloc_to and the names' bind.  With
  * an initialiser, the block is filled and its lines flushed before F1,
  * whose fence makes them durable before F2 can publish the block; the
@@ -908,6 +919,21 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
         ph_slab *s = ph_engine_chunk_slab(e, off);
         int exact;
         uint32_t sh, w = ph_slab_lock(s, ph_slab_index(s, off, &exact), &sh);
+        if (deferrable(e, op, contents)) {
+            /* A plain bind: its entry is durable and its replay harmless
+             * while the entry lasts, so the stores wait for the thread's
+             * next fence (ph_lane_end_deferred): one fence per create. */
+            ph_slab_set_locked_plain(sp, c, s, w, sh);
+            ph_persist_write(&sp->persist, c, dest, off | nv_bits);
+            ph_persist_flush(&sp->persist, c, dest, sizeof(*dest));
+            ph_slab_unlock(s, w);
+            if (ph_plant("bind-retire-early")) /* planted: retired before the stores' fence */
+                ph_lane_end_lazy(&e->lanes, c, &t->lane);
+            else
+                ph_lane_end_deferred(&e->lanes, c, &t->lane, &s->desc->xbits[w], dest);
+            *out = off;
+            return 0;
+        }
         ph_slab_set_locked(sp, c, s, w, sh);
         ph_persist_write(&sp->persist, c, dest, off | nv_bits);
         ph_persist_range(&sp->persist, c, dest, sizeof(*dest));
@@ -959,7 +985,10 @@ int ph_engine_alloc_bind(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size,
     }
     /* The entry carries the CRC of the body (its lines flushed by the
      * caller): recovery must not publish a body that did not reach media
-     * with the entry (see PH_LOG_BIND). */
+     * with the entry (see PH_LOG_BIND).  A block with nothing to
+     * initialise has no contents to check. */
+    if (init && !init->zero && !init->fn)
+        init = NULL;
     uint64_t cur = ph_load(dest);
     uint32_t crc = ph_crc32c(0, dest + 1, (size_t)body_lines * PH_LINE_SIZE - 8);
     return alloc_logged(e, t, c, size, dest, init,
@@ -1306,13 +1335,13 @@ static int engine_new(ph_space *sp, ph_engine **out)
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
     pthread_mutex_init(&e->lane_lock, NULL);
     pthread_mutex_init(&e->xfer_lock, NULL);
-    e->lanes = (ph_lanes){ph_space_at(sp, sp->lane_region), &sp->persist,
-                          !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS),
-                          (sp->features & PH_FEAT_INCOMPAT_NAMES) != 0};
+    int lanes_rc = ph_lanes_init(&e->lanes, ph_space_at(sp, sp->lane_region), &sp->persist,
+                                 !(sp->features & PH_FEAT_INCOMPAT_TAGGED_LOGS),
+                                 (sp->features & PH_FEAT_INCOMPAT_NAMES) != 0);
     if (sp->features & PH_FEAT_INCOMPAT_TX)
         e->txlogs = ph_space_at(sp, sp->lane_region);
     e->morph = (sp->features & PH_FEAT_INCOMPAT_MORPH) != 0;
-    if (!e->chunks || !e->slabs || !e->gc_slabs || !e->arenas) {
+    if (lanes_rc || !e->chunks || !e->slabs || !e->gc_slabs || !e->arenas) {
         free(e->arenas);
         e->arenas = NULL;
         return ph_err(PHEAP_ENOMEM, "out of memory for the allocator's index");
@@ -1401,6 +1430,7 @@ void ph_engine_close(ph_engine *e)
     for (unsigned a = 0; e->arenas && a < e->narenas; a++)
         pthread_mutex_destroy(&e->arenas[a].lock);
     free(e->arenas);
+    ph_lanes_fini(&e->lanes);
     pthread_mutex_destroy(&e->lane_lock);
     for (unsigned cls = 0; cls < PH_CLASSES; cls++) /* memory only: the heap is closed */
         for (ph_batch *q = e->xfer[cls], *next; q; q = next) {

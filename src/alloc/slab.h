@@ -145,6 +145,19 @@ static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint
     ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
 }
 
+/* As ph_slab_set_locked in a slab of this process only, with a plain store
+ * and a flush of the word (durable at the caller's next fence, which may
+ * come after the unlock: a plain store is ordered with the stores of the
+ * word's later holders, a non-temporal one is not). */
+static inline void ph_slab_set_locked_plain(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
+                                            uint32_t shift)
+{
+    uint64_t v = s->bits[w] | 3ull << shift;
+    ph_store(&s->bits[w], v);
+    ph_persist_write(&sp->persist, c, &s->desc->xbits[w], v);
+    ph_persist_flush(&sp->persist, c, &s->desc->xbits[w], sizeof(v));
+}
+
 /* With word w locked: clears A at `shift` and writes the word back as
  * above.  Returns 0, or with nothing changed the error of
  * ph_slab_pair_error: PHEAP_EDOUBLEFREE (A clear, E set), PHEAP_ENOTALLOC

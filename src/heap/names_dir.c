@@ -530,12 +530,14 @@ static void apply(pheap *h, ph_pctx *c)
         ph_persist_store64(p, c, &hd->xnew[1], 0);
 }
 
-/* Flushes the commit words of the lanes that bound names since the last
- * call: their lazily retired entries are retired durably at the caller's
- * next fence. */
+/* Retires the entries of the lanes that bound names since the last call,
+ * durably at the caller's next fence: the deferred ones (whose stores are
+ * made durable first, with a fence of their own when there are any) and
+ * the lazily retired ones (their commit words flushed). */
 static void flush_lazy(pheap *h, ph_pctx *c)
 {
     ph_names *n = h->names;
+    ph_lanes_settle(&h->engine->lanes, c, n->lazy, PH_ARRAY_LEN(n->lazy));
     for (unsigned w = 0; w < PH_ARRAY_LEN(n->lazy); w++) {
         for (uint64_t m = n->lazy[w]; m; m &= m - 1)
             ph_lane_flush_states(&h->engine->lanes, c, w * 64 + (unsigned)__builtin_ctzll(m));

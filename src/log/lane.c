@@ -35,9 +35,13 @@
  */
 #include "log/lane.h"
 
+#include <sched.h>
 #include <stddef.h>
+#include <stdlib.h>
 
+#include "pheap.h"
 #include "util/crc32c.h"
+#include "util/error.h"
 
 #define TAG_SHIFT 48
 #define PAYLOAD ((1ull << TAG_SHIFT) - 1)
@@ -59,6 +63,20 @@ static uint32_t entry_crc(const uint64_t w[7])
     return ph_crc32c(0, w, 7 * sizeof(uint64_t));
 }
 
+int ph_lanes_init(ph_lanes *L, void *base, ph_persist *persist, unsigned legacy, unsigned names)
+{
+    *L = (ph_lanes){base, persist, legacy, names, NULL};
+    if (names && !(L->deferred = calloc(PH_LANES_MAX, sizeof(*L->deferred))))
+        return ph_err(PHEAP_ENOMEM, "out of memory for the lanes");
+    return 0;
+}
+
+void ph_lanes_fini(ph_lanes *L)
+{
+    free(L->deferred);
+    L->deferred = NULL;
+}
+
 void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
 {
     static const uint64_t zero[PH_LINE_SIZE / 8];
@@ -76,7 +94,36 @@ void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
     }
     if (wrote)
         ph_persist_fence(L->persist, c);
-    *l = (ph_lane){(int)index, 0, 0, NULL};
+    *l = (ph_lane){(int)index, 0, 0, NULL, NULL};
+}
+
+/* A settling thread's mark in a deferred slot: no entry lies there. */
+#define PH_LANE_SETTLING ((ph_lane_entry *)1)
+
+/* Retires entry e (whose stores are durable), durable at the caller's
+ * next fence. */
+static void retire_lazy(ph_lanes *L, ph_pctx *c, ph_lane_entry *e)
+{
+    uint64_t s = ph_load_relaxed(&e->xstate);
+    ph_persist_write(L->persist, c, &e->xstate, (s & ~0xffull) | PH_LOG_IDLE);
+    ph_persist_flush(L->persist, c, &e->xstate, sizeof(e->xstate));
+}
+
+/* After a fence of the holder, which made its deferred entry's stores
+ * durable: the entry retired lazily, unless another thread took it (then
+ * the holder waits until that thread is done with the entry's line). */
+static void settle_after_fence(ph_lanes *L, ph_pctx *c, ph_lane *l)
+{
+    ph_lane_entry *x = l->deferred, *expect = x;
+    ph_lane_deferred *d = &L->deferred[l->index];
+    l->deferred = NULL;
+    if (__atomic_compare_exchange_n(&d->xentry, &expect, NULL, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        retire_lazy(L, c, x);
+        return;
+    }
+    while (__atomic_load_n(&d->xentry, __ATOMIC_ACQUIRE) == PH_LANE_SETTLING)
+        sched_yield(); /* a flush, a fence and a store away, unless preempted */
 }
 
 void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t block,
@@ -94,6 +141,8 @@ void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t bl
         ph_persist_write(L->persist, c, &dst[k], w[k]);
     ph_persist_range(L->persist, c, e, sizeof(*e));
     l->cur = e;
+    if (l->deferred) /* its stores are durable now: retired at the next fence */
+        settle_after_fence(L, c, l);
 }
 
 void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l)
@@ -107,6 +156,63 @@ void ph_lane_end_lazy(ph_lanes *L, ph_pctx *c, ph_lane *l)
     ph_persist_write(L->persist, c, &l->cur->xstate, l->seq << 8 | PH_LOG_IDLE);
     ph_persist_flush(L->persist, c, &l->cur->xstate, sizeof(l->cur->xstate));
     l->cur = NULL;
+}
+
+void ph_lane_end_deferred(ph_lanes *L, ph_pctx *c, ph_lane *l, const void *a, const void *b)
+{
+    (void)c;
+    ph_lane_deferred *d = &L->deferred[l->index];
+    d->lines[0] = a;
+    d->lines[1] = b;
+    __atomic_store_n(&d->xentry, l->cur, __ATOMIC_RELEASE);
+    l->deferred = l->cur;
+    l->cur = NULL;
+}
+
+void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned words)
+{
+    if (!L->deferred)
+        return;
+    int taken = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (unsigned w = 0; w < words; w++)
+            for (uint64_t m = mask[w]; m; m &= m - 1) {
+                ph_lane_deferred *d = &L->deferred[w * 64 + (unsigned)__builtin_ctzll(m)];
+                if (pass == 1) { /* the stores are durable: retired */
+                    if (d->settling) {
+                        retire_lazy(L, c, d->settling);
+                        d->settling = NULL;
+                        __atomic_store_n(&d->xentry, NULL, __ATOMIC_RELEASE);
+                    }
+                    continue;
+                }
+                ph_lane_entry *x = __atomic_load_n(&d->xentry, __ATOMIC_ACQUIRE);
+                if (!x || x == PH_LANE_SETTLING ||
+                    !__atomic_compare_exchange_n(&d->xentry, &x, PH_LANE_SETTLING, 0,
+                                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                    continue; /* none, or its holder retires it now */
+                d->settling = x;
+                for (unsigned k = 0; k < 2; k++)
+                    ph_persist_flush(L->persist, c, d->lines[k], 8);
+                taken = 1;
+            }
+        if (pass == 0 && !taken)
+            return;
+        if (pass == 0)
+            ph_persist_fence(L->persist, c);
+    }
+}
+
+void ph_lane_settle_own(ph_lanes *L, ph_pctx *c, ph_lane *l)
+{
+    if (!l->deferred)
+        return;
+    ph_lane_deferred *d = &L->deferred[l->index];
+    for (unsigned k = 0; k < 2; k++) /* flushed by the holder, maybe on another CPU */
+        ph_persist_flush(L->persist, c, d->lines[k], 8);
+    ph_persist_fence(L->persist, c);
+    settle_after_fence(L, c, l);
+    ph_persist_fence(L->persist, c);
 }
 
 void ph_lane_flush_states(ph_lanes *L, ph_pctx *c, unsigned index)
@@ -205,8 +311,10 @@ unsigned ph_lanes_active(ph_lanes *L)
     unsigned n = 0;
     for (unsigned lane = 0; lane < PH_LANES_MAX; lane++) {
         ph_lane_entry *e = lane_of(L, lane);
+        const ph_lane_entry *deferred =
+            L->deferred ? __atomic_load_n(&L->deferred[lane].xentry, __ATOMIC_ACQUIRE) : NULL;
         for (unsigned i = 0; i < PH_LANE_ENTRIES; i++)
-            n += (ph_load_relaxed(&e[i].xstate) & 0xff) != PH_LOG_IDLE;
+            n += (ph_load_relaxed(&e[i].xstate) & 0xff) != PH_LOG_IDLE && &e[i] != deferred;
     }
     return n;
 }

@@ -13,12 +13,23 @@
 #include "format/layout.h"
 #include "persist/persist.h"
 
+/* A lane's deferred entry (volatile, one per lane): an operation whose
+ * in-place stores were flushed but not fenced (ph_lane_end_deferred).
+ * `xentry` is the entry, PH_LANE_SETTLING while a thread other than the
+ * holder settles it, or NULL; `lines` are the stores' words. */
+typedef struct ph_lane_deferred {
+    ph_lane_entry *xentry;
+    const void *lines[2];
+    ph_lane_entry *settling; /* the entry, for the thread settling it */
+} ph_lane_deferred;
+
 /* The lane region of one open heap (volatile view). */
 typedef struct ph_lanes {
     ph_lane_entry *base;  /* PH_LANES_MAX lanes of PH_LANE_ENTRIES lines, in the mapping */
     ph_persist *persist;  /* the heap's flush back end */
     unsigned legacy;      /* heap made before tagged entries: accept untagged ones too */
     unsigned names;       /* PH_FEAT_INCOMPAT_NAMES: BIND and UNBIND entries exist */
+    ph_lane_deferred *deferred; /* PH_LANES_MAX slots (ph_lanes_init), or NULL: none deferred */
 } ph_lanes;
 
 /* A thread's hold on one lane (volatile). */
@@ -27,7 +38,12 @@ typedef struct ph_lane {
     uint32_t next;        /* entry line the next operation uses */
     uint64_t seq;         /* sequence of the last entry written */
     ph_lane_entry *cur;   /* entry of the operation in flight, or NULL */
+    ph_lane_entry *deferred; /* this holder's deferred entry, maybe settled by another */
 } ph_lane;
+
+/* Sets up the lane region's volatile view; 0, or PHEAP_ENOMEM. */
+int ph_lanes_init(ph_lanes *L, void *base, ph_persist *persist, unsigned legacy, unsigned names);
+void ph_lanes_fini(ph_lanes *L);
 
 /* Takes lane `index` (free: no entry of it is ACTIVE) for a new holder:
  * every line that is not zero is zeroed and the zeros fenced, so that no
@@ -50,6 +66,28 @@ void ph_lane_end(ph_lanes *L, ph_pctx *c, ph_lane *l);
  * at the caller's next fence (PH_LOG_BIND, whose replay is harmless until
  * then: format/layout.h). */
 void ph_lane_end_lazy(ph_lanes *L, ph_pctx *c, ph_lane *l);
+
+/* Leaves the entry of the operation in flight ACTIVE, its in-place stores
+ * (the words at `a` and `b`, flushed by the caller) not yet fenced: only
+ * for PH_LOG_BIND, whose replay is harmless while the entry lasts.  The
+ * operation is durable on return (the entry is); the stores become
+ * durable at the holder's next fence, and the entry is retired after it:
+ * by the holder's next ph_lane_begin, or by ph_lanes_settle or
+ * ph_lane_settle_own first.  Until then the entry keeps its line: the
+ * holder's next entry takes the next line, and waits for a settling
+ * under way (format/layout.h, PH_LOG_BIND). */
+void ph_lane_end_deferred(ph_lanes *L, ph_pctx *c, ph_lane *l, const void *a, const void *b);
+
+/* Settles the deferred entries of the lanes whose bits are set in
+ * mask[0..words): their stores flushed again from here and fenced, then
+ * the entries retired, durable at the caller's next fence.  For the
+ * names' rebuilds and version count, which run under the names' lock
+ * (the only writer of deferred entries). */
+void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned words);
+
+/* The holder's own deferred entry settled durably (thread exit, close):
+ * its stores flushed and fenced, the entry retired and fenced. */
+void ph_lane_settle_own(ph_lanes *L, ph_pctx *c, ph_lane *l);
 
 /* Flushes the commit words of lane `index`'s entries, whoever holds it:
  * its lazily retired entries are retired durably at the caller's next
@@ -77,7 +115,8 @@ void ph_lanes_retire_all(ph_lanes *L, ph_pctx *c);
 unsigned ph_lanes_scan_one(ph_lanes *L, unsigned lane, ph_lane_replay_fn fn, void *arg);
 void ph_lanes_retire_one(ph_lanes *L, ph_pctx *c, unsigned lane);
 
-/* Counts ACTIVE entries (consistent only while no operation is in flight). */
+/* Counts ACTIVE entries that are not deferred (consistent only while no
+ * operation is in flight). */
 unsigned ph_lanes_active(ph_lanes *L);
 
 #endif
