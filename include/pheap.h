@@ -855,8 +855,8 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
 
 /* Allocates a block of `size` bytes and names it `name`.  Crash
  * guarantee: after a crash, the name exists with its block, or neither
- * exists; durable on return (LOG mode: two fences; GC mode: two, and
- * nothing is logged).  Inside a transaction: made at its commit (see
+ * exists; durable on return (LOG mode: one fence, and one more now and
+ * then for the directory's growth; GC mode: two, and nothing is logged).  Inside a transaction: made at its commit (see
  * above), no fence before it.  The block's contents are not initialised
  * (see pheap_alloc_named_init).  Returns the block, or 0 with
  * pheap_errno(): PHEAP_EEXIST (the name exists, or the transaction made
@@ -873,7 +873,10 @@ pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size);
 
 /* pheap_alloc_named, with the block zeroed (PHEAP_ALLOC_ZERO) and/or filled
  * by `init` before it is named: the name never appears with a block that
- * `init` did not finish (a C++ constructor runs here).  `init` returning
+ * `init` did not finish (a C++ constructor runs here).  LOG mode: two
+ * fences, one to make the contents durable with the name's log entry,
+ * one to publish the name before the program can change them (flags 0
+ * and no `init`: the one fence of pheap_alloc_named).  `init` returning
  * nonzero cancels: PHEAP_ECANCELED, nothing named, nothing allocated (a
  * transaction goes on).  `init` may call pheap, but not end the thread's
  * transaction (then PHEAP_EABORTED).  Inside a transaction it runs without

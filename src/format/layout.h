@@ -249,9 +249,11 @@ _Static_assert(sizeof(ph_root_entry) == 2 * PH_LINE_SIZE, "ph_root_entry size");
  * bits at `dest`; UNBIND frees `block` and stores new = version | low
  * bits.  Recovery redoes one when `dest` holds its old or its new value
  * and does nothing when it holds neither (a later operation superseded
- * it), so a BIND's entry needs no fence of its own to retire: it is
- * retired at its lane holder's next fence (the second fence of a BIND
- * publishes it; its retirement rides on the next operation's first).
+ * it), so a BIND's entry needs no fence of its own to retire, and while
+ * it lasts its stores need none before the call returns: they are made
+ * durable by the holder's next fence, and the entry retired after that
+ * (log/lane.h, ph_lane_end_deferred; a BIND with block contents to check
+ * fences its stores at once and is retired at the next fence).
  * A BIND also covers a body: the rest of dest's line and the next
  * `lines` - 1 lines (op bits 43..47), written and flushed before the
  * entry's fence; `old` holds the old value's low 16 bits and, in bits

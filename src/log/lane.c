@@ -29,6 +29,15 @@
  * durable before the call returns: otherwise another thread could free the
  * block or reuse the destination, and a later recovery would redo the old
  * operation over their changes.
+ * A deferred entry (PH_LOG_BIND without contents, ph_lane_end_deferred)
+ * stops after F2's stores and their flushes: no F2 fence, no F3 yet.  The
+ * holder's next fence is F2's; the holder's next ph_lane_begin, after its
+ * own F1 fence, writes the IDLE (durable at its fence after), or another
+ * thread settles it: flush the stores again, fence, IDLE.  The stores are
+ * plain (a non-temporal bitmap word would have to be fenced before its
+ * lock is dropped).  A replay of the entry meanwhile is harmless for a
+ * versioned word: the operation is redone, or finds its new value or a
+ * later one.
  * Consecutive operations of a lane use consecutive lines, so F3 never
  * flushes the line F1 flushed in the batch just before it... except within
  * one operation, where F2 lies between them.
