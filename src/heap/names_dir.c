@@ -57,20 +57,43 @@ void ph_names_share(pheap *h, uint64_t *seq, uint64_t *lock, ph_procs_hold *hold
     n->plock = lock;
 }
 
+/* The n bytes at p (n <= 8) as a little-endian word: the hash's value is
+ * on media, so it must not depend on the host's byte order. */
+static inline uint64_t le_bytes(const unsigned char *p, size_t n)
+{
+    uint64_t w = 0;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n == 8) {
+        memcpy(&w, p, 8);
+        return w;
+    }
+    unsigned shift = 0; /* 4, 2 and 1 bytes: never a byte past the name */
+    if (n & 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        w = v, p += 4, shift = 32;
+    }
+    if (n & 2) {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        w |= (uint64_t)v << shift, p += 2, shift += 16;
+    }
+    if (n & 1)
+        w |= (uint64_t)*p << shift;
+#else
+    for (size_t i = 0; i < n; i++)
+        w |= (uint64_t)p[i] << (8 * i);
+#endif
+    return w;
+}
+
 uint64_t ph_names_hash(uint64_t seed, const char *name, size_t len)
 {
     const unsigned char *p = (const unsigned char *)name;
     uint64_t h = mix(seed ^ (len * 0x9e3779b97f4a7c15ull));
-    for (; len >= 8; p += 8, len -= 8) {
-        uint64_t w = 0;
-        for (unsigned i = 0; i < 8; i++)
-            w |= (uint64_t)p[i] << (8 * i);
-        h = mix(h ^ w) + 0x9e3779b97f4a7c15ull;
-    }
-    uint64_t w = 0;
-    for (size_t i = 0; i < len; i++)
-        w |= (uint64_t)p[i] << (8 * i);
-    return mix(h ^ w ^ 0xa0761d6478bd642full);
+    for (; len >= 8; p += 8, len -= 8)
+        h = mix(h ^ le_bytes(p, 8)) + 0x9e3779b97f4a7c15ull;
+    return mix(h ^ le_bytes(p, len) ^ 0xa0761d6478bd642full);
 }
 
 /* ---- the directory ------------------------------------------------------------------ */
@@ -390,8 +413,10 @@ static unsigned write_body(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t pos, 
     ph_persist *p = &h->sp.persist;
     ph_name_line *L = ph_names_lines(s), img[5];
     unsigned k = ph_names_entry_lines(len);
-    unsigned newly = ph_names_fill(h, c, s, ph_names_home(s, hash), pos) +
-                     ph_names_empties(s, pos, k);
+    unsigned fillers = ph_names_fill(h, c, s, ph_names_home(s, hash), pos);
+    if (fillers) /* durable before the entry can be: its CRC does not cover them */
+        ph_persist_fence(p, c);
+    unsigned newly = fillers + ph_names_empties(s, pos, k);
     ph_names_image(s, pos, hash, name, len, size, 0, img);
     for (unsigned j = 1; j < k; j++) {
         ph_name_line *l = &L[pos + j];

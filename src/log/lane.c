@@ -120,16 +120,22 @@ static void retire_lazy(ph_lanes *L, ph_pctx *c, ph_lane_entry *e)
 
 /* After a fence of the holder, which made its deferred entry's stores
  * durable: the entry retired lazily, unless another thread took it (then
- * the holder waits until that thread is done with the entry's line). */
+ * the holder waits until that thread is done with the entry's line).  The
+ * IDLE is stored before the slot is emptied: a settler that finds the
+ * slot empty flushes the lane's commit words next, and must find it there
+ * (were it stored after, a rebuild could free the segment of the entry's
+ * word with the entry still ACTIVE on media).  A settler that takes the
+ * entry between the two stores the same IDLE again. */
 static void settle_after_fence(ph_lanes *L, ph_pctx *c, ph_lane *l)
 {
     ph_lane_entry *x = l->deferred, *expect = x;
     ph_lane_deferred *d = &L->deferred[l->index];
     l->deferred = NULL;
-    if (__atomic_compare_exchange_n(&d->xentry, &expect, NULL, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&d->xentry, __ATOMIC_ACQUIRE) == x) {
         retire_lazy(L, c, x);
-        return;
+        if (__atomic_compare_exchange_n(&d->xentry, &expect, NULL, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return;
     }
     while (__atomic_load_n(&d->xentry, __ATOMIC_ACQUIRE) == PH_LANE_SETTLING)
         sched_yield(); /* a flush, a fence and a store away, unless preempted */
@@ -214,13 +220,16 @@ void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned wor
 
 void ph_lane_settle_own(ph_lanes *L, ph_pctx *c, ph_lane *l)
 {
-    if (!l->deferred)
-        return;
-    ph_lane_deferred *d = &L->deferred[l->index];
-    for (unsigned k = 0; k < 2; k++) /* flushed by the holder, maybe on another CPU */
-        ph_persist_flush(L->persist, c, d->lines[k], 8);
-    ph_persist_fence(L->persist, c);
-    settle_after_fence(L, c, l);
+    if (l->deferred) {
+        ph_lane_deferred *d = &L->deferred[l->index];
+        for (unsigned k = 0; k < 2; k++) /* flushed by the holder, maybe on another CPU */
+            ph_persist_flush(L->persist, c, d->lines[k], 8);
+        ph_persist_fence(L->persist, c);
+        settle_after_fence(L, c, l);
+    }
+    /* and the lazily retired entries' commit words, which no fence of the
+     * holder may have followed */
+    ph_lane_flush_states(L, c, (unsigned)l->index);
     ph_persist_fence(L->persist, c);
 }
 

@@ -85,8 +85,9 @@ void ph_lane_end_deferred(ph_lanes *L, ph_pctx *c, ph_lane *l, const void *a, co
  * (the only writer of deferred entries). */
 void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned words);
 
-/* The holder's own deferred entry settled durably (thread exit, close):
- * its stores flushed and fenced, the entry retired and fenced. */
+/* Every entry of the holder's lane retired durably (thread exit, close):
+ * a deferred one's stores flushed and fenced, then it and the lazily
+ * retired entries flushed and fenced. */
 void ph_lane_settle_own(ph_lanes *L, ph_pctx *c, ph_lane *l);
 
 /* Flushes the commit words of lane `index`'s entries, whoever holds it:

@@ -78,6 +78,18 @@ TEST(name_hash_is_stable)
     CHECK_EQ(ph_names_hash(0, "a", 1), 0xadb23828f5c455cfull);
     CHECK_EQ(ph_names_hash(0x123456789abcdefull, "object-12345", 12), 0x49cce27b96784fc6ull);
     CHECK(ph_names_hash(1, "a", 1) != ph_names_hash(2, "a", 1)); /* seeded */
+    /* every tail length, whole words, bytes above 0x7f (the values of the
+     * byte-at-a-time hash that made the first heaps with names) */
+    static const char s[] = "pheap-name-hash-\xc3\xa9t\xc3\xa9-0123456789";
+    static const uint64_t want[] = {
+        0xe6ac310cbfc3303dull, 0x710093a916cd68a3ull, 0xd9a6b93475c6ec09ull, 0x68067cc0877f2df7ull,
+        0x72f6defb9e41873bull, 0x12d55aac4ff7f5f1ull, 0x51b2b8f9c65872fcull, 0x6294d444fdde661cull,
+        0x7c526052c0749978ull, 0x7a3b3be4414b4ed8ull, 0x8c1c6b941eafe3ebull, 0x789126f99a10e180ull,
+        0x094c8db0024255d2ull, 0xe1433b5d6fc64b8eull, 0x5ef27f414ca80f71ull, 0x2265b0a177531530ull,
+        0x8f0d401da449dedbull, 0x9ecfdca267637011ull, 0xff3482ac34c8dbadull, 0x70760090d828a293ull,
+        0x7e564b4aa01ce9abull, 0xc1cdb1411c197e5aull, 0x03234fcd37e58f2dull};
+    for (size_t n = 1; n <= PH_ARRAY_N(want); n++)
+        CHECK_EQ(ph_names_hash(7, s, n), want[n - 1]);
 }
 
 TEST(header_offsets)
