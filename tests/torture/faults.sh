@@ -20,7 +20,7 @@ cmake -S "$src" -B "$b" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPHEAP_FAULTS=ON >/de
   cmake --build "$b" -j "$(nproc)" >/dev/null || { echo "faults: build failed"; exit 1; }
 
 # cheapest first: each table row names the first test program that fails
-tests="crash_lanes unit_sim crash_roots crash_extlog crash_init_contents crash_threads crash_alloc_init crash_alloc crash_compaction crash_tx crash_names"
+tests="crash_lanes unit_sim crash_roots crash_extlog crash_init_contents crash_threads crash_alloc_init crash_alloc crash_compaction crash_tx crash_names crash_names_fillers api_names"
 plants="lane-no-zero lane-no-check lane-replay-retired lane-retire-first alloc-to-no-log
         compact-reuse-epoch extent-wrong-epoch slab-no-desc-fence slab-commit-before-desc
         state-split-store grow-no-sync extlog-raise-no-zero extlog-mark-unfenced
