@@ -930,7 +930,7 @@ static int alloc_logged(ph_engine *e, ph_tcache *t, ph_pctx *c, size_t size, uin
             if (ph_plant("bind-retire-early")) /* planted: retired before the stores' fence */
                 ph_lane_end_lazy(&e->lanes, c, &t->lane);
             else
-                ph_lane_end_deferred(&e->lanes, c, &t->lane, &s->desc->xbits[w], dest);
+                ph_lane_end_deferred(&e->lanes, &t->lane, &s->desc->xbits[w], dest);
             *out = off;
             return 0;
         }

@@ -173,9 +173,8 @@ void ph_lane_end_lazy(ph_lanes *L, ph_pctx *c, ph_lane *l)
     l->cur = NULL;
 }
 
-void ph_lane_end_deferred(ph_lanes *L, ph_pctx *c, ph_lane *l, const void *a, const void *b)
+void ph_lane_end_deferred(ph_lanes *L, ph_lane *l, const void *a, const void *b)
 {
-    (void)c;
     ph_lane_deferred *d = &L->deferred[l->index];
     d->lines[0] = a;
     d->lines[1] = b;
@@ -184,36 +183,42 @@ void ph_lane_end_deferred(ph_lanes *L, ph_pctx *c, ph_lane *l, const void *a, co
     l->cur = NULL;
 }
 
+/* One step of ph_lanes_settle on slot d: taking its entry (its stores
+ * flushed; 1 when there was one to take), or, once they are fenced,
+ * retiring the entry taken and emptying the slot. */
+static int settle_slot(ph_lanes *L, ph_pctx *c, ph_lane_deferred *d, int retire)
+{
+    if (retire) {
+        if (d->settling) {
+            retire_lazy(L, c, d->settling);
+            d->settling = NULL;
+            __atomic_store_n(&d->xentry, NULL, __ATOMIC_RELEASE);
+        }
+        return 0;
+    }
+    ph_lane_entry *x = __atomic_load_n(&d->xentry, __ATOMIC_ACQUIRE);
+    if (!x || x == PH_LANE_SETTLING ||
+        !__atomic_compare_exchange_n(&d->xentry, &x, PH_LANE_SETTLING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return 0; /* none, or its holder retires it now */
+    d->settling = x;
+    for (unsigned k = 0; k < 2; k++)
+        ph_persist_flush(L->persist, c, d->lines[k], 8);
+    return 1;
+}
+
 void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned words)
 {
     if (!L->deferred)
         return;
-    int taken = 0;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int retire = 0, taken = 0; retire < 2; retire++) {
         for (unsigned w = 0; w < words; w++)
-            for (uint64_t m = mask[w]; m; m &= m - 1) {
-                ph_lane_deferred *d = &L->deferred[w * 64 + (unsigned)__builtin_ctzll(m)];
-                if (pass == 1) { /* the stores are durable: retired */
-                    if (d->settling) {
-                        retire_lazy(L, c, d->settling);
-                        d->settling = NULL;
-                        __atomic_store_n(&d->xentry, NULL, __ATOMIC_RELEASE);
-                    }
-                    continue;
-                }
-                ph_lane_entry *x = __atomic_load_n(&d->xentry, __ATOMIC_ACQUIRE);
-                if (!x || x == PH_LANE_SETTLING ||
-                    !__atomic_compare_exchange_n(&d->xentry, &x, PH_LANE_SETTLING, 0,
-                                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                    continue; /* none, or its holder retires it now */
-                d->settling = x;
-                for (unsigned k = 0; k < 2; k++)
-                    ph_persist_flush(L->persist, c, d->lines[k], 8);
-                taken = 1;
-            }
-        if (pass == 0 && !taken)
+            for (uint64_t m = mask[w]; m; m &= m - 1)
+                taken |= settle_slot(L, c, &L->deferred[w * 64 + (unsigned)__builtin_ctzll(m)],
+                                     retire);
+        if (!taken)
             return;
-        if (pass == 0)
+        if (!retire) /* the stores taken, durable before their entries are retired */
             ph_persist_fence(L->persist, c);
     }
 }

@@ -76,7 +76,7 @@ void ph_lane_end_lazy(ph_lanes *L, ph_pctx *c, ph_lane *l);
  * ph_lane_settle_own first.  Until then the entry keeps its line: the
  * holder's next entry takes the next line, and waits for a settling
  * under way (format/layout.h, PH_LOG_BIND). */
-void ph_lane_end_deferred(ph_lanes *L, ph_pctx *c, ph_lane *l, const void *a, const void *b);
+void ph_lane_end_deferred(ph_lanes *L, ph_lane *l, const void *a, const void *b);
 
 /* Settles the deferred entries of the lanes whose bits are set in
  * mask[0..words): their stores flushed again from here and fenced, then
