@@ -32,8 +32,9 @@
  * A deferred entry (PH_LOG_BIND without contents, ph_lane_end_deferred)
  * stops after F2's stores and their flushes: no F2 fence, no F3 yet.  The
  * holder's next fence is F2's; the holder's next ph_lane_begin, after its
- * own F1 fence, writes the IDLE (durable at its fence after), or another
- * thread settles it: flush the stores again, fence, IDLE.  The stores are
+ * own F1 fence, writes the IDLE (not flushed: made durable by whatever
+ * needs it, see retire_lazy), or another thread settles it: flush the
+ * stores again, fence, IDLE.  The stores are
  * plain (a non-temporal bitmap word would have to be fenced before its
  * lock is dropped).  A replay of the entry meanwhile is harmless for a
  * versioned word: the operation is redone, or finds its new value or a
@@ -109,13 +110,16 @@ void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
 /* A settling thread's mark in a deferred slot: no entry lies there. */
 #define PH_LANE_SETTLING ((ph_lane_entry *)1)
 
-/* Retires entry e (whose stores are durable), durable at the caller's
- * next fence. */
+/* Retires entry e (whose stores are durable), not flushed: whatever needs
+ * the retirement durable flushes the lane's commit words first -- the
+ * names' settle before a segment is freed or a version could wrap
+ * (ph_lanes_settle, then ph_lane_flush_states), a thread's exit
+ * (ph_lane_settle_own) -- and until then a replay of the entry is
+ * harmless. */
 static void retire_lazy(ph_lanes *L, ph_pctx *c, ph_lane_entry *e)
 {
     uint64_t s = ph_load_relaxed(&e->xstate);
     ph_persist_write(L->persist, c, &e->xstate, (s & ~0xffull) | PH_LOG_IDLE);
-    ph_persist_flush(L->persist, c, &e->xstate, sizeof(e->xstate));
 }
 
 /* After a fence of the holder, which made its deferred entry's stores
@@ -156,7 +160,7 @@ void ph_lane_begin(ph_lanes *L, ph_pctx *c, ph_lane *l, uint64_t op, uint64_t bl
         ph_persist_write(L->persist, c, &dst[k], w[k]);
     ph_persist_range(L->persist, c, e, sizeof(*e));
     l->cur = e;
-    if (l->deferred) /* its stores are durable now: retired at the next fence */
+    if (l->deferred) /* its stores are durable now: retired */
         settle_after_fence(L, c, l);
 }
 

@@ -80,7 +80,8 @@ void ph_lane_end_deferred(ph_lanes *L, ph_lane *l, const void *a, const void *b)
 
 /* Settles the deferred entries of the lanes whose bits are set in
  * mask[0..words): their stores flushed again from here and fenced, then
- * the entries retired, durable at the caller's next fence.  For the
+ * the entries retired, durable once the caller has flushed those lanes'
+ * commit words (ph_lane_flush_states) and fenced.  For the
  * names' rebuilds and version count, which run under the names' lock
  * (the only writer of deferred entries). */
 void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned words);
