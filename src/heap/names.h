@@ -252,8 +252,10 @@ int ph_names_room(pheap *h, ph_thread *t, uint64_t hash, unsigned k, const ph_na
  * naming `block`. */
 void ph_names_image(ph_names_seg *s, uint32_t pos, uint64_t hash, const char *name, size_t len,
                     uint64_t size, uint64_t block, ph_name_line *img);
-/* Turns the EMPTY lines in [home, pos) into FREE fillers (flushed, not
- * fenced): an entry at pos is then reached from its home.  Returns how
+/* Turns the EMPTY lines in [home, pos) into FREE fillers, durable on
+ * return (a fence when there were any): an entry at pos is then reached
+ * from its home, and no log entry or commit record that publishes it
+ * covers them, so they must be on media before it can be.  Returns how
  * many. */
 unsigned ph_names_fill(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t home, uint32_t pos);
 /* EMPTY lines in [pos, pos + k). */

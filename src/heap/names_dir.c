@@ -371,6 +371,8 @@ unsigned ph_names_fill(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t home, uin
             ph_persist_flush(&h->sp.persist, c, &L[i].xref, 8);
             newly++;
         }
+    if (newly)
+        ph_persist_fence(&h->sp.persist, c);
     return newly;
 }
 
@@ -413,10 +415,8 @@ static unsigned write_body(pheap *h, ph_pctx *c, ph_names_seg *s, uint32_t pos, 
     ph_persist *p = &h->sp.persist;
     ph_name_line *L = ph_names_lines(s), img[5];
     unsigned k = ph_names_entry_lines(len);
-    unsigned fillers = ph_names_fill(h, c, s, ph_names_home(s, hash), pos);
-    if (fillers) /* durable before the entry can be: its CRC does not cover them */
-        ph_persist_fence(p, c);
-    unsigned newly = fillers + ph_names_empties(s, pos, k);
+    unsigned newly = ph_names_fill(h, c, s, ph_names_home(s, hash), pos) +
+                     ph_names_empties(s, pos, k);
     ph_names_image(s, pos, hash, name, len, size, 0, img);
     for (unsigned j = 1; j < k; j++) {
         ph_name_line *l = &L[pos + j];

@@ -425,18 +425,13 @@ int ph_names_tx_prepare(pheap *h, ph_thread *t, ph_tx *tx)
     }
     free(taken);
     /* Fillers first, then the images: a filler may be a line that another
-     * new entry takes, whose xref version the image follows.  Fenced
-     * before the commit can be durable: its checks do not cover them, and
-     * a head rolled forward past an EMPTY line is cut off its home. */
-    unsigned fillers = 0;
+     * new entry takes, whose xref version the image follows. */
     for (size_t i = 0; i < tx->names.n; i++) {
         ph_name_hold *x = tx->names.v[i];
         if (x->block)
-            fillers += x->newly = ph_names_fill(h, &t->pctx, x->at.seg,
-                                                ph_names_home(x->at.seg, x->hash), x->at.line);
+            x->newly = ph_names_fill(h, &t->pctx, x->at.seg, ph_names_home(x->at.seg, x->hash),
+                                     x->at.line);
     }
-    if (fillers)
-        ph_persist_fence(ph_tx_persist(h), &t->pctx);
     for (size_t i = 0; i < tx->names.n; i++) {
         ph_name_hold *x = tx->names.v[i];
         ph_name_ref old;
