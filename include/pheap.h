@@ -366,12 +366,16 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * refused, not obeyed: a damaged extent log (a slot of its active half
  * that is neither zero, nor an entry, nor a torn append; impossible
  * epochs; entries that contradict each other), a live slab whose
- * descriptor is not its class's, a chunk that is no slab with allocated
- * blocks in its descriptor, a damaged root entry, lane or transaction log
- * (an operation in flight in a heap closed cleanly), a damaged name entry
- * or rebuild word gives PHEAP_ECORRUPT, with the finding in the message
- * (docs/RECOVERY.md lists what open refuses and what only pheap_check
- * reports: a root or name of a block the program freed opens).
+ * descriptor is not its class's, a damaged root entry, lane or transaction
+ * log (an operation in flight in a heap closed cleanly), a damaged name
+ * entry or rebuild word gives PHEAP_ECORRUPT, with the finding in the
+ * message (docs/RECOVERY.md lists what open refuses and what only
+ * pheap_check reports: a root or name of a block the program freed
+ * opens).  Open reads what is live, not the whole heap: the descriptors
+ * of chunks that are no slab are read after a LOG recovery only (allocated
+ * blocks there are refused), else when such a chunk is to become a slab
+ * (see pheap_alloc's PHEAP_ECORRUPT), so that a clean open costs the same
+ * at any heap size.
  *
  * Errors: PHEAP_EINVAL (bad options, empty path, a heap directory that is
  * not a directory), PHEAP_ENAME (a bad heap name: ".", "..", too long),
@@ -704,7 +708,11 @@ int pheap_get_mode(pheap *h);
  * up to max_size.
  * Errors: PHEAP_EINVAL (size 0), PHEAP_ENOMEM (heap full at max_size),
  * PHEAP_ENOSPC (the file system is full: the heap could not grow; it is
- * unchanged, and frees make room again), PHEAP_ERDONLY. */
+ * unchanged, and frees make room again), PHEAP_ERDONLY, PHEAP_ECORRUPT
+ * (a chunk about to become a slab has a descriptor that records allocated
+ * blocks -- damage a clean open does not read, see pheap_open: the chunk
+ * is set aside with its descriptor as it is, and the next call uses other
+ * space; pheap_check reports it).  Every allocating call may give that. */
 pheap_off pheap_alloc(pheap *h, size_t size);
 
 /* Initialiser of a block being allocated (pheap_alloc_init,
@@ -1554,6 +1562,10 @@ typedef struct pheap_check_report {
     uint64_t free_bytes;      /* backed data bytes in no slab and no extent */
     char     first_error[256];/* the first problem, readable */
     uint64_t names;           /* named objects found */
+    uint64_t damaged_chunks;  /* of the errors: chunks that are no slab whose
+                                 descriptor records allocated blocks (a slab
+                                 the extent log lost), which a clean open
+                                 does not read (see pheap_open) */
 } pheap_check_report;
 
 /* Deep consistency check of all metadata: header, region table, state,

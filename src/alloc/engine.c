@@ -134,7 +134,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
     ph_arena *a = &e->arenas[ai];
     uint64_t offs[PH_SLAB_BATCH];
     unsigned want = slab_batch(a->made[cls]), n = 0;
-    int rc = 0;
+    int rc = 0, damaged = 0;
     while (n < want) {
         rc = ph_extent_reserve(e->ext, c, PH_CHUNK_SIZE, PH_EXT_SLAB, &offs[n]);
         if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && n == 0 && release_empty(e, c, a) > 0)
@@ -142,6 +142,14 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
         if (rc)
             break;
         uint64_t ch = ph_engine_chunk_of(e, offs[n]);
+        char why[256];
+        if (!e->slabs[ch] && ph_engine_orphan_descriptor(e, ch, why, sizeof(why))) {
+            /* Damage a clean open does not look for: the chunk is set
+             * aside until the close, and this call fails. */
+            ph_extent_set_aside(e->ext, c, offs[n]);
+            damaged = ph_err(PHEAP_ECORRUPT, "%s: set aside (see pheap_check)", why);
+            break;
+        }
         if (!e->slabs[ch] && !(e->slabs[ch] = ph_slab_new(e->sp, offs[n]))) {
             ph_extent_cancel(e->ext, c, offs[n]);
             rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
@@ -155,7 +163,9 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
         n++;
     }
     if (n == 0)
-        return rc;
+        return damaged ? damaged : rc;
+    /* After damage, the slabs made so far are committed still and wait in
+     * the partial list; the caller reports the damage. */
     if (ph_plant("slab-commit-before-desc")) /* planted: the two persists swapped */
         ph_extent_commit_slabs(e->ext, c, offs, n, cls);
     if (!ph_plant("slab-no-desc-fence")) /* planted: a fence left out */
@@ -170,7 +180,7 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
         *out = s;
     }
     a->made[cls] += n;
-    return 0;
+    return damaged;
 }
 
 /* Slabs of other classes a refill looks at for one to morph, and the
@@ -527,10 +537,13 @@ ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, un
     unsigned ai = (unsigned)t->arena;
     if (!take_blocks(e, c, ai, cls, b, want, 1)) {
         int err = pheap_errno();
+        if (err == PHEAP_ECORRUPT) /* a damaged descriptor met: this call reports it */
+            return 0;
         for (unsigned k = 1; k < e->narenas && !b->n; k++)
             take_blocks(e, c, (ai + k) % e->narenas, cls, b, want, 0);
-        if (!b->n && reclaim(e, t, c))
-            take_blocks(e, c, ai, cls, b, want, 1);
+        if (!b->n && reclaim(e, t, c) && !take_blocks(e, c, ai, cls, b, want, 1) &&
+            pheap_errno() == PHEAP_ECORRUPT)
+            return 0;
         if (!b->n)
             ph_err(err, "%s", pheap_errmsg()); /* keep the heap-full message */
     }

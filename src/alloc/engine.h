@@ -372,8 +372,10 @@ int ph_engine_map(ph_engine *e, const ph_engine_map_req *req);
  * an active lane entry is a problem too (no operation may be in flight:
  * false for a read-only view of a heap that crashed).  `traced` is 0 for
  * a GC heap awaiting pheap_recover: the descriptors of chunks that are no
- * slab are not checked (recovery zeroes what they hold). */
-unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, size_t errlen);
+ * slab are not checked (recovery zeroes what they hold).  *orphans: how
+ * many of the problems are such descriptors recording allocated blocks. */
+unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, size_t errlen,
+                         unsigned *orphans);
 
 /* The part of that check each open makes after its recovery (`recovered`:
  * the lanes and transaction logs were recovered): PHEAP_ECORRUPT with a

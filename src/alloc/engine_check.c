@@ -21,6 +21,7 @@ typedef struct walk_ctx {
     char *err;
     size_t errlen;
     unsigned errors;
+    unsigned orphans; /* of check_orphan_descriptors */
 } walk_ctx;
 
 static void stats_visit(void *arg, const ph_extnode *n)
@@ -117,41 +118,45 @@ static void check_visit(void *arg, const ph_extnode *n)
     }
 }
 
+int ph_engine_orphan_descriptor(const ph_engine *e, uint64_t ch, char *msg, size_t len)
+{
+    const ph_slab_desc *d = ph_space_at(e->sp, e->sp->slab_region + ch * PH_SLAB_DESC_SIZE);
+    if (!ph_slab_desc_any_allocated(d))
+        return 0;
+    snprintf(msg, len, "chunk %llu (offset %llu) is no slab in the extent log, but its slab "
+             "descriptor (class %llu) records %u allocated block(s)", (unsigned long long)ch,
+             (unsigned long long)(e->sp->data_off + ch * PH_CHUNK_SIZE), (unsigned long long)d->cls,
+             ph_slab_desc_allocated(d));
+    return 1;
+}
+
 /* Chunks that are no slab must have no allocated block in their
- * descriptor: a slab is released only once every A bit is durably clear,
- * and a chunk becomes a slab only after its bitmap was zeroed.  Allocated
- * blocks there mean the extent log lost a slab.  (A descriptor with a
- * class and no A bit is legal: a slab made but not committed at a crash,
- * or released.)  Only the chunks backed now are read. */
+ * descriptor (ph_engine_orphan_descriptor).  (A descriptor with a class
+ * and no A bit is legal: a slab made but not committed at a crash, or
+ * released.)  Only the chunks backed now are read. */
 static void check_orphan_descriptors(walk_ctx *w)
 {
     ph_engine *e = w->e;
     uint64_t backed = (ph_space_size(e->sp) - e->sp->data_off) / PH_CHUNK_SIZE;
     char msg[256];
-    for (uint64_t ch = 0; ch < backed; ch++) {
-        if (ph_load(&e->chunks[ch]))
-            continue;
-        const ph_slab_desc *d = ph_space_at(e->sp, e->sp->slab_region + ch * PH_SLAB_DESC_SIZE);
-        if (ph_slab_desc_any_allocated(d)) {
-            uint32_t live = ph_slab_desc_allocated(d);
-            snprintf(msg, sizeof(msg), "chunk %llu (offset %llu) is no slab in the extent log, but its "
-                     "slab descriptor (class %llu) records %u allocated block(s)",
-                     (unsigned long long)ch, (unsigned long long)(e->sp->data_off + ch * PH_CHUNK_SIZE),
-                     (unsigned long long)d->cls, live);
+    for (uint64_t ch = 0; ch < backed; ch++)
+        if (!ph_load(&e->chunks[ch]) && ph_engine_orphan_descriptor(e, ch, msg, sizeof(msg))) {
             check_fail(w, msg);
+            w->orphans++;
         }
-    }
 }
 
-unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, size_t errlen)
+unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, size_t errlen,
+                         unsigned *orphans)
 {
-    walk_ctx w = {e, NULL, err, errlen, 0};
+    walk_ctx w = {e, NULL, err, errlen, 0, 0};
     char msg[256];
     if (ph_extents_check(e->ext, msg, sizeof(msg)))
         check_fail(&w, msg);
     ph_extents_walk(e->ext, check_visit, &w);
     if (traced) /* else bitmaps of the last clean close, which recovery rewrites */
         check_orphan_descriptors(&w);
+    *orphans = w.orphans;
     unsigned active = lanes_idle ? ph_lanes_active(&e->lanes) : 0;
     if (active) {
         snprintf(msg, sizeof(msg), "%u lane entries are active with no operation in flight", active);
@@ -167,25 +172,28 @@ unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, si
  * what the operations would trust -- an active lane entry or a transaction
  * in flight on a heap that was closed cleanly or has just been recovered,
  * a transaction log with an unknown state or a sequence at its ceiling,
- * allocated blocks in the descriptor of a chunk that is no slab.  A GC
- * heap recovered by tracing later (pheap_recover) has descriptors of its
- * last clean close until then: they are checked after a clean close only.
- * PHEAP_ECORRUPT with the finding, or 0.  Reads the lanes, the anchors and
- * the descriptors of the chunks backed now. */
+ * and after a LOG recovery allocated blocks in the descriptor of a chunk
+ * that is no slab.  A clean open does not read those descriptors, so that
+ * it costs what is live, not the heap's size: each is checked when its
+ * chunk first becomes a slab in the open (slab_create in engine.c).  A GC
+ * heap has descriptors of its last clean close until pheap_recover, which
+ * zeroes such bits.  PHEAP_ECORRUPT with the finding, or 0.  Reads the
+ * lanes and the anchors, and after a LOG recovery the descriptors of the
+ * chunks backed now. */
 int ph_engine_open_check(ph_engine *e, int recovered)
 {
     const ph_header *hdr = ph_space_at(e->sp, 0);
     int clean = ph_load(&e->sp->state->xclean) == PH_STATE_CLEAN;
     int settled = clean || recovered;
     char msg[256] = "";
-    walk_ctx w = {e, NULL, msg, sizeof(msg), 0};
+    walk_ctx w = {e, NULL, msg, sizeof(msg), 0, 0};
     unsigned active = settled ? ph_lanes_active(&e->lanes) : 0;
     if (active)
         return ph_err(PHEAP_ECORRUPT, "%u lane entries are active in a heap %s", active,
                       clean ? "closed cleanly" : "just recovered");
     if (ph_engine_tx_check(e, settled, msg, sizeof(msg)))
         return ph_err(PHEAP_ECORRUPT, "%s%s", msg, settled ? " (after a clean close or recovery)" : "");
-    if (settled && (clean || hdr->consistency != PH_CONSISTENCY_GC))
+    if (recovered && !clean && hdr->consistency != PH_CONSISTENCY_GC)
         check_orphan_descriptors(&w);
     if (w.errors)
         return ph_err(PHEAP_ECORRUPT, "%s", msg);

@@ -107,6 +107,12 @@ ph_tx_recovery *ph_engine_tx_takeover(ph_engine *e, ph_pctx *c, uint8_t owner,
 void ph_engine_tx_takeover_retire(ph_tx_recovery *t);
 int ph_engine_tx_takeover_end(ph_tx_recovery *t);
 
+/* Nonzero, with its description in msg, when chunk ch -- no slab in the
+ * extent log -- has a descriptor that records allocated blocks: a slab
+ * the log lost (a slab is released only once its A bits are durably clear,
+ * and a chunk's bitmap is zeroed before it becomes a slab again). */
+int ph_engine_orphan_descriptor(const ph_engine *e, uint64_t ch, char *msg, size_t len);
+
 /* Calls fn(arg, off) for each block that a FREE record of a committed log
  * not yet retired names, in any lane: a commit or a takeover may still
  * clear it and give it back, so an adoption may not hand it out. */

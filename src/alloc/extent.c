@@ -182,7 +182,9 @@ static int extents_init(ph_space *sp, ph_extents *x)
     if (!x->head || !x->last || !x->freed || !x->punched || !x->scratch)
         return ph_err(PHEAP_ENOMEM, "extent index: cannot map %llu pages",
                       (unsigned long long)x->pages_max);
-    ph_extent_backing_prefault(x, 0, x->pages);
+    /* The maps come zeroed from the kernel and are not touched here: an
+     * open costs what the log holds, not the heap's size.  Allocations
+     * fault their pages in, one per 2 MiB of data (growth prefaults). */
     return 0;
 }
 
@@ -366,6 +368,15 @@ void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off)
     }
     ph_extent_index_make_free(x, n, 1);
     ph_extent_unlock(x, c, x->owner && x->xplock);
+}
+
+void ph_extent_set_aside(ph_extents *x, ph_pctx *c, uint64_t off)
+{
+    if (x->owner)
+        return;
+    (void)ph_extent_lock(x, c, 1, NULL);
+    x->head[page_of(x, off)]->kind = PH_EXT_ASIDE;
+    ph_extent_unlock(x, c, 0);
 }
 
 /* What is at `page` that is not the head of a live extent of `kind`. */
@@ -630,7 +641,9 @@ int ph_extents_check(ph_extents *x, char *err, size_t errlen)
             bad = 1;
             break;
         }
-        if (e->kind == PH_EXT_FREE) {
+        if (e->kind == PH_EXT_ASIDE) {
+            /* in no log entry */
+        } else if (e->kind == PH_EXT_FREE) {
             free_pages += e->npages;
             if (p + e->npages < x->pages && x->head[p + e->npages]->kind == PH_EXT_FREE) {
                 snprintf(err, errlen, "extent index: free extents at page %llu not merged",

@@ -28,7 +28,9 @@
 
 /* PH_EXT_RESERVED (format/layout.h) is also the kind of an exclusive
  * open's reservations: chosen, not yet committed, or freed and held; those
- * are in no log entry. */
+ * are in no log entry.  PH_EXT_ASIDE is the index's only, never logged:
+ * a reservation set aside for the rest of the open (ph_extent_set_aside). */
+#define PH_EXT_ASIDE 5u
 #define PH_EXT_BINS 128u
 #define PH_PUNCH_MIN (256u * 1024u) /* free extents this large go back to the file system */
 #define PH_PURGE_DELAY_NS (100u * 1000u * 1000u) /* ... this long after a free at the latest */
@@ -150,6 +152,10 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val);
 void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off);
+/* Keeps the reservation at `off` out of use until the close: its pages are
+ * neither free nor live (a chunk found damaged).  In a shared heap it stays
+ * a logged reservation, dropped when no process holds the heap. */
+void ph_extent_set_aside(ph_extents *x, ph_pctx *c, uint64_t off);
 /* ph_extent_commit of a reserved large block without the fence: the entry
  * is durable at the caller's next fence (a transaction's commit). */
 void ph_extent_commit_staged(ph_extents *x, ph_pctx *c, uint64_t off);

@@ -80,20 +80,33 @@ int ph_extent_backing_grow(ph_extents *x, ph_pctx *c, uint64_t n, int aligned)
     return rc ? rc : add_backed(x, c);
 }
 
+/* The bits of pages [p, end) that lie in p's word of a one-bit-per-page map. */
+static uint64_t word_mask(uint64_t p, uint64_t end)
+{
+    uint64_t k = PH_MIN(end - p, 64 - p % 64);
+    return (k == 64 ? ~0ull : ((1ull << k) - 1)) << (p % 64);
+}
+
+#define NEXT_WORD(p) (((p) / 64 + 1) * 64)
+
+static void bits_set(uint64_t *map, uint64_t page, uint64_t n, int on)
+{
+    for (uint64_t p = page; p < page + n; p = NEXT_WORD(p)) {
+        uint64_t mask = word_mask(p, page + n);
+        map[p / 64] = on ? map[p / 64] | mask : map[p / 64] & ~mask;
+    }
+}
+
 void ph_extent_backing_mark_punched(ph_extents *x, uint64_t page, uint64_t n)
 {
-    for (uint64_t p = page; p < page + n; p++)
-        x->punched[p / 64] |= 1ull << (p % 64);
+    bits_set(x->punched, page, n, 1);
 }
 
 int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n)
 {
     uint64_t any = 0;
-    for (uint64_t p = page; p < page + n && !any; p = (p / 64 + 1) * 64) {
-        uint64_t hi = PH_MIN(page + n - p, 64 - p % 64);
-        uint64_t mask = (hi == 64 ? ~0ull : ((1ull << hi) - 1)) << (p % 64);
-        any = x->punched[p / 64] & mask;
-    }
+    for (uint64_t p = page; p < page + n && !any; p = NEXT_WORD(p))
+        any = x->punched[p / 64] & word_mask(p, page + n);
     /* A shared heap's: another process may have punched the pages, which
      * this index's map does not know: reserved again every time. */
     if (ph_likely(!any) && !x->xplock)
@@ -101,8 +114,7 @@ int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n)
     int rc = ph_space_refill(x->sp, off_of(x, page), n * PH_PAGE_SIZE);
     if (rc)
         return rc;
-    for (uint64_t p = page; p < page + n; p++)
-        x->punched[p / 64] &= ~(1ull << (p % 64));
+    bits_set(x->punched, page, n, 0);
     return 0;
 }
 

@@ -52,8 +52,10 @@ ph_export int pheap_check(pheap *h, pheap_check_report *out)
     /* Lane entries may be active in a read-only view of a crashed heap
      * (no recovery ran) and in a snapshot of a heap in use elsewhere. */
     int lanes_idle = !h->held_elsewhere && (!h->readonly || !h->was_unclean || h->snapshot);
+    unsigned orphans = 0;
     unsigned engine_errors = ph_engine_check(h->engine, lanes_idle, !h->needs_recovery, err,
-                                              sizeof(err));
+                                              sizeof(err), &orphans);
+    r.damaged_chunks = orphans;
     if (engine_errors && r.errors == 0)
         snprintf(r.first_error, sizeof(r.first_error), "%s", err);
     r.errors += engine_errors;

