@@ -214,7 +214,8 @@ int ph_extent_index_build(ph_extents *x, const ph_extent_rec *live, uint64_t n)
             if (!f)
                 return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
             f->dirty = 1; /* not known: a crash may have come before a purge */
-            ph_extent_backing_mark_punched(x, p, next - p); /* ... or after one */
+            if (!x->sp->fresh) /* ... or after one (then a refill reserves them again) */
+                ph_extent_backing_mark_punched(x, p, next - p);
             ph_extent_index_set(x, f);
             bin_insert(x, f);
         }

@@ -327,6 +327,10 @@ int ph_heap_start_session(pheap *h)
     int recover = h->was_unclean && (!h->readonly || h->snapshot) &&
                   !(h->hdr.feat_ro_compat & ~PH_FEAT_RO_COMPAT_KNOWN);
     ph_mode_load(h);
+    /* No read-write open before this one: nothing purged or grew, and the
+     * data region is as creation reserved it -- no refill is needed before
+     * first use (the CHECKPOINT level's working copy is another file). */
+    h->sp.fresh = !h->readonly && s->xopen_count == 0 && !h->sp.persist.ckpt;
     int rc = ph_engine_open(&h->sp, ph_heap_pctx(h), !h->readonly || h->snapshot, recover,
                             &h->engine);
     if (rc == PHEAP_ECORRUPT) /* what recovery cannot trust */

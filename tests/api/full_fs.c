@@ -155,6 +155,46 @@ static long long file_blocks(const char *path)
     return stat(path, &sb) == 0 ? (long long)sb.st_blocks : -1;
 }
 
+/* A heap's first open reserves nothing more before a block is used
+ * (src/alloc/extent_index.c): its creation reserved every page of the
+ * data region.  So with the rest of the file system taken at once, the
+ * whole data region can still be allocated and written, first in small
+ * blocks, then (freed) in large ones, with no PHEAP_ENOSPC and no SIGBUS. */
+static void fresh_heap_on_a_full_fs(void)
+{
+    char path[600], filler[600];
+    snprintf(path, sizeof(path), "%s/fresh.heap", fs_dir);
+    snprintf(filler, sizeof(filler), "%s/other", fs_dir);
+    pheap_options o = {.size = 4u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h;
+    REQUIRE_OK(pheap_open(path, &o, &h));
+    fill_fs(filler);
+    static pheap_off small[32768];
+    unsigned n = 0;
+    while (n < 32768 && (small[n] = pheap_alloc(h, 512)) != 0) {
+        memset(pheap_direct(h, small[n]), 0x5a, 512); /* SIGBUS here if not reserved */
+        n++;
+    }
+    CHECK_EQ(pheap_errno(), PHEAP_ENOMEM); /* the heap is full, not the file system */
+    CHECK(n > 3u * 1024 * 1024 / 512);
+    for (unsigned i = 0; i < n; i++)
+        REQUIRE_OK(pheap_free(h, small[i]));
+    unsigned big = 0;
+    pheap_off b;
+    while ((b = pheap_alloc(h, 256 << 10)) != 0) {
+        memset(pheap_direct(h, b), 0xa5, 256 << 10);
+        big++;
+    }
+    CHECK(big >= 8u);
+    printf("  fresh heap, file system full: %u blocks of 512 bytes, then %u of 256 KiB: %s\n", n, big,
+           pheap_errmsg());
+    unlink(filler);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    REQUIRE_OK(pheap_close(h));
+    unlink(path);
+}
+
 /* Space a purge gave back to the file system, then taken by another file:
  * allocating it again is PHEAP_ENOSPC, never a SIGBUS at the first store.
  * Once inside one open (the purge after frees), once across a reopen
@@ -279,6 +319,7 @@ TEST(full_file_system)
             _exit(SKIPPED);
         creation_larger_than_the_fs();
         fill_until_full();
+        fresh_heap_on_a_full_fs();
         reuse_after_punch();
         working_copy_on_a_full_fs();
         if (umount(fs_dir) != 0)
