@@ -371,11 +371,10 @@ typedef struct pheap_options {  /* zero (or NULL) = open existing, read-write */
  * entry or rebuild word gives PHEAP_ECORRUPT, with the finding in the
  * message (docs/RECOVERY.md lists what open refuses and what only
  * pheap_check reports: a root or name of a block the program freed
- * opens).  Open reads what is live, not the whole heap: the descriptors
- * of chunks that are no slab are read after a LOG recovery only (allocated
- * blocks there are refused), else when such a chunk is to become a slab
- * (see pheap_alloc's PHEAP_ECORRUPT), so that a clean open costs the same
- * at any heap size.
+ * opens).  Open reads what is live, not the whole heap: the descriptor of
+ * a chunk that is no slab is read when free space in that chunk is first
+ * to be handed out (allocated blocks there: see pheap_alloc's
+ * PHEAP_ECORRUPT), so that an open costs the same at any heap size.
  *
  * Errors: PHEAP_EINVAL (bad options, empty path, a heap directory that is
  * not a directory), PHEAP_ENAME (a bad heap name: ".", "..", too long),
@@ -709,10 +708,13 @@ int pheap_get_mode(pheap *h);
  * Errors: PHEAP_EINVAL (size 0), PHEAP_ENOMEM (heap full at max_size),
  * PHEAP_ENOSPC (the file system is full: the heap could not grow; it is
  * unchanged, and frees make room again), PHEAP_ERDONLY, PHEAP_ECORRUPT
- * (a chunk about to become a slab has a descriptor that records allocated
- * blocks -- damage a clean open does not read, see pheap_open: the chunk
- * is set aside with its descriptor as it is, and the next call uses other
- * space; pheap_check reports it).  Every allocating call may give that. */
+ * (free space about to be handed out lies in a chunk whose descriptor
+ * records allocated blocks: a slab the extent log lost, which open does
+ * not look for, see pheap_open.  The chunk is set aside until the close,
+ * its bytes and descriptor as they are, and the next call uses other
+ * space; a call that found its block elsewhere first succeeds all the
+ * same.  pheap_check reports such chunks.)  Every allocating call,
+ * transactional or not, may give that. */
 pheap_off pheap_alloc(pheap *h, size_t size);
 
 /* Initialiser of a block being allocated (pheap_alloc_init,
@@ -1059,7 +1061,8 @@ int pheap_tx_read(pheap *h, void *buf, const void *src, size_t len);
  * contents are not initialised; write them in place (no pheap_tx_add
  * needed): they are durable at commit.  0 on failure, with pheap_errno():
  * PHEAP_ENOTX, PHEAP_EABORTED, PHEAP_EINVAL (size 0), PHEAP_ENOMEM /
- * PHEAP_ENOSPC (heap full: the transaction is aborted). */
+ * PHEAP_ENOSPC (heap full: the transaction is aborted), PHEAP_ECORRUPT
+ * (a damaged chunk met, as for pheap_alloc: the transaction is aborted). */
 pheap_off pheap_tx_alloc(pheap *h, size_t size);
 
 /* Frees the block at `off` when the transaction commits (an abort keeps
@@ -1143,7 +1146,8 @@ typedef struct pheap_defrag_result {
  * PHEAP_ERDONLY, PHEAP_EROMODE, PHEAP_EFORKED, PHEAP_ENOTSUP (a GC-mode
  * heap, or a format before transactions), PHEAP_ENOMEM / PHEAP_ENOSPC (no
  * room for a batch's new blocks or its log: that batch is rolled back, the
- * ones before it stay moved, and `out` says how many). */
+ * ones before it stay moved, and `out` says how many), PHEAP_ECORRUPT (a
+ * damaged chunk met, as for pheap_alloc: the same). */
 int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_result *out);
 
 /* Returns the calling thread's cached free blocks of h to their slabs

@@ -139,17 +139,11 @@ static int slab_create(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_s
         rc = ph_extent_reserve(e->ext, c, PH_CHUNK_SIZE, PH_EXT_SLAB, &offs[n]);
         if ((rc == PHEAP_ENOMEM || rc == PHEAP_ENOSPC) && n == 0 && release_empty(e, c, a) > 0)
             continue; /* this arena's empty slabs of other classes made room */
+        if (rc == PHEAP_ECORRUPT) /* a damaged chunk, set aside: the caller reports it */
+            damaged = rc;
         if (rc)
             break;
         uint64_t ch = ph_engine_chunk_of(e, offs[n]);
-        char why[256];
-        if (!e->slabs[ch] && ph_engine_orphan_descriptor(e, ch, why, sizeof(why))) {
-            /* Damage a clean open does not look for: the chunk is set
-             * aside until the close, and this call fails. */
-            ph_extent_set_aside(e->ext, c, offs[n]);
-            damaged = ph_err(PHEAP_ECORRUPT, "%s: set aside (see pheap_check)", why);
-            break;
-        }
         if (!e->slabs[ch] && !(e->slabs[ch] = ph_slab_new(e->sp, offs[n]))) {
             ph_extent_cancel(e->ext, c, offs[n]);
             rc = ph_err(PHEAP_ENOMEM, "out of memory for a slab");
@@ -1344,6 +1338,7 @@ static int engine_new(ph_space *sp, ph_engine **out)
     e->chunks = alloc_map(e->nchunks * sizeof(*e->chunks));
     e->slabs = alloc_map(e->nchunks * sizeof(*e->slabs));
     e->gc_slabs = alloc_map(e->nchunks * sizeof(*e->gc_slabs));
+    e->screened = alloc_map((e->nchunks + 63) / 64 * 8);
     e->narenas = sp->sim ? PH_SIM_ARENAS : PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
     pthread_mutex_init(&e->lane_lock, NULL);
@@ -1354,7 +1349,7 @@ static int engine_new(ph_space *sp, ph_engine **out)
     if (sp->features & PH_FEAT_INCOMPAT_TX)
         e->txlogs = ph_space_at(sp, sp->lane_region);
     e->morph = (sp->features & PH_FEAT_INCOMPAT_MORPH) != 0;
-    if (lanes_rc || !e->chunks || !e->slabs || !e->gc_slabs || !e->arenas) {
+    if (lanes_rc || !e->chunks || !e->slabs || !e->gc_slabs || !e->screened || !e->arenas) {
         free(e->arenas);
         e->arenas = NULL;
         return ph_err(PHEAP_ENOMEM, "out of memory for the allocator's index");
@@ -1375,6 +1370,10 @@ int ph_engine_open_shared(ph_space *sp, const ph_engine_share *share, ph_engine 
         e->morph = 0; /* a slab changes class only with every block of it in one process */
         rc = ph_extents_open_shared(sp, share->owner, share->ext_lock, &e->share.plock, &e->ext);
     }
+    if (!rc) {
+        e->ext->screen = ph_engine_screen;
+        e->ext->screen_arg = e;
+    }
     if (rc) {
         ph_engine_close(e);
         return rc;
@@ -1393,6 +1392,10 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engin
         int rc = ph_extents_open(sp, &e->ext, on_slab, &o);
         if (rc && !o.rc)
             o.rc = rc;
+        if (!rc) {
+            e->ext->screen = ph_engine_screen;
+            e->ext->screen_arg = e;
+        }
     }
     if (!o.rc && o.repaired)
         ph_persist_fence(&sp->persist, c); /* the morph repairs of on_slab */
@@ -1440,6 +1443,7 @@ void ph_engine_close(ph_engine *e)
     ph_os_free_pages(e->chunks, PH_ALIGN_UP(e->nchunks * sizeof(*e->chunks), PH_PAGE_SIZE));
     ph_os_free_pages(e->slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->slabs), PH_PAGE_SIZE));
     ph_os_free_pages(e->gc_slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->gc_slabs), PH_PAGE_SIZE));
+    ph_os_free_pages(e->screened, PH_ALIGN_UP((e->nchunks + 63) / 64 * 8, PH_PAGE_SIZE));
     for (unsigned a = 0; e->arenas && a < e->narenas; a++)
         pthread_mutex_destroy(&e->arenas[a].lock);
     free(e->arenas);

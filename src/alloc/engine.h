@@ -53,6 +53,8 @@ typedef struct ph_engine {
     uint64_t nchunks;              /* chunks at max_size */
     ph_slab **chunks;              /* [nchunks]: the slab a chunk is now, or NULL */
     ph_slab **slabs;               /* [nchunks]: volatile part ever made for a chunk */
+    uint64_t *screened;            /* [nchunks / 64]: chunks whose descriptor was found
+                                      free of allocated blocks in this open (engine_check.c) */
     uintptr_t *gc_slabs;           /* [nchunks], GC mode: chunks[] tagged with each slab's
                                       class (ph_gc_slab_tag), for the fast free */
     unsigned narenas;

@@ -2,8 +2,10 @@
  * engine_check.c -- what the allocation engine reports about itself: the
  * figures of pheap_stats, and the deep check of pheap_check (the extent
  * index against the log, every slab against its descriptor and bitmap,
- * descriptors that no slab owns, the lanes), and the part of that check
- * every open makes, so that damage no recovery explains is refused.
+ * descriptors that no slab owns, the lanes), the part of that check every
+ * open makes, so that damage no recovery explains is refused, and the
+ * screen of free space before it is handed out (descriptors of chunks
+ * that are no slab, read once per open when first needed).
  */
 #include "alloc/engine_int.h"
 
@@ -130,6 +132,26 @@ int ph_engine_orphan_descriptor(const ph_engine *e, uint64_t ch, char *msg, size
     return 1;
 }
 
+int ph_engine_screen(void *arg, uint64_t off, uint64_t bytes, uint64_t *bad)
+{
+    ph_engine *e = arg;
+    char why[256];
+    uint64_t first = ph_engine_chunk_of(e, off), end = ph_engine_chunk_of(e, off + bytes - 1) + 1;
+    for (uint64_t ch = first; ch < end; ch++) {
+        /* A chunk that was a slab in this open has the descriptor this
+         * open wrote: a slab is released with no A bit left. */
+        if ((e->screened[ch / 64] >> (ch % 64)) & 1 || e->slabs[ch])
+            continue;
+        if (ph_engine_orphan_descriptor(e, ch, why, sizeof(why))) {
+            *bad = e->data_off + ch * PH_CHUNK_SIZE;
+            return ph_err(PHEAP_ECORRUPT, "%s: set aside until the heap is closed (see pheap_check)",
+                          why);
+        }
+        e->screened[ch / 64] |= 1ull << (ch % 64);
+    }
+    return 0;
+}
+
 /* Chunks that are no slab must have no allocated block in their
  * descriptor (ph_engine_orphan_descriptor).  (A descriptor with a class
  * and no A bit is legal: a slab made but not committed at a crash, or
@@ -171,31 +193,22 @@ unsigned ph_engine_check(ph_engine *e, int lanes_idle, int traced, char *err, si
 /* At open, once recovery (if any) ran: what no crash can leave behind and
  * what the operations would trust -- an active lane entry or a transaction
  * in flight on a heap that was closed cleanly or has just been recovered,
- * a transaction log with an unknown state or a sequence at its ceiling,
- * and after a LOG recovery allocated blocks in the descriptor of a chunk
- * that is no slab.  A clean open does not read those descriptors, so that
- * it costs what is live, not the heap's size: each is checked when its
- * chunk first becomes a slab in the open (slab_create in engine.c).  A GC
- * heap has descriptors of its last clean close until pheap_recover, which
- * zeroes such bits.  PHEAP_ECORRUPT with the finding, or 0.  Reads the
- * lanes and the anchors, and after a LOG recovery the descriptors of the
- * chunks backed now. */
+ * a transaction log with an unknown state or a sequence at its ceiling.
+ * Allocated blocks in the descriptor of a chunk that is no slab are not
+ * looked for here, so that an open costs what is live, not the heap's
+ * size: ph_engine_screen refuses such a chunk when it is to be handed out
+ * (and pheap_check reports it).  PHEAP_ECORRUPT with the finding, or 0.
+ * Reads the lanes and the anchors. */
 int ph_engine_open_check(ph_engine *e, int recovered)
 {
-    const ph_header *hdr = ph_space_at(e->sp, 0);
     int clean = ph_load(&e->sp->state->xclean) == PH_STATE_CLEAN;
     int settled = clean || recovered;
     char msg[256] = "";
-    walk_ctx w = {e, NULL, msg, sizeof(msg), 0, 0};
     unsigned active = settled ? ph_lanes_active(&e->lanes) : 0;
     if (active)
         return ph_err(PHEAP_ECORRUPT, "%u lane entries are active in a heap %s", active,
                       clean ? "closed cleanly" : "just recovered");
     if (ph_engine_tx_check(e, settled, msg, sizeof(msg)))
         return ph_err(PHEAP_ECORRUPT, "%s%s", msg, settled ? " (after a clean close or recovery)" : "");
-    if (recovered && !clean && hdr->consistency != PH_CONSISTENCY_GC)
-        check_orphan_descriptors(&w);
-    if (w.errors)
-        return ph_err(PHEAP_ECORRUPT, "%s", msg);
     return 0;
 }

@@ -113,6 +113,14 @@ int ph_engine_tx_takeover_end(ph_tx_recovery *t);
  * and a chunk's bitmap is zeroed before it becomes a slab again). */
 int ph_engine_orphan_descriptor(const ph_engine *e, uint64_t ch, char *msg, size_t len);
 
+/* The extent index's screen (ph_extent_screen_fn, arg the engine): free
+ * space is handed out -- as a slab or a large block -- only where no
+ * chunk it touches has a descriptor that records allocated blocks, a slab
+ * the log lost, whose blocks the program may still use.  Such a chunk is
+ * PHEAP_ECORRUPT, and set aside.  Each descriptor is read once per open,
+ * when its chunk is first reserved, so that a clean open reads none. */
+int ph_engine_screen(void *arg, uint64_t off, uint64_t bytes, uint64_t *bad);
+
 /* Calls fn(arg, off) for each block that a FREE record of a committed log
  * not yet retired names, in any lane: a commit or a takeover may still
  * clear it and give it back, so an adoption may not hand it out. */

@@ -21,6 +21,36 @@
 #include "pheap.h"
 #include "util/error.h"
 
+/* Takes the free pages of the chunk at `off` out of free space for the
+ * rest of the open (lock held).  A shared heap's become logged
+ * reservations of this process, so that no other process takes them
+ * either; the next exclusive open drops them. */
+static void set_aside_locked(ph_extents *x, ph_pctx *c, uint64_t off)
+{
+    uint64_t first = page_of(x, PH_ALIGN_DOWN(off, PH_CHUNK_SIZE));
+    uint64_t end = PH_MIN(first + PAGES_PER_CHUNK, x->pages);
+    int logged = 0;
+    for (uint64_t p = first; p < end;) {
+        ph_extnode *f = ph_extent_index_holding(x, p);
+        if (!f)
+            break;
+        uint64_t stop = PH_MIN(end, f->page + f->npages);
+        ph_extnode *n = f->kind != PH_EXT_FREE ? NULL
+                        : ph_extent_index_carve(x, f, p, stop - p,
+                                                x->owner ? PH_EXT_RESERVED : PH_EXT_ASIDE, 0);
+        if (n && x->owner) {
+            ph_extnode e = *n;
+            e.cls = x->owner;
+            ph_extent_log_append(x, c, &e, PH_EXT_RESERVED);
+            n->cls = x->owner; /* logged (see compaction) */
+            logged = 1;
+        }
+        p = stop;
+    }
+    if (logged)
+        ph_persist_fence(&x->sp->persist, c);
+}
+
 static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, unsigned cls,
                           ph_extnode **out)
 {
@@ -36,6 +66,14 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
         if (rc)
             return rc;
         f = ph_extent_index_find_fit(x, n, aligned, &at);
+    }
+    uint64_t bad;
+    if (x->screen) {
+        int rc = x->screen(x->screen_arg, off_of(x, at), n * PH_PAGE_SIZE, &bad);
+        if (rc) {
+            set_aside_locked(x, c, bad);
+            return rc;
+        }
     }
     *out = ph_extent_index_carve(x, f, at, n, kind, cls);
     if (!*out)
@@ -370,15 +408,6 @@ void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off)
     ph_extent_unlock(x, c, x->owner && x->xplock);
 }
 
-void ph_extent_set_aside(ph_extents *x, ph_pctx *c, uint64_t off)
-{
-    if (x->owner)
-        return;
-    (void)ph_extent_lock(x, c, 1, NULL);
-    x->head[page_of(x, off)]->kind = PH_EXT_ASIDE;
-    ph_extent_unlock(x, c, 0);
-}
-
 /* What is at `page` that is not the head of a live extent of `kind`. */
 static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnode **out)
 {
@@ -396,7 +425,7 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
         return ph_err(PHEAP_EDOUBLEFREE, "double free of the large block at %llu",
                       (unsigned long long)off);
     n = ph_extent_index_holding(x, page);
-    if (n && n->kind != PH_EXT_FREE)
+    if (n && n->kind != PH_EXT_FREE && n->kind != PH_EXT_ASIDE)
         return ph_err(PHEAP_EINTERIOR, "offset %llu is inside the block at %llu",
                       (unsigned long long)off, (unsigned long long)off_of(x, n->page));
     if (was_freed)

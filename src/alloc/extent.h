@@ -29,12 +29,22 @@
 /* PH_EXT_RESERVED (format/layout.h) is also the kind of an exclusive
  * open's reservations: chosen, not yet committed, or freed and held; those
  * are in no log entry.  PH_EXT_ASIDE is the index's only, never logged:
- * a reservation set aside for the rest of the open (ph_extent_set_aside). */
+ * a chunk of free space set aside for the rest of the open, because the
+ * screen (below) refused it. */
 #define PH_EXT_ASIDE 5u
 #define PH_EXT_BINS 128u
 #define PH_PUNCH_MIN (256u * 1024u) /* free extents this large go back to the file system */
 #define PH_PURGE_DELAY_NS (100u * 1000u * 1000u) /* ... this long after a free at the latest */
 #define PH_PURGE_BUDGET_MIN (32u << 20) /* ... or when this much (or size/16) was freed */
+
+/* The screen of free space about to be reserved, [off, off + bytes), with
+ * the index lock held: 0 to go on, or an error (its message set) with
+ * *bad the offset of a chunk that must not be handed out.  The chunk is
+ * then set aside until the close (in a shared heap as a logged
+ * reservation of this process) and the reservation fails with the error.
+ * (The engine's refuses chunks whose slab descriptor records allocated
+ * blocks: ph_engine_screen.) */
+typedef int (*ph_extent_screen_fn)(void *arg, uint64_t off, uint64_t bytes, uint64_t *bad);
 
 typedef struct ph_extnode {
     uint64_t page;             /* first page, counted from the data region */
@@ -84,6 +94,8 @@ typedef struct ph_extents {
                                   (ph_extents_share), or NULL */
     const ph_plock_owner *plock_owner;
     uint64_t xtakeovers;       /* that lock taken over from a dead holder (relaxed) */
+    ph_extent_screen_fn screen; /* asked about free space before it is reserved (below) */
+    void *screen_arg;
 } ph_extents;
 
 typedef void (*ph_extent_slab_fn)(void *arg, uint64_t off, unsigned cls);
@@ -152,10 +164,6 @@ int ph_extent_reserve(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t kind, 
 void ph_extent_commit(ph_extents *x, ph_pctx *c, uint64_t off, uint32_t kind, unsigned cls,
                       uint64_t *dest, uint64_t dest_val);
 void ph_extent_cancel(ph_extents *x, ph_pctx *c, uint64_t off);
-/* Keeps the reservation at `off` out of use until the close: its pages are
- * neither free nor live (a chunk found damaged).  In a shared heap it stays
- * a logged reservation, dropped when no process holds the heap. */
-void ph_extent_set_aside(ph_extents *x, ph_pctx *c, uint64_t off);
 /* ph_extent_commit of a reserved large block without the fence: the entry
  * is durable at the caller's next fence (a transaction's commit). */
 void ph_extent_commit_staged(ph_extents *x, ph_pctx *c, uint64_t off);

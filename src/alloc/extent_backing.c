@@ -13,8 +13,9 @@
 #include "pheap.h"
 #include "util/error.h"
 
-/* Touches the page maps for pages [from, to) so that allocations never take
- * a page fault on them (a tail-latency cost, not a correctness one). */
+/* Touches the page maps for pages [from, to) that a growth adds, so that
+ * allocations take no page fault on them (a tail-latency cost, not a
+ * correctness one); an open leaves them to fault in as they are reached. */
 void ph_extent_backing_prefault(ph_extents *x, uint64_t from, uint64_t to)
 {
     memset(x->head + from, 0, (to - from) * sizeof(*x->head));
@@ -23,9 +24,8 @@ void ph_extent_backing_prefault(ph_extents *x, uint64_t from, uint64_t to)
 
 /* The descriptors of chunks the heap grew over hold no allocated block:
  * they were never a slab (the file is made with zeros there).  Bits found
- * there are damage of the file that no open could see (open reads the
- * descriptors of backed chunks only); they are zeroed, durably, before a
- * chunk of them can become anything. */
+ * there are damage of the file from before the heap reached them; they
+ * are zeroed, durably, before a chunk of them can become anything. */
 static void clear_new_descriptors(ph_extents *x, ph_pctx *c, uint64_t from, uint64_t to)
 {
     ph_space *sp = x->sp;

@@ -211,6 +211,87 @@ TEST(descriptor_of_a_chunk_that_is_no_slab)
     pheap_close(h);
 }
 
+/* The same chunk met by large blocks, which never read a descriptor
+ * either: the bytes of the slab the log lost stay as they are, and the
+ * chunk is set aside.  Then a crash: the recovery opens the heap too. */
+TEST(descriptor_of_a_chunk_that_is_no_slab_large_blocks)
+{
+    REQUIRE_OK(make_base());
+    char copy[512];
+    snprintf(copy, sizeof(copy), "%s", ph_test_path("damage-orphan-large.heap"));
+    REQUIRE_OK(ph_test_copy_file(base_path, copy));
+    uint64_t last = base_backed_chunks - 1;
+    uint64_t chunk = ph_test_region_offset(copy, PH_REGION_DATA) + last * PH_CHUNK_SIZE;
+    set_word(copy, ph_test_region_offset(copy, PH_REGION_SLABS) + last * PH_SLAB_DESC_SIZE +
+                       offsetof(ph_slab_desc, xbits), 3);
+    set_bytes(copy, chunk, "PRECIOUS", 8); /* its one block, which a program may still use */
+    pheap *h = NULL;
+    REQUIRE_OK(pheap_open(copy, NULL, &h));
+    unsigned got = 0, damaged = 0;
+    pheap_off blocks[64];
+    for (;;) {
+        pheap_off b = pheap_alloc(h, 40000);
+        if (b && got < 64) {
+            memset(pheap_direct(h, b), 'x', 40000);
+            blocks[got++] = b;
+            continue;
+        }
+        if (pheap_errno() != PHEAP_ECORRUPT)
+            break;
+        CHECK(strstr(pheap_errmsg(), "no slab in the extent log") != NULL);
+        damaged++;
+    }
+    CHECK_EQ(pheap_errno(), PHEAP_ENOMEM);
+    CHECK_EQ(damaged, 1u);
+    CHECK(got >= 2u);
+    CHECK(memcmp(pheap_direct(h, chunk), "PRECIOUS", 8) == 0);
+    CHECK_EQ(pheap_free(h, chunk), PHEAP_ENOTALLOC); /* set aside, not live */
+    for (unsigned i = 0; i < got; i++)
+        REQUIRE_OK(pheap_free(h, blocks[i]));
+    pheap_check_report r;
+    CHECK_EQ(pheap_check(h, &r), PHEAP_ECORRUPT);
+    CHECK_EQ(r.errors, 1u);
+    CHECK_EQ(r.damaged_chunks, 1u);
+    REQUIRE_OK(pheap_close(h));
+    /* A crash with the damage there: the recovery does not refuse it either. */
+    pheap_options sim = {.flags = PHEAP_SIMULATE};
+    REQUIRE_OK(pheap_open(copy, &sim, &h));
+    const char *image = ph_test_path("damage-orphan-crash.heap");
+    REQUIRE_OK(pheap_sim_crash(h, image, 0, 0));
+    REQUIRE_OK(pheap_open(image, NULL, &h));
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(h, &st));
+    CHECK_EQ(st.was_unclean, 1);
+    CHECK_EQ(pheap_check(h, &r), PHEAP_ECORRUPT);
+    CHECK_EQ(r.errors, r.damaged_chunks);
+    CHECK(pheap_alloc(h, 64) != 0);
+    pheap_close(h);
+    /* Shared between processes, the chunk is set aside as a logged
+     * reservation, which the next exclusive open drops. */
+    pheap_options sh = {.flags = PHEAP_SHARED};
+    REQUIRE_OK(pheap_open(image, &sh, &h));
+    got = damaged = 0;
+    for (pheap_off b; got < 64;) {
+        if ((b = pheap_alloc(h, 40000)) != 0)
+            blocks[got++] = b;
+        else if (pheap_errno() == PHEAP_ECORRUPT)
+            damaged++;
+        else
+            break;
+    }
+    CHECK_EQ(pheap_errno(), PHEAP_ENOMEM);
+    CHECK_EQ(damaged, 1u);
+    for (unsigned i = 0; i < got; i++)
+        REQUIRE_OK(pheap_free(h, blocks[i]));
+    REQUIRE_OK(pheap_close(h));
+    REQUIRE_OK(pheap_open(image, NULL, &h));
+    CHECK_EQ(pheap_check(h, &r), PHEAP_ECORRUPT);
+    CHECK_EQ(r.errors, 1u);
+    CHECK_EQ(r.damaged_chunks, 1u);
+    CHECK(memcmp(pheap_direct(h, chunk), "PRECIOUS", 8) == 0);
+    pheap_close(h);
+}
+
 TEST(name_rebuild_words)
 {
     REQUIRE_OK(make_base());
