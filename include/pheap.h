@@ -711,10 +711,11 @@ int pheap_get_mode(pheap *h);
  * (free space about to be handed out lies in a chunk whose descriptor
  * records allocated blocks: a slab the extent log lost, which open does
  * not look for, see pheap_open.  The chunk is set aside until the close,
- * its bytes and descriptor as they are, and the next call uses other
- * space; a call that found its block elsewhere first succeeds all the
- * same.  pheap_check reports such chunks.)  Every allocating call,
- * transactional or not, may give that. */
+ * its bytes and descriptor as they are (no purge punches it either), and
+ * later calls use other space: one call fails for each such chunk met; a
+ * call that found its block elsewhere first succeeds all the same.
+ * pheap_check reports such chunks.)  Every allocating call, transactional
+ * or not, may give that. */
 pheap_off pheap_alloc(pheap *h, size_t size);
 
 /* Initialiser of a block being allocated (pheap_alloc_init,
@@ -866,8 +867,9 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
 /* Allocates a block of `size` bytes and names it `name`.  Crash
  * guarantee: after a crash, the name exists with its block, or neither
  * exists; durable on return (LOG mode: one fence, and one more now and
- * then for the directory's growth; GC mode: two, and nothing is logged).  Inside a transaction: made at its commit (see
- * above), no fence before it.  The block's contents are not initialised
+ * then for the directory's growth; GC mode: two, and nothing is logged).
+ * Inside a transaction: made at its commit (see above), no fence before
+ * it.  The block's contents are not initialised
  * (see pheap_alloc_named_init).  Returns the block, or 0 with
  * pheap_errno(): PHEAP_EEXIST (the name exists, or the transaction made
  * it already; nothing changes, a transaction goes on), PHEAP_EBUSY
@@ -878,7 +880,8 @@ size_t pheap_usable_size(pheap *h, pheap_off off);
  * full; in a transaction this aborts it), PHEAP_ENOSPC (file system full,
  * or the directory full: over about twenty million names), PHEAP_EABORTED
  * (the thread's transaction was aborted), PHEAP_ENOTSUP (heap older than
- * format 1.4), PHEAP_ERDONLY, PHEAP_ERECOVER. */
+ * format 1.4), PHEAP_ERDONLY, PHEAP_ERECOVER, PHEAP_ECORRUPT (a damaged
+ * chunk met, as for pheap_alloc; in a transaction this aborts it). */
 pheap_off pheap_alloc_named(pheap *h, const char *name, size_t size);
 
 /* pheap_alloc_named, with the block zeroed (PHEAP_ALLOC_ZERO) and/or filled
@@ -1023,7 +1026,9 @@ int pheap_tx_begin(pheap *h);
  * was aborted: nothing of it happened; the level is closed), PHEAP_ENOMEM /
  * PHEAP_ENOSPC (the transaction makes names and their directory segment
  * could not be rebuilt for lack of heap or file space, or process memory
- * ran out: the transaction was rolled back, its level closed). */
+ * ran out: the transaction was rolled back, its level closed),
+ * PHEAP_ECORRUPT (the same, the rebuild's new segment having met a damaged
+ * chunk, as for pheap_alloc). */
 int pheap_tx_commit(pheap *h);
 
 /* Rolls back the whole transaction (every added range gets its old bytes,
@@ -1511,7 +1516,8 @@ enum pheap_chunk_kind {
                                  never written since the heap grew over them */
     PHEAP_CHUNK_RESERVED = 6  /* pages chosen for an allocation that has not
                                  committed yet (a transaction's large block, a
-                                 slab being made) */
+                                 slab being made), or set aside as damaged
+                                 (see pheap_alloc's PHEAP_ECORRUPT) */
 };
 
 typedef struct pheap_chunk_run {
@@ -1568,8 +1574,9 @@ typedef struct pheap_check_report {
     uint64_t names;           /* named objects found */
     uint64_t damaged_chunks;  /* of the errors: chunks that are no slab whose
                                  descriptor records allocated blocks (a slab
-                                 the extent log lost), which a clean open
-                                 does not read (see pheap_open) */
+                                 the extent log lost), which open does not
+                                 read and allocations never hand out (see
+                                 pheap_open, pheap_alloc) */
 } pheap_check_report;
 
 /* Deep consistency check of all metadata: header, region table, state,

@@ -43,6 +43,7 @@ static void set_aside_locked(ph_extents *x, ph_pctx *c, uint64_t off)
             e.cls = x->owner;
             ph_extent_log_append(x, c, &e, PH_EXT_RESERVED);
             n->cls = x->owner; /* logged (see compaction) */
+            n->aside = 1;
             logged = 1;
         }
         p = stop;
@@ -425,7 +426,7 @@ static int classify_locked(ph_extents *x, uint64_t off, uint32_t kind, ph_extnod
         return ph_err(PHEAP_EDOUBLEFREE, "double free of the large block at %llu",
                       (unsigned long long)off);
     n = ph_extent_index_holding(x, page);
-    if (n && n->kind != PH_EXT_FREE && n->kind != PH_EXT_ASIDE)
+    if (n && n->kind != PH_EXT_FREE && n->kind != PH_EXT_ASIDE && !n->aside)
         return ph_err(PHEAP_EINTERIOR, "offset %llu is inside the block at %llu",
                       (unsigned long long)off, (unsigned long long)off_of(x, n->page));
     if (was_freed)

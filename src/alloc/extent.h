@@ -54,6 +54,8 @@ typedef struct ph_extnode {
     struct ph_extnode *next;   /* bin list, free nodes only */
     struct ph_extnode *prev;
     uint32_t dirty;            /* free node whose pages may be backed */
+    uint32_t aside;            /* a shared heap's RESERVED node that set_aside_locked
+                                  made (a damaged chunk), not an allocation's */
 } ph_extnode;
 
 typedef struct ph_extents {

@@ -118,6 +118,27 @@ int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n)
     return 0;
 }
 
+/* Punches pages [page, page + n) of a free extent, but for the chunks the
+ * screen refuses (extent.h): those keep their bytes, which may be a lost
+ * slab's blocks. */
+static void punch_screened(ph_extents *x, uint64_t page, uint64_t n)
+{
+    uint64_t at = page, end = page + n, bad;
+    while (at < end) {
+        uint64_t stop = end, next = end;
+        if (x->screen && x->screen(x->screen_arg, off_of(x, at), (end - at) * PH_PAGE_SIZE, &bad)) {
+            uint64_t bad_page = (bad - x->sp->data_off) / PH_PAGE_SIZE;
+            stop = PH_MAX(at, bad_page);
+            next = PH_MIN(end, bad_page + PAGES_PER_CHUNK);
+        }
+        if (stop > at) {
+            ph_space_punch(x->sp, off_of(x, at), (stop - at) * PH_PAGE_SIZE);
+            ph_extent_backing_mark_punched(x, at, stop - at);
+        }
+        at = next;
+    }
+}
+
 /* Punches the dirty free extents of PH_PUNCH_MIN or more (lock held: no
  * one can allocate them meanwhile).  Rare by design; see extent.h. */
 void ph_extent_backing_purge(ph_extents *x)
@@ -125,8 +146,7 @@ void ph_extent_backing_purge(ph_extents *x)
     for (unsigned b = ph_extent_index_bin(PH_PUNCH_MIN / PH_PAGE_SIZE); b < PH_EXT_BINS; b++) {
         for (ph_extnode *f = x->bins[b]; f; f = f->next) {
             if (f->dirty && f->npages * PH_PAGE_SIZE >= PH_PUNCH_MIN) {
-                ph_space_punch(x->sp, off_of(x, f->page), f->npages * PH_PAGE_SIZE);
-                ph_extent_backing_mark_punched(x, f->page, f->npages);
+                punch_screened(x, f->page, f->npages);
                 f->dirty = 0;
             }
         }

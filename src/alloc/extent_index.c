@@ -101,6 +101,7 @@ void ph_extent_index_make_free(ph_extents *x, ph_extnode *n, int dirty)
     n->kind = PH_EXT_FREE;
     n->cls = 0;
     n->dirty = (uint32_t)dirty;
+    n->aside = 0;
     if (n->page > 0) {
         ph_extnode *l = x->last[n->page - 1];
         if (l && l->kind == PH_EXT_FREE) {

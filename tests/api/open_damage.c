@@ -292,6 +292,36 @@ TEST(descriptor_of_a_chunk_that_is_no_slab_large_blocks)
     pheap_close(h);
 }
 
+/* No purge punches such a chunk either: a free elsewhere, then the close's
+ * purge of the free space around it, keep its bytes. */
+TEST(descriptor_of_a_chunk_that_is_no_slab_purge)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", ph_test_path("damage-orphan-purge.heap"));
+    pheap *h = ph_test_create(path, 8u << 20);
+    REQUIRE(h);
+    REQUIRE_OK(pheap_root_set(h, "x", pheap_alloc(h, 64)));
+    REQUIRE_OK(pheap_close(h));
+    uint64_t ch = 100, chunk = ph_test_region_offset(path, PH_REGION_DATA) + ch * PH_CHUNK_SIZE;
+    set_word(path, ph_test_region_offset(path, PH_REGION_SLABS) + ch * PH_SLAB_DESC_SIZE +
+                       offsetof(ph_slab_desc, xbits), 3);
+    set_bytes(path, chunk, "PRECIOUS", 8);
+    for (int round = 0; round < 2; round++) {
+        REQUIRE_OK(pheap_open(path, NULL, &h));
+        pheap_off b = pheap_alloc(h, 300000); /* the first fit, far below chunk 100 */
+        REQUIRE(b);
+        CHECK(b + 300000 <= chunk);
+        REQUIRE_OK(pheap_free(h, b));
+        REQUIRE_OK(pheap_close(h)); /* purges the free space, chunk 100's extent too */
+    }
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    CHECK(memcmp(pheap_direct(h, chunk), "PRECIOUS", 8) == 0);
+    pheap_check_report r;
+    CHECK_EQ(pheap_check(h, &r), PHEAP_ECORRUPT);
+    CHECK_EQ(r.damaged_chunks, 1u);
+    pheap_close(h);
+}
+
 TEST(name_rebuild_words)
 {
     REQUIRE_OK(make_base());
