@@ -155,6 +155,19 @@ static long long file_blocks(const char *path)
     return stat(path, &sb) == 0 ? (long long)sb.st_blocks : -1;
 }
 
+/* A new heap of `size` bytes named `name` in the small file system (path
+ * and filler get its path and that of a file to fill the rest), or NULL. */
+static pheap *create_in_fs(const char *name, uint64_t size, char path[600], char filler[600])
+{
+    snprintf(path, 600, "%s/%s", fs_dir, name);
+    snprintf(filler, 600, "%s/other", fs_dir);
+    pheap_options o = {.size = size, .flags = PHEAP_CREATE | PHEAP_EXCL};
+    pheap *h = NULL;
+    if (pheap_open(path, &o, &h) != 0)
+        ph_test_fail(__FILE__, __LINE__, "create %s: %s", path, pheap_errmsg());
+    return h;
+}
+
 /* A heap's first open reserves nothing more before a block is used
  * (src/alloc/extent_index.c): its creation reserved every page of the
  * data region.  So with the rest of the file system taken at once, the
@@ -163,11 +176,8 @@ static long long file_blocks(const char *path)
 static void fresh_heap_on_a_full_fs(void)
 {
     char path[600], filler[600];
-    snprintf(path, sizeof(path), "%s/fresh.heap", fs_dir);
-    snprintf(filler, sizeof(filler), "%s/other", fs_dir);
-    pheap_options o = {.size = 4u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
-    pheap *h;
-    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap *h = create_in_fs("fresh.heap", 4u << 20, path, filler);
+    REQUIRE(h);
     fill_fs(filler);
     static pheap_off small[32768];
     unsigned n = 0;
@@ -202,11 +212,8 @@ static void fresh_heap_on_a_full_fs(void)
 static void reuse_after_punch(void)
 {
     char path[600], filler[600];
-    snprintf(path, sizeof(path), "%s/punch.heap", fs_dir);
-    snprintf(filler, sizeof(filler), "%s/other", fs_dir);
-    pheap_options o = {.size = 7u << 20, .flags = PHEAP_CREATE | PHEAP_EXCL};
-    pheap *h;
-    REQUIRE_OK(pheap_open(path, &o, &h));
+    pheap *h = create_in_fs("punch.heap", 7u << 20, path, filler);
+    REQUIRE(h);
     pheap_off t = pheap_alloc_init(h, 16 * sizeof(pheap_off), PHEAP_ALLOC_ZERO, NULL, NULL);
     REQUIRE(t);
     REQUIRE_OK(pheap_root_set(h, "blocks", t));
