@@ -118,7 +118,7 @@ int ph_engine_orphan_descriptor(const ph_engine *e, uint64_t ch, char *msg, size
  * chunk it touches has a descriptor that records allocated blocks, a slab
  * the log lost, whose blocks the program may still use.  Such a chunk is
  * PHEAP_ECORRUPT, and set aside.  Each descriptor is read once per open,
- * when its chunk is first reserved, so that a clean open reads none. */
+ * when its chunk is first reserved or purged, so that an open reads none. */
 int ph_engine_screen(void *arg, uint64_t off, uint64_t bytes, uint64_t *bad);
 
 /* Calls fn(arg, off) for each block that a FREE record of a committed log
