@@ -1360,6 +1360,13 @@ static int engine_new(ph_space *sp, ph_engine **out)
     return 0;
 }
 
+/* The extent index asks the engine before it hands free space out. */
+static void screen_free_space(ph_engine *e)
+{
+    e->ext->screen = ph_engine_screen;
+    e->ext->screen_arg = e;
+}
+
 int ph_engine_open_shared(ph_space *sp, const ph_engine_share *share, ph_engine **out)
 {
     ph_engine *e = NULL;
@@ -1370,10 +1377,8 @@ int ph_engine_open_shared(ph_space *sp, const ph_engine_share *share, ph_engine 
         e->morph = 0; /* a slab changes class only with every block of it in one process */
         rc = ph_extents_open_shared(sp, share->owner, share->ext_lock, &e->share.plock, &e->ext);
     }
-    if (!rc) {
-        e->ext->screen = ph_engine_screen;
-        e->ext->screen_arg = e;
-    }
+    if (!rc)
+        screen_free_space(e);
     if (rc) {
         ph_engine_close(e);
         return rc;
@@ -1392,10 +1397,8 @@ int ph_engine_open(ph_space *sp, ph_pctx *c, int writable, int recover, ph_engin
         int rc = ph_extents_open(sp, &e->ext, on_slab, &o);
         if (rc && !o.rc)
             o.rc = rc;
-        if (!rc) {
-            e->ext->screen = ph_engine_screen;
-            e->ext->screen_arg = e;
-        }
+        if (!rc)
+            screen_free_space(e);
     }
     if (!o.rc && o.repaired)
         ph_persist_fence(&sp->persist, c); /* the morph repairs of on_slab */

@@ -133,6 +133,14 @@ static inline int ph_slab_cas_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint3
     return 0;
 }
 
+/* Sets A and E at `shift` in the copy of word w (locked); its new value. */
+static inline uint64_t ph_slab_copy_set(ph_slab *s, uint32_t w, uint32_t shift)
+{
+    uint64_t v = s->bits[w] | 3ull << shift;
+    ph_store(&s->bits[w], v);
+    return v;
+}
+
 static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
                                       uint32_t shift)
 {
@@ -140,9 +148,7 @@ static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint
         (void)ph_slab_cas_locked(sp, c, s, w, 3ull << shift, shift, 0);
         return;
     }
-    uint64_t v = s->bits[w] | 3ull << shift;
-    ph_store(&s->bits[w], v);
-    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], v);
+    ph_persist_store_nt(&sp->persist, c, &s->desc->xbits[w], ph_slab_copy_set(s, w, shift));
 }
 
 /* As ph_slab_set_locked in a slab of this process only, with a plain store
@@ -152,10 +158,8 @@ static inline void ph_slab_set_locked(ph_space *sp, ph_pctx *c, ph_slab *s, uint
 static inline void ph_slab_set_locked_plain(ph_space *sp, ph_pctx *c, ph_slab *s, uint32_t w,
                                             uint32_t shift)
 {
-    uint64_t v = s->bits[w] | 3ull << shift;
-    ph_store(&s->bits[w], v);
-    ph_persist_write(&sp->persist, c, &s->desc->xbits[w], v);
-    ph_persist_flush(&sp->persist, c, &s->desc->xbits[w], sizeof(v));
+    ph_persist_write(&sp->persist, c, &s->desc->xbits[w], ph_slab_copy_set(s, w, shift));
+    ph_persist_flush(&sp->persist, c, &s->desc->xbits[w], sizeof(uint64_t));
 }
 
 /* With word w locked: clears A at `shift` and writes the word back as

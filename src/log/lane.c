@@ -107,6 +107,15 @@ void ph_lane_acquire(ph_lanes *L, ph_pctx *c, ph_lane *l, unsigned index)
     *l = (ph_lane){(int)index, 0, 0, NULL, NULL};
 }
 
+/* Flushes a deferred entry's stores from this thread (the holder flushed
+ * them, maybe on another CPU, whose flushes this thread's fence does not
+ * order). */
+static void flush_deferred_stores(ph_lanes *L, ph_pctx *c, const ph_lane_deferred *d)
+{
+    for (unsigned k = 0; k < 2; k++)
+        ph_persist_flush(L->persist, c, d->lines[k], 8);
+}
+
 /* A settling thread's mark in a deferred slot: no entry lies there. */
 #define PH_LANE_SETTLING ((ph_lane_entry *)1)
 
@@ -206,8 +215,7 @@ static int settle_slot(ph_lanes *L, ph_pctx *c, ph_lane_deferred *d, int retire)
                                      __ATOMIC_ACQUIRE))
         return 0; /* none, or its holder retires it now */
     d->settling = x;
-    for (unsigned k = 0; k < 2; k++)
-        ph_persist_flush(L->persist, c, d->lines[k], 8);
+    flush_deferred_stores(L, c, d);
     return 1;
 }
 
@@ -230,9 +238,7 @@ void ph_lanes_settle(ph_lanes *L, ph_pctx *c, const uint64_t *mask, unsigned wor
 void ph_lane_settle_own(ph_lanes *L, ph_pctx *c, ph_lane *l)
 {
     if (l->deferred) {
-        ph_lane_deferred *d = &L->deferred[l->index];
-        for (unsigned k = 0; k < 2; k++) /* flushed by the holder, maybe on another CPU */
-            ph_persist_flush(L->persist, c, d->lines[k], 8);
+        flush_deferred_stores(L, c, &L->deferred[l->index]);
         ph_persist_fence(L->persist, c);
         settle_after_fence(L, c, l);
     }
