@@ -2,8 +2,9 @@
  * extlog_shared.c -- a shared heap's reservations in the extent log
  * through crashes.  The heap's own index logs its reservations as a
  * process of a shared heap would (owner 1): reservations, commits and
- * cancels, a free held and then released, a reservation kept across a
- * compaction (under make torture; the rest in make test).  At every crash
+ * cancels, a free held and then released, a chunk set aside as damaged
+ * (the screen refuses it: a logged reservation), a reservation kept across
+ * a compaction (under make torture; the rest in make test).  At every crash
  * point, in every mode, the open that follows
  * (an exclusive one: the process is gone) passes pheap_check, every block
  * whose commit returned is live, every reservation that no commit made
@@ -26,9 +27,19 @@
 #define B_SIZE (96u << 10)
 #define C_SIZE (160u << 10)
 #define E_SIZE (128u << 10)
-#define NOPS 10
+#define D_SIZE (48u << 10)
+#define NOPS 11
 
 static uint64_t a, b, cc, e; /* set by the workload, the same in every run */
+static uint64_t aside;       /* the chunk the screen below refused */
+
+/* A screen that finds the first chunk asked about damaged. */
+static int refuse_first(void *arg, uint64_t off, uint64_t bytes, uint64_t *bad)
+{
+    (void)arg, (void)bytes;
+    *bad = aside = off - off % PH_CHUNK_SIZE;
+    return ph_err(PHEAP_ECORRUPT, "chunk at %llu refused", (unsigned long long)off);
+}
 
 static int step(pheap *h, unsigned op)
 {
@@ -62,7 +73,23 @@ static int step(pheap *h, unsigned op)
     case 7:
         rc = ph_extent_reserve(x, c, E_SIZE, PH_EXT_LARGE, &e);
         break;
-    case 8: { /* appends enough for a compaction, which keeps e reserved (a few hundred
+    case 8: { /* the chunk set aside: the reservation fails, the chunk is reserved */
+        ph_extent_screen_fn screen = x->screen;
+        uint64_t d = 0;
+        x->screen = refuse_first;
+        rc = ph_extent_reserve(x, c, D_SIZE, PH_EXT_LARGE, &d);
+        x->screen = screen;
+        uint32_t kind;
+        uint64_t start;
+        if (rc == PHEAP_ECORRUPT && ph_extents_hold(x, c, aside, &kind, &start) == 0 &&
+            kind == PH_EXT_RESERVED && start == aside)
+            rc = 0;
+        else
+            ph_test_fail(__FILE__, __LINE__, "set aside: %d (%s)", rc, pheap_errmsg());
+        ph_extents_unhold(x, c);
+        break;
+    }
+    case 9: { /* appends enough for a compaction, which keeps e reserved (a few hundred
                * fences: make torture's run, crash_extlog_shared_full, only) */
         if (!ph_crash_full())
             break;
@@ -115,7 +142,8 @@ static void verify(pheap *h, unsigned done, ph_crash_ctx *c)
     expect(h, "committed, then freed and released", a, A_SIZE, done, 2, 5);
     expect(h, "reserved, then cancelled", b, B_SIZE, done, 0, 0);
     expect(h, "reserved, then committed", cc, C_SIZE, done, 7, 0);
-    expect(h, "reserved across a compaction, then committed", e, E_SIZE, done, 10, 0);
+    expect(h, "reserved across a compaction, then committed", e, E_SIZE, done, 11, 0);
+    expect(h, "set aside", aside, PH_CHUNK_SIZE, done, 0, 0);
     ph_test_map_check(h);
 }
 
