@@ -56,10 +56,7 @@ static void bind_before_head(int with_init)
     char name[32];
     /* 150 names made and removed: most lines of the segment hold a removed
      * name's body under a FREE xref */
-    for (unsigned i = 0; i < 150; i++) {
-        snprintf(name, sizeof(name), "gone-%u", i);
-        REQUIRE(pheap_alloc_named(h, name, 48));
-    }
+    REQUIRE_OK(ph_test_make_names(h, "gone-", 150, 48));
     for (unsigned i = 0; i < 150; i++) {
         snprintf(name, sizeof(name), "gone-%u", i);
         REQUIRE_OK(pheap_free_named(h, name));

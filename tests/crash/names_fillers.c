@@ -24,12 +24,9 @@ static void run(int in_tx)
     const char *image = ph_test_path("fillers.image");
     pheap *h = ph_test_create(path, 8u << 20);
     REQUIRE(h);
-    char name[128];
-    for (unsigned i = 0; i < 110; i++) {
-        snprintf(name, sizeof(name), "b-%u", i);
-        REQUIRE(pheap_alloc_named(h, name, 48));
-    }
+    REQUIRE_OK(ph_test_make_names(h, "b-", 110, 48));
     REQUIRE_OK(pheap_close(h));
+    char name[128];
     unsigned runs = ph_crash_level() == PH_CRASH_FULL ? 3000 : 600, with_name = 0;
     for (unsigned i = 0; i < runs; i++) {
         pheap_options o = {.flags = PHEAP_SIMULATE,

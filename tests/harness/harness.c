@@ -129,6 +129,19 @@ pheap *ph_test_create(const char *path, uint64_t size)
     return ph_test_create_mode(path, size, PHEAP_CONSISTENCY_LOG, 0);
 }
 
+int ph_test_make_names(pheap *h, const char *prefix, unsigned n, size_t size)
+{
+    char name[PHEAP_NAME_MAX + 1];
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "%s%u", prefix, i);
+        if (!pheap_alloc_named(h, name, size)) {
+            ph_test_fail(__FILE__, __LINE__, "name %s: %s", name, pheap_errmsg());
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static uint64_t pattern_next(uint64_t x)
 {
     return x * 6364136223846793005ull + 1442695040888963407ull;

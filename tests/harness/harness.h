@@ -80,6 +80,9 @@ pheap *ph_test_open_at(const char *path, const pheap_options *opts, const char *
  * _mode: in consistency mode `consistency`, with open `flags` added. */
 pheap *ph_test_create(const char *path, uint64_t size);
 pheap *ph_test_create_mode(const char *path, uint64_t size, unsigned consistency, unsigned flags);
+/* Names prefix0 .. prefix<n-1>, each a new block of `size` bytes: 0, or -1
+ * (a failure recorded). */
+int ph_test_make_names(pheap *h, const char *prefix, unsigned n, size_t size);
 
 /* Fills [p, p+n) with a pattern derived from `seed`: 8-byte words of a
  * sequence whose first word is `seed` itself (so a block of 8 bytes or more
