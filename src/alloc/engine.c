@@ -1325,6 +1325,24 @@ static void *alloc_map(uint64_t bytes)
 }
 
 
+/* GC mode's chunk map (gc_slabs) has an entry for each chunk of the file,
+ * the metadata's first, all zero: the fast free indexes it with an
+ * offset's chunk number as it is. */
+static uint64_t gc_map_lead(const ph_engine *e)
+{
+    return e->data_off / PH_CHUNK_SIZE;
+}
+
+static size_t gc_map_bytes(const ph_engine *e)
+{
+    return PH_ALIGN_UP((gc_map_lead(e) + e->nchunks) * sizeof(uintptr_t), PH_PAGE_SIZE);
+}
+
+ph_gc_freemap ph_engine_gc_freemap(const ph_engine *e)
+{
+    return (ph_gc_freemap){e->gc_slabs - gc_map_lead(e), gc_map_lead(e) + e->nchunks};
+}
+
 /* An engine with its maps and arenas and no extent index yet: 0, or
  * PHEAP_ENOMEM with *out to close. */
 static int engine_new(ph_space *sp, ph_engine **out)
@@ -1337,7 +1355,8 @@ static int engine_new(ph_space *sp, ph_engine **out)
     e->nchunks = (sp->max_size - sp->data_off) / PH_CHUNK_SIZE;
     e->chunks = alloc_map(e->nchunks * sizeof(*e->chunks));
     e->slabs = alloc_map(e->nchunks * sizeof(*e->slabs));
-    e->gc_slabs = alloc_map(e->nchunks * sizeof(*e->gc_slabs));
+    uintptr_t *gc_map = alloc_map(gc_map_bytes(e));
+    e->gc_slabs = gc_map ? gc_map + gc_map_lead(e) : NULL;
     e->screened = alloc_map((e->nchunks + 63) / 64 * 8);
     e->narenas = sp->sim ? PH_SIM_ARENAS : PH_MIN(ph_os_cpu_count(), PH_ARENAS_MAX);
     e->arenas = aligned_alloc(64, PH_ALIGN_UP(e->narenas * sizeof(ph_arena), 64));
@@ -1445,7 +1464,8 @@ void ph_engine_close(ph_engine *e)
     ph_extents_close(e->ext);
     ph_os_free_pages(e->chunks, PH_ALIGN_UP(e->nchunks * sizeof(*e->chunks), PH_PAGE_SIZE));
     ph_os_free_pages(e->slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->slabs), PH_PAGE_SIZE));
-    ph_os_free_pages(e->gc_slabs, PH_ALIGN_UP(e->nchunks * sizeof(*e->gc_slabs), PH_PAGE_SIZE));
+    if (e->gc_slabs)
+        ph_os_free_pages(e->gc_slabs - gc_map_lead(e), gc_map_bytes(e));
     ph_os_free_pages(e->screened, PH_ALIGN_UP((e->nchunks + 63) / 64 * 8, PH_PAGE_SIZE));
     for (unsigned a = 0; e->arenas && a < e->narenas; a++)
         pthread_mutex_destroy(&e->arenas[a].lock);

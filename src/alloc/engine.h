@@ -56,7 +56,9 @@ typedef struct ph_engine {
     uint64_t *screened;            /* [nchunks / 64]: chunks whose descriptor was found
                                       free of allocated blocks in this open (engine_check.c) */
     uintptr_t *gc_slabs;           /* [nchunks], GC mode: chunks[] tagged with each slab's
-                                      class (ph_gc_slab_tag), for the fast free */
+                                      class (ph_gc_slab_tag), for the fast free; preceded
+                                      by data_off / PH_CHUNK_SIZE zero entries, one per
+                                      chunk of metadata (gc_map_lead) */
     unsigned narenas;
     unsigned next_arena;           /* round robin at open */
     ph_arena *arenas;
@@ -203,29 +205,34 @@ static inline uintptr_t ph_gc_slab_tag(const ph_slab *s)
 
 /* What GC mode's fast free reads of the engine (a copy in the handle). */
 typedef struct ph_gc_freemap {
-    const uintptr_t *slabs;    /* ph_engine.gc_slabs */
-    uint64_t data_off;         /* the data region's offset */
-    uint64_t nchunks;          /* entries of the map: chunks at the largest size */
+    const uintptr_t *slabs;    /* ph_engine.gc_slabs with its lead: entry off / PH_CHUNK_SIZE
+                                  is the chunk at offset off, 0 in the metadata */
+    uint64_t nchunks;          /* entries of the map: the heap's chunks at its largest size,
+                                  metadata included */
 } ph_gc_freemap;
+
+/* The map of an engine's GC mode for the fast free. */
+ph_gc_freemap ph_engine_gc_freemap(const ph_engine *e);
 
 /* GC mode's small free, inlined into pheap_free (the allocation is a pop
  * there): a push on the thread cache.  0 when the engine's own call must
  * run instead (cache full, a large block, an offset that is no block
  * start, a block available in its slab: that call tells which).  Offsets
- * outside the data region -- 0 among them -- index no chunk of the map,
- * and a chunk beyond the heap's size now holds no slab.  The class comes
+ * outside the data region -- 0 among them -- index a zero entry or none
+ * (the data region starts at a chunk boundary), and a chunk beyond the
+ * heap's size now holds no slab.  The class comes
  * with the slab's address: the one line of the slab read is the held
  * bit's. */
 static inline __attribute__((always_inline)) uintptr_t ph_gc_map_entry(const ph_gc_freemap *m,
                                                                        uint64_t off, uint32_t *r)
 {
-    uint64_t rel = off - m->data_off, ch = rel / PH_CHUNK_SIZE;
-    *r = (uint32_t)(rel % PH_CHUNK_SIZE); /* the offset in the chunk */
+    uint64_t ch = off / PH_CHUNK_SIZE;
+    *r = (uint32_t)(off % PH_CHUNK_SIZE); /* the offset in the chunk */
     return ph_likely(ch < m->nchunks) ? ph_load(&m->slabs[ch]) : 0;
 }
 
 static inline __attribute__((always_inline)) int ph_engine_gc_free_fast(const ph_gc_freemap *m,
-                                                                        ph_tcache *t, uint64_t off)
+                                                                        ph_tbin *bins, uint64_t off)
 {
     uint32_t r;
     uintptr_t v = ph_gc_map_entry(m, off, &r);
@@ -235,13 +242,13 @@ static inline __attribute__((always_inline)) int ph_engine_gc_free_fast(const ph
     const ph_slab *s = (const ph_slab *)(v - cls);
     if (ph_unlikely(!ph_slab_held(s, r)))
         return 0;
-    return ph_tcache_push_top(t, cls, off);
+    return ph_tcache_push_top(bins, cls, off);
 }
 
 /* The same for an 8-byte block (class 0), which ph_engine_gc_free_fast
  * leaves: two blocks to a held bit, so the block's index and its
  * available bit are read.  0 for any other offset. */
-int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tcache *t, uint64_t off);
+int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tbin *bins, uint64_t off);
 
 /* Selects GC mode for an engine just opened. */
 void ph_engine_set_gc(ph_engine *e);

@@ -52,7 +52,7 @@ void ph_engine_set_gc(ph_engine *e)
 }
 
 
-int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
+int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tbin *bins, uint64_t off)
 {
     uint32_t r;
     uintptr_t v = ph_gc_map_entry(m, off, &r);
@@ -60,7 +60,7 @@ int ph_engine_gc_free_tiny(const ph_gc_freemap *m, ph_tcache *t, uint64_t off)
     if (!v || v % 64 != 0 || r % 8 != 0 || r / 8 >= PH_SLAB_MAX_BLOCKS ||
         ph_slab_available((const ph_slab *)v, r / 8))
         return 0;
-    return ph_tcache_push_top(t, 0, off);
+    return ph_tcache_push_top(bins, 0, off);
 }
 
 void ph_engine_gc_writeback(ph_engine *e, ph_pctx *c)

@@ -57,10 +57,11 @@ static inline int ph_tcache_push(ph_tcache *t, unsigned cls, uint64_t off)
     return 1;
 }
 
-/* A freed block on top of the stack (GC mode: no bitmap word to reflush). */
-static inline int ph_tcache_push_top(ph_tcache *t, unsigned cls, uint64_t off)
+/* A freed block on top of the stack of class cls among `bins` (a cache's
+ * bins[]: GC mode, no bitmap word to reflush). */
+static inline int ph_tcache_push_top(ph_tbin *bins, unsigned cls, uint64_t off)
 {
-    ph_tbin *b = &t->bins[cls];
+    ph_tbin *b = &bins[cls];
     if (ph_unlikely(b->n == b->cap))
         return 0;
     b->v[b->n] = off;

@@ -177,7 +177,7 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
     int rc = offset_in_heap(h, off);
     if (ph_unlikely(rc))
         return rc;
-    if (h->gc && ph_likely(ph_engine_gc_free_fast(&h->gc_map, &t->tc, off)))
+    if (h->gc && ph_likely(ph_engine_gc_free_fast(&h->gc_map, t->tc.bins, off)))
         return 0;
     if (off % PH_PAGE_SIZE == 0 && (rc = ph_heap_guarded(h, off, 1, "pheap_free")) != 0)
         return rc; /* guarded blocks are large: page-aligned */
@@ -187,15 +187,14 @@ static ph_noinline int free_call(pheap *h, pheap_off off)
 /* What the fast free leaves: an 8-byte block of a GC heap, else the call. */
 static ph_noinline int free_slow(pheap *h, pheap_off off)
 {
-    if (gc_fast(h) && ph_engine_gc_free_tiny(&h->gc_map, &ph_tls.thread->tc, off))
+    if (gc_fast(h) && ph_engine_gc_free_tiny(&h->gc_map, ph_tls.bins, off))
         return 0;
     return free_call(h, off);
 }
 
 ph_export int pheap_free(pheap *h, pheap_off off)
 {
-    if (ph_likely(gc_fast(h)) && ph_likely(ph_engine_gc_free_fast(&h->gc_map, &ph_tls.thread->tc,
-                                                                    off)))
+    if (ph_likely(gc_fast(h)) && ph_likely(ph_engine_gc_free_fast(&h->gc_map, ph_tls.bins, off)))
         return 0; /* (0 and offsets outside the heap: the call) */
     return free_slow(h, off);
 }

@@ -469,8 +469,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         return rc;
     }
     if (h->engine)
-        h->gc_map = (ph_gc_freemap){h->engine->gc_slabs, h->engine->data_off,
-                                    h->engine->nchunks};
+        h->gc_map = ph_engine_gc_freemap(h->engine);
     ph_heap_gc_fast_update(h);
     *out = h;
     return 0;
