@@ -1161,7 +1161,8 @@ int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_resul
  * used, ready for its next allocations; they keep their slabs in use, so a
  * slab whose other blocks were all freed can neither go back to free space
  * nor serve another size until the thread allocates that size again or
- * exits.  Call it in a thread that stops using a size for long, and in
+ * exits (in GC mode an exiting thread's blocks become batches, which this
+ * call, from any thread, returns).  Call it in a thread that stops using a size for long, and in
  * every thread before one thread runs pheap_defrag over blocks they all
  * freed into.  pheap_defrag does it for its own thread.  It may be called
  * inside a transaction (the transaction's blocks are no cached ones).  A
@@ -1211,8 +1212,9 @@ int pheap_thread_collect(pheap *h);
  * or one of a block no allocation handed out yet (a full cache hands half
  * of its blocks to other threads' caches as a batch) -- is not seen at the
  * call: it is caught and ignored when the block goes back to its slab --
- * at a thread's exit, pheap_thread_collect, pheap_gc, a clean close, or
- * when the caches overflow -- and counted (pheap_stats.gc_double_frees);
+ * pheap_thread_collect, pheap_gc, a clean close, or when the caches
+ * overflow past what the batches take (an exiting thread's cache becomes
+ * such batches) -- and counted (pheap_stats.gc_double_frees);
  * meanwhile the block can be handed out twice, as malloc would.  A block
  * that has been through a cache is refused as PHEAP_EDOUBLEFREE, handed
  * out or not.

@@ -582,9 +582,22 @@ void ph_engine_drain_cache(ph_engine *e, ph_tcache *t, ph_pctx *c)
     tcache_drain(e, t, c);
 }
 
+/* A GC heap's exiting thread hands each class's cache on whole, as a
+ * transfer batch for the next refill of any thread: its blocks stay held,
+ * so their slabs are neither emptied and released (a fence each) nor made
+ * again by the threads that come next (a server's short-lived workers).
+ * What the batches cannot take goes back to the slabs. */
+static void tcache_hand_on(ph_engine *e, ph_tcache *t, ph_pctx *c)
+{
+    for (unsigned k = 0; e->gc && t->store && k < PH_CLASSES; k++)
+        if (t->bins[k].n)
+            batch_put(e, k, &t->bins[k], t->bins[k].n);
+    tcache_drain(e, t, c);
+}
+
 void ph_engine_thread_exit(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
-    tcache_drain(e, t, c);
+    tcache_hand_on(e, t, c);
     if (t->arena >= 0) {
         __atomic_fetch_sub(&e->arenas[t->arena].xthreads, 1, __ATOMIC_RELAXED);
         t->arena = -1;

@@ -543,6 +543,7 @@ ph_export int pheap_recover(pheap *h)
 static void drain_all_caches(pheap *h, ph_thread *self)
 {
     pthread_mutex_lock(&h->threads_lock);
+    ph_thread_wait_exits(h);
     for (ph_thread *t = h->threads; t; t = t->next)
         ph_engine_drain_cache(h->engine, &t->tc, &self->pctx);
     pthread_mutex_unlock(&h->threads_lock);

@@ -69,8 +69,11 @@ struct pheap {
     ph_header hdr;                /* validated copy of the header */
     ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */
     pthread_mutex_t root_lock;    /* serialises root writers */
-    pthread_mutex_t threads_lock; /* guards threads and retired */
+    pthread_mutex_t threads_lock; /* guards threads, exiting and retired */
     ph_thread *threads;           /* live thread records */
+    unsigned exiting;             /* records taken off `threads` by their threads' exits
+                                     and not folded yet (thread.c) */
+    pthread_cond_t exited_cv;     /* signalled when `exiting` falls to 0 */
     ph_pctx retired;              /* counters of records already folded */
     uint64_t retired_tx[3];       /* their commits, aborts, transactional fences */
     struct ph_gc_state *gcs;      /* filters and the last trace's figures (gc.c) */
@@ -161,6 +164,11 @@ int ph_heap_forked(const char *call);
  * when `keep_caches` (see fold in thread.c). */
 void ph_thread_register_heap(pheap *h);
 void ph_thread_unregister_heap(pheap *h, int keep_caches);
+
+/* Waits, h->threads_lock held, until no exiting thread is folding a
+ * record of h: every cached block is then in a record on h->threads, in
+ * a transfer batch or back in its slab. */
+void ph_thread_wait_exits(pheap *h);
 
 /* Sums the persistence counters and cached blocks (and their bytes) of
  * every thread of `h`.  Other threads' caches are read racily: the count

@@ -294,6 +294,8 @@ static void release(pheap *h, int failed_open)
     pthread_mutex_destroy(&h->sp.grow_lock);
     pthread_mutex_destroy(&h->root_lock);
     pthread_mutex_destroy(&h->threads_lock);
+    if (!ph_heap_inherited(h)) /* (may count waiters of the parent's threads) */
+        pthread_cond_destroy(&h->exited_cv);
     pthread_mutex_destroy(&h->share_lock);
     if (h->gate_fd >= 0)
         close(h->gate_fd);
@@ -426,6 +428,7 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
     pthread_mutex_init(&h->sp.grow_lock, NULL);
     pthread_mutex_init(&h->root_lock, NULL);
     pthread_mutex_init(&h->threads_lock, NULL);
+    pthread_cond_init(&h->exited_cv, NULL);
     pthread_mutex_init(&h->share_lock, NULL);
     int shared = (cfg.flags & PHEAP_SHARED) != 0;
     rc = open_or_create(path, &cfg, &h->sp.fd);

@@ -45,47 +45,79 @@ static int registered(const pheap *h, uint64_t id)
     return 0;
 }
 
-/* Folds a record into the heap's totals and frees it.  With `keep`, its
- * cached blocks go back to their slabs first (thread exit, clean close);
- * without, they are dropped with the rest of the volatile state (a
- * simulated crash, a failed open). */
-static void fold(pheap *h, ph_thread *t, int keep)
+static void unlink_record(pheap *h, ph_thread *t)
 {
-    ph_tx_thread_exit(h, t, keep);
-    h->retired_tx[0] += ph_load_relaxed(&t->xtx_commits);
-    h->retired_tx[1] += ph_load_relaxed(&t->xtx_aborts);
-    h->retired_tx[2] += ph_load_relaxed(&t->xtx_fences);
-    if (h->engine && keep)
-        ph_engine_thread_exit(h->engine, &t->tc, &t->pctx);
-    free(t->tc.store);
-    h->retired.xflushes += ph_load_relaxed(&t->pctx.xflushes);
-    h->retired.xfences += ph_load_relaxed(&t->pctx.xfences);
-    h->retired.xreflushes += ph_load_relaxed(&t->pctx.xreflushes);
     if (t->prev)
         t->prev->next = t->next;
     else
         h->threads = t->next;
     if (t->next)
         t->next->prev = t->prev;
+}
+
+/* What a record leaves behind: its cached blocks go back (to their slabs,
+ * or a GC heap's transfer batches) when `keep`, else are dropped with the
+ * rest of the volatile state (a simulated crash, a failed open). */
+static void fold_out(pheap *h, ph_thread *t, int keep)
+{
+    ph_tx_thread_exit(h, t, keep);
+    if (h->engine && keep)
+        ph_engine_thread_exit(h->engine, &t->tc, &t->pctx);
+    free(t->tc.store);
+    t->tc.store = NULL;
+}
+
+/* Adds a folded record's counters to the heap's totals (h->threads_lock
+ * held) and frees it. */
+static void retire(pheap *h, ph_thread *t)
+{
+    h->retired_tx[0] += ph_load_relaxed(&t->xtx_commits);
+    h->retired_tx[1] += ph_load_relaxed(&t->xtx_aborts);
+    h->retired_tx[2] += ph_load_relaxed(&t->xtx_fences);
+    h->retired.xflushes += ph_load_relaxed(&t->pctx.xflushes);
+    h->retired.xfences += ph_load_relaxed(&t->pctx.xfences);
+    h->retired.xreflushes += ph_load_relaxed(&t->pctx.xreflushes);
     ph_persist_ctx_release(&t->pctx);
     free(t);
 }
 
-/* Thread exit: fold this thread's records of heaps still open. */
+void ph_thread_wait_exits(pheap *h)
+{
+    while (h->exiting)
+        pthread_cond_wait(&h->exited_cv, &h->threads_lock);
+}
+
+/* Thread exit: this thread's records of heaps still open leave their
+ * heaps' lists under the registry's lock, and are folded after it is let
+ * go: returning a cache's blocks takes arena locks and may release slabs,
+ * and threads starting meanwhile (a server's short-lived workers) need the
+ * registry.  pheap_close waits for the folds in progress (h->exiting). */
 static void tls_destructor(void *arg)
 {
     (void)arg;
     PH_WINDOW(); /* returns cached blocks: metadata writes */
+    size_t n = 0;
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < tls_records.n; i++) {
         tls_entry *e = &tls_records.v[i];
         if (!registered(e->heap, e->id))
             continue;
         pthread_mutex_lock(&e->heap->threads_lock);
-        fold(e->heap, e->thread, 1);
+        unlink_record(e->heap, e->thread);
+        e->heap->exiting++;
         pthread_mutex_unlock(&e->heap->threads_lock);
+        tls_records.v[n++] = *e;
     }
     pthread_mutex_unlock(&registry_lock);
+    for (size_t i = 0; i < n; i++) {
+        pheap *h = tls_records.v[i].heap;
+        fold_out(h, tls_records.v[i].thread, 1);
+        pthread_mutex_lock(&h->threads_lock);
+        retire(h, tls_records.v[i].thread);
+        if (--h->exiting == 0)
+            pthread_cond_broadcast(&h->exited_cv);
+        pthread_mutex_unlock(&h->threads_lock);
+    }
     free(tls_records.v);
     memset(&tls_records, 0, sizeof(tls_records));
     memset(&ph_tls, 0, sizeof(ph_tls));
@@ -219,8 +251,16 @@ void ph_thread_unregister_heap(pheap *h, int keep_caches)
     }
     pthread_mutex_unlock(&registry_lock);
     pthread_mutex_lock(&h->threads_lock);
-    while (h->threads)
-        fold(h, h->threads, keep_caches);
+    /* A fork child's copy may count exits of the parent's threads, which
+     * are not here to finish them. */
+    if (!ph_heap_inherited(h))
+        ph_thread_wait_exits(h);
+    while (h->threads) {
+        ph_thread *t = h->threads;
+        unlink_record(h, t);
+        fold_out(h, t, keep_caches);
+        retire(h, t);
+    }
     pthread_mutex_unlock(&h->threads_lock);
     if (ph_tls.heap == h)
         memset(&ph_tls, 0, sizeof(ph_tls));

@@ -6,6 +6,7 @@
  * the checks GC mode keeps on frees.
  */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -537,6 +538,82 @@ TEST(free_of_a_cached_block_is_caught_when_it_returns)
     pheap_stats(h, &st);
     CHECK_EQ(st.live_blocks, 0);
     CHECK_EQ(st.gc_double_frees, 0); /* both copies were handed out and freed once each */
+    check_ok(h);
+    pheap_close(h);
+}
+
+/* A thread that exits hands its cache on as batches: its blocks stay out
+ * of their slabs (counted as cached, not live) and the next thread's
+ * refill takes them whole. */
+typedef struct churn_arg {
+    pheap *h;
+    pheap_off v[300];
+    uint64_t cached;        /* cached_blocks just before the exit */
+    int fail;
+} churn_arg;
+
+static void *alloc_free_exit(void *arg)
+{
+    churn_arg *a = arg;
+    for (unsigned i = 0; i < 300; i++)
+        a->fail |= !(a->v[i] = pheap_alloc(a->h, 64));
+    for (unsigned i = 0; i < 300; i++)
+        a->fail |= pheap_free(a->h, a->v[i]) != 0;
+    struct pheap_stats st;
+    pheap_stats(a->h, &st);
+    a->cached = st.cached_blocks;
+    return NULL;
+}
+
+static void *alloc_only(void *arg)
+{
+    churn_arg *a = arg;
+    for (unsigned i = 0; i < 300; i++)
+        a->fail |= !(a->v[i] = pheap_alloc(a->h, 64));
+    return NULL;
+}
+
+static int cmp_off(const void *a, const void *b)
+{
+    pheap_off x = *(const pheap_off *)a, y = *(const pheap_off *)b;
+    return (x > y) - (x < y);
+}
+
+TEST(an_exiting_thread_hands_its_cache_on)
+{
+    pheap *h = create_gc(ph_test_path("gc-handon.heap"), 0);
+    REQUIRE(h);
+    churn_arg first = {.h = h}, next = {.h = h};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, alloc_free_exit, &first) == 0);
+    pthread_join(t, NULL);
+    REQUIRE(!first.fail);
+    REQUIRE(first.cached >= 300);
+    struct pheap_stats st;
+    pheap_stats(h, &st);
+    CHECK_EQ(st.cached_blocks, first.cached); /* in batches now */
+    CHECK_EQ(st.live_blocks, 0);
+    uint64_t slabs = st.slabs;
+    REQUIRE(pthread_create(&t, NULL, alloc_only, &next) == 0);
+    pthread_join(t, NULL);
+    REQUIRE(!next.fail);
+    /* the second thread's refill took the first one's blocks: no new slab,
+     * and its 300 blocks are the first thread's (a cache pops what was
+     * pushed last) */
+    qsort(first.v, 300, sizeof(pheap_off), cmp_off);
+    qsort(next.v, 300, sizeof(pheap_off), cmp_off);
+    CHECK(memcmp(first.v, next.v, sizeof(first.v)) == 0);
+    pheap_stats(h, &st);
+    CHECK_EQ(st.slabs, slabs);
+    CHECK_EQ(st.live_blocks, 300);
+    CHECK_EQ(st.cached_blocks, first.cached - 300);
+    for (unsigned i = 0; i < 300; i++)
+        REQUIRE_OK(pheap_free(h, next.v[i]));
+    REQUIRE_OK(pheap_thread_collect(h)); /* this thread's cache and the batches */
+    pheap_stats(h, &st);
+    CHECK_EQ(st.cached_blocks, 0);
+    CHECK_EQ(st.live_blocks, 0);
+    CHECK_EQ(st.gc_double_frees, 0);
     check_ok(h);
     pheap_close(h);
 }
