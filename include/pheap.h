@@ -1162,7 +1162,7 @@ int pheap_defrag(pheap *h, pheap_off *const *slots, size_t n, pheap_defrag_resul
  * slab whose other blocks were all freed can neither go back to free space
  * nor serve another size until the thread allocates that size again or
  * exits (in GC mode an exiting thread's blocks become batches, which this
- * call, from any thread, returns).  Call it in a thread that stops using a size for long, and in
+ * call, from any thread, returns: it waits for exits in progress).  Call it in a thread that stops using a size for long, and in
  * every thread before one thread runs pheap_defrag over blocks they all
  * freed into.  pheap_defrag does it for its own thread.  It may be called
  * inside a transaction (the transaction's blocks are no cached ones).  A

@@ -364,8 +364,9 @@ static int batch_put(ph_engine *e, unsigned cls, ph_tbin *b, uint32_t n)
     e->xfer[cls] = q;
     ph_store_relaxed(&e->xfer_n[cls], e->xfer_n[cls] + 1);
     pthread_mutex_unlock(&e->xfer_lock);
-    memmove(b->v, b->v + n, (b->n - n) * sizeof(*b->v));
-    ph_store_relaxed(&b->n, b->n - n);
+    uint32_t left = ph_tbin_count(b) - n;
+    memmove(b->v, b->v + n, left * sizeof(*b->v));
+    ph_tbin_set_count(b, left);
     return 1;
 }
 
@@ -377,7 +378,7 @@ static int batch_take(ph_engine *e, unsigned cls, ph_tbin *b)
         return 0;
     pthread_mutex_lock(&e->xfer_lock);
     ph_batch *q = e->xfer[cls];
-    if (q && q->n <= b->cap - b->n) {
+    if (q && q->n <= ph_tbin_cap(b) - ph_tbin_count(b)) {
         e->xfer[cls] = q->next;
         ph_store_relaxed(&e->xfer_n[cls], e->xfer_n[cls] - 1);
     } else {
@@ -386,8 +387,8 @@ static int batch_take(ph_engine *e, unsigned cls, ph_tbin *b)
     pthread_mutex_unlock(&e->xfer_lock);
     if (!q)
         return 0;
-    memcpy(b->v + b->n, q->v, q->n * sizeof(uint64_t));
-    ph_store_relaxed(&b->n, b->n + q->n);
+    memcpy(b->top, q->v, q->n * sizeof(uint64_t));
+    ph_tbin_set_count(b, ph_tbin_count(b) + q->n);
     __atomic_fetch_sub(&e->xxfer_blocks, q->n, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&e->xxfer_bytes, (uint64_t)q->n * ph_class_size[cls], __ATOMIC_RELAXED);
     free(q);
@@ -426,9 +427,11 @@ static int tcache_init(ph_engine *e, ph_tcache *t)
         return ph_err(PHEAP_ENOMEM, "out of memory for a thread cache");
     uint64_t *p = t->store;
     for (unsigned k = 0; k < PH_CLASSES; k++) {
-        t->bins[k].cap = ph_tcache_cap(k, e->gc); /* n stays 0: pheap_stats may read it */
-        t->bins[k].v = p;
-        p += ph_tcache_cap(k, e->gc);
+        ph_tbin *b = &t->bins[k];
+        b->end = p + ph_tcache_cap(k, e->gc);
+        ph_store_relaxed(&b->top, p); /* pheap_stats may read them */
+        ph_store_relaxed(&b->v, p);
+        p = b->end;
     }
     return 0;
 }
@@ -439,24 +442,24 @@ static int take_blocks(ph_engine *e, ph_pctx *c, unsigned ai, unsigned cls, ph_t
                        uint32_t want, int create)
 {
     ph_arena *a = &e->arenas[ai];
-    uint32_t before = b->n;
+    uint32_t before = ph_tbin_count(b);
     pthread_mutex_lock(&a->lock);
-    while (b->n < want) {
+    while (ph_tbin_count(b) < want) {
         ph_slab *s = a->partial[cls];
         if (!s && e->shared && (s = ph_engine_share_refill(e, c, ai, cls)) != NULL)
             partial_push(a, s); /* others freed blocks of its, or no one owned it */
         if (!s && (!create || (!try_morph(e, c, ai, cls, &s) &&
                                slab_create(e, c, ai, cls, &s) != 0)))
             break;
-        uint32_t got = ph_slab_take(s, b->v + b->n, want - b->n);
+        uint32_t got = ph_slab_take(s, b->top, want - ph_tbin_count(b));
         for (uint32_t k = 0; e->gc && k < got; k++)
-            ph_slab_gc_hold(s, b->v[b->n + k]);
-        ph_store_relaxed(&b->n, b->n + got);
+            ph_slab_gc_hold(s, b->top[k]);
+        ph_tbin_set_count(b, ph_tbin_count(b) + got);
         if (s->navail == 0)
             partial_remove(a, s);
     }
     pthread_mutex_unlock(&a->lock);
-    return b->n > before;
+    return ph_tbin_count(b) > before;
 }
 
 static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
@@ -466,21 +469,22 @@ static int reclaim(ph_engine *e, ph_tcache *t, ph_pctx *c);
 static int take_preferred(ph_engine *e, const ph_tcache *t, unsigned cls, ph_tbin *b,
                           uint32_t want)
 {
-    uint32_t before = b->n;
-    for (uint32_t k = 0; k < t->nprefer && b->n < want; k++) {
+    uint32_t before = ph_tbin_count(b);
+    for (uint32_t k = 0; k < t->nprefer && ph_tbin_count(b) < want; k++) {
         ph_slab *s = ph_engine_chunk_slab(e, t->prefer[k]);
         if (!s || ph_load_relaxed(&s->xcls) != cls)
             continue;
         ph_arena *a = &e->arenas[s->arena];
         pthread_mutex_lock(&a->lock);
         if (ph_engine_chunk_slab(e, t->prefer[k]) == s && s->xcls == cls && !s->evac) {
-            ph_store_relaxed(&b->n, b->n + ph_slab_take(s, b->v + b->n, want - b->n));
+            uint32_t n = ph_tbin_count(b);
+            ph_tbin_set_count(b, n + ph_slab_take(s, b->top, want - n));
             if (s->navail == 0 && s->in_partial)
                 partial_remove(a, s);
         }
         pthread_mutex_unlock(&a->lock);
     }
-    return b->n > before;
+    return ph_tbin_count(b) > before;
 }
 
 /* A thread's home arena: the current CPU's, unless another arena has fewer
@@ -519,7 +523,7 @@ ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, un
     if (!t->store && tcache_init(e, t) != 0)
         return 0;
     ph_tbin *b = &t->bins[cls];
-    uint32_t want = b->cap / 2 ? b->cap / 2 : 1;
+    uint32_t want = ph_tbin_cap(b) / 2 ? ph_tbin_cap(b) / 2 : 1;
     /* A thread keeps the arena it first refilled from: moving with the
      * scheduler would make slabs in every arena it visits. */
     if (t->arena < 0)
@@ -533,12 +537,12 @@ ph_noinline uint64_t ph_engine_refill(ph_engine *e, ph_tcache *t, ph_pctx *c, un
         int err = pheap_errno();
         if (err == PHEAP_ECORRUPT) /* a damaged descriptor met: this call reports it */
             return 0;
-        for (unsigned k = 1; k < e->narenas && !b->n; k++)
+        for (unsigned k = 1; k < e->narenas && !ph_tbin_count(b); k++)
             take_blocks(e, c, (ai + k) % e->narenas, cls, b, want, 0);
-        if (!b->n && reclaim(e, t, c) && !take_blocks(e, c, ai, cls, b, want, 1) &&
+        if (!ph_tbin_count(b) && reclaim(e, t, c) && !take_blocks(e, c, ai, cls, b, want, 1) &&
             pheap_errno() == PHEAP_ECORRUPT)
             return 0;
-        if (!b->n)
+        if (!ph_tbin_count(b))
             ph_err(err, "%s", pheap_errmsg()); /* keep the heap-full message */
     }
     return ph_tcache_pop(t, cls);
@@ -557,14 +561,14 @@ void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls,
         return;
     }
     ph_tbin *b = &t->bins[cls];
-    uint32_t half = b->n / 2;
+    uint32_t n = ph_tbin_count(b), half = n / 2;
     if (e->gc && batch_put(e, cls, b, half)) {
         ph_tcache_push(t, cls, off);
         return;
     }
     give_back(e, c, b->v, half);
-    memmove(b->v, b->v + half, (b->n - half) * sizeof(*b->v));
-    ph_store_relaxed(&b->n, b->n - half);
+    memmove(b->v, b->v + half, (n - half) * sizeof(*b->v));
+    ph_tbin_set_count(b, n - half);
     ph_tcache_push(t, cls, off);
 }
 
@@ -572,8 +576,8 @@ void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls,
 static void tcache_drain(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     for (unsigned k = 0; t->store && k < PH_CLASSES; k++) {
-        give_back(e, c, t->bins[k].v, t->bins[k].n);
-        ph_store_relaxed(&t->bins[k].n, 0);
+        give_back(e, c, t->bins[k].v, ph_tbin_count(&t->bins[k]));
+        ph_tbin_set_count(&t->bins[k], 0);
     }
 }
 
@@ -590,8 +594,8 @@ void ph_engine_drain_cache(ph_engine *e, ph_tcache *t, ph_pctx *c)
 static void tcache_hand_on(ph_engine *e, ph_tcache *t, ph_pctx *c)
 {
     for (unsigned k = 0; e->gc && t->store && k < PH_CLASSES; k++)
-        if (t->bins[k].n)
-            batch_put(e, k, &t->bins[k], t->bins[k].n);
+        if (ph_tbin_count(&t->bins[k]))
+            batch_put(e, k, &t->bins[k], ph_tbin_count(&t->bins[k]));
     tcache_drain(e, t, c);
 }
 

@@ -14,10 +14,37 @@
 #include "log/lane.h"
 
 typedef struct ph_tbin {
-    uint32_t n;            /* blocks cached */
-    uint32_t cap;          /* capacity; 0 until the cache is set up */
-    uint64_t *v;           /* block offsets, a stack */
+    uint64_t *top;         /* one past the newest cached block: v + count (read by
+                              pheap_stats: relaxed) */
+    uint64_t *v;           /* block offsets, a stack from here up; NULL until the
+                              cache is set up (relaxed: pheap_stats reads it) */
+    uint64_t *end;         /* v + capacity */
+    uint64_t unused;       /* (a bin is 32 bytes: one shift to index) */
 } ph_tbin;
+
+/* Blocks cached in b, by its thread. */
+static inline uint32_t ph_tbin_count(const ph_tbin *b)
+{
+    return (uint32_t)(b->top - b->v);
+}
+
+static inline uint32_t ph_tbin_cap(const ph_tbin *b)
+{
+    return (uint32_t)(b->end - b->v);
+}
+
+static inline void ph_tbin_set_count(ph_tbin *b, uint32_t n)
+{
+    ph_store_relaxed(&b->top, b->v + n);
+}
+
+/* Blocks cached in b, read by another thread (pheap_stats): a snapshot,
+ * 0 for a cache not set up yet. */
+static inline uint32_t ph_tbin_count_racy(const ph_tbin *b)
+{
+    uint64_t *top = ph_load_relaxed(&b->top), *v = ph_load_relaxed(&b->v);
+    return v && top > v ? (uint32_t)(top - v) : 0;
+}
 
 typedef struct ph_tcache {
     ph_tbin bins[PH_CLASSES];
@@ -32,11 +59,11 @@ typedef struct ph_tcache {
 static inline uint64_t ph_tcache_pop(ph_tcache *t, unsigned cls)
 {
     ph_tbin *b = &t->bins[cls];
-    uint32_t n = b->n;
-    if (ph_unlikely(!n))
+    uint64_t *top = b->top;
+    if (ph_unlikely(top == b->v))
         return 0;
-    ph_store_relaxed(&b->n, n - 1); /* relaxed: pheap_stats reads it */
-    return b->v[n - 1];
+    ph_store_relaxed(&b->top, top - 1); /* relaxed: pheap_stats reads it */
+    return top[-1];
 }
 
 /* A freed block goes just below the top of the stack, so the next
@@ -45,15 +72,16 @@ static inline uint64_t ph_tcache_pop(ph_tcache *t, unsigned cls)
 static inline int ph_tcache_push(ph_tcache *t, unsigned cls, uint64_t off)
 {
     ph_tbin *b = &t->bins[cls];
-    if (ph_unlikely(b->n == b->cap))
+    uint64_t *top = b->top;
+    if (ph_unlikely(top == b->end))
         return 0;
-    if (ph_likely(b->n)) {
-        b->v[b->n] = b->v[b->n - 1];
-        b->v[b->n - 1] = off;
+    if (ph_likely(top != b->v)) {
+        top[0] = top[-1];
+        top[-1] = off;
     } else {
-        b->v[0] = off;
+        top[0] = off;
     }
-    ph_store_relaxed(&b->n, b->n + 1);
+    ph_store_relaxed(&b->top, top + 1);
     return 1;
 }
 
@@ -62,10 +90,11 @@ static inline int ph_tcache_push(ph_tcache *t, unsigned cls, uint64_t off)
 static inline int ph_tcache_push_top(ph_tbin *bins, unsigned cls, uint64_t off)
 {
     ph_tbin *b = &bins[cls];
-    if (ph_unlikely(b->n == b->cap))
+    uint64_t *top = b->top;
+    if (ph_unlikely(top == b->end))
         return 0;
-    b->v[b->n] = off;
-    ph_store_relaxed(&b->n, b->n + 1);
+    *top = off;
+    ph_store_relaxed(&b->top, top + 1);
     return 1;
 }
 

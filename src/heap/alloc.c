@@ -118,10 +118,10 @@ ph_export pheap_off pheap_alloc(pheap *h, size_t size)
     if (ph_likely(gc_fast(h)) && ph_likely(size - 1 < PH_SMALL_MAX)) {
         ph_tbin *b = &ph_tls.bins[ph_sizeclass(size)]; /* (never NULL here) */
         __asm__("" : "+r"(b)); /* one address for the load and the atomic store below */
-        uint32_t n = b->n;
-        if (ph_likely(n)) {
-            ph_store_relaxed(&b->n, n - 1); /* relaxed: pheap_stats reads it */
-            return b->v[n - 1];
+        uint64_t *top = b->top;
+        if (ph_likely(top != b->v)) {
+            ph_store_relaxed(&b->top, top - 1); /* relaxed: pheap_stats reads it */
+            return top[-1];
         }
     }
     return alloc_call(h, size);

@@ -32,7 +32,7 @@ struct ph_thread {
     uint64_t xtx_aborts;   /*   of transactional calls (relaxed: pheap_stats reads) */
     uint64_t xtx_fences;
     uint32_t share_calls;  /* write calls, in a shared heap (share.h: ph_share_tick) */
-    ph_thread *next;       /* in heap->threads, under heap->threads_lock */
+    ph_thread *next;       /* in heap->threads (or heap->folding), under heap->threads_lock */
     ph_thread *prev;
 };
 
@@ -69,11 +69,11 @@ struct pheap {
     ph_header hdr;                /* validated copy of the header */
     ph_root_entry *roots;         /* in the mapping, PH_ROOTS_MAX entries */
     pthread_mutex_t root_lock;    /* serialises root writers */
-    pthread_mutex_t threads_lock; /* guards threads, exiting and retired */
+    pthread_mutex_t threads_lock; /* guards threads, folding and retired */
     ph_thread *threads;           /* live thread records */
-    unsigned exiting;             /* records taken off `threads` by their threads' exits
-                                     and not folded yet (thread.c) */
-    pthread_cond_t exited_cv;     /* signalled when `exiting` falls to 0 */
+    ph_thread *folding;           /* records their threads' exits are folding (thread.c):
+                                     still counted by pheap_stats */
+    pthread_cond_t exited_cv;     /* signalled when `folding` empties */
     ph_pctx retired;              /* counters of records already folded */
     uint64_t retired_tx[3];       /* their commits, aborts, transactional fences */
     struct ph_gc_state *gcs;      /* filters and the last trace's figures (gc.c) */

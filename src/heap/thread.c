@@ -45,14 +45,24 @@ static int registered(const pheap *h, uint64_t id)
     return 0;
 }
 
-static void unlink_record(pheap *h, ph_thread *t)
+/* Record lists of a heap (h->threads, h->folding), under h->threads_lock. */
+static void list_remove(ph_thread **head, ph_thread *t)
 {
     if (t->prev)
         t->prev->next = t->next;
     else
-        h->threads = t->next;
+        *head = t->next;
     if (t->next)
         t->next->prev = t->prev;
+}
+
+static void list_push(ph_thread **head, ph_thread *t)
+{
+    t->prev = NULL;
+    t->next = *head;
+    if (*head)
+        (*head)->prev = t;
+    *head = t;
 }
 
 /* What a record leaves behind: its cached blocks go back (to their slabs,
@@ -83,15 +93,16 @@ static void retire(pheap *h, ph_thread *t)
 
 void ph_thread_wait_exits(pheap *h)
 {
-    while (h->exiting)
+    while (h->folding)
         pthread_cond_wait(&h->exited_cv, &h->threads_lock);
 }
 
-/* Thread exit: this thread's records of heaps still open leave their
- * heaps' lists under the registry's lock, and are folded after it is let
- * go: returning a cache's blocks takes arena locks and may release slabs,
- * and threads starting meanwhile (a server's short-lived workers) need the
- * registry.  pheap_close waits for the folds in progress (h->exiting). */
+/* Thread exit: this thread's records of heaps still open move to their
+ * heaps' folding lists under the registry's lock, and are folded after it
+ * is let go: returning a cache's blocks takes arena locks and may release
+ * slabs, and threads starting meanwhile (a server's short-lived workers)
+ * need the registry.  pheap_stats keeps counting a record until it is
+ * retired; pheap_close waits for the folds in progress (h->folding). */
 static void tls_destructor(void *arg)
 {
     (void)arg;
@@ -103,8 +114,8 @@ static void tls_destructor(void *arg)
         if (!registered(e->heap, e->id))
             continue;
         pthread_mutex_lock(&e->heap->threads_lock);
-        unlink_record(e->heap, e->thread);
-        e->heap->exiting++;
+        list_remove(&e->heap->threads, e->thread);
+        list_push(&e->heap->folding, e->thread);
         pthread_mutex_unlock(&e->heap->threads_lock);
         tls_records.v[n++] = *e;
     }
@@ -113,8 +124,9 @@ static void tls_destructor(void *arg)
         pheap *h = tls_records.v[i].heap;
         fold_out(h, tls_records.v[i].thread, 1);
         pthread_mutex_lock(&h->threads_lock);
+        list_remove(&h->folding, tls_records.v[i].thread);
         retire(h, tls_records.v[i].thread);
-        if (--h->exiting == 0)
+        if (!h->folding)
             pthread_cond_broadcast(&h->exited_cv);
         pthread_mutex_unlock(&h->threads_lock);
     }
@@ -257,7 +269,7 @@ void ph_thread_unregister_heap(pheap *h, int keep_caches)
         ph_thread_wait_exits(h);
     while (h->threads) {
         ph_thread *t = h->threads;
-        unlink_record(h, t);
+        list_remove(&h->threads, t);
         fold_out(h, t, keep_caches);
         retire(h, t);
     }
@@ -266,41 +278,57 @@ void ph_thread_unregister_heap(pheap *h, int keep_caches)
         memset(&ph_tls, 0, sizeof(ph_tls));
 }
 
+/* What pheap_stats sums over a heap's records. */
+typedef struct record_sums {
+    uint64_t flushes, fences, reflushes, cached, cached_bytes, tx[3];
+} record_sums;
+
+static void add_records(const ph_thread *t, record_sums *s)
+{
+    for (; t; t = t->next) {
+        s->flushes += ph_load_relaxed(&t->pctx.xflushes);
+        s->fences += ph_load_relaxed(&t->pctx.xfences);
+        s->reflushes += ph_load_relaxed(&t->pctx.xreflushes);
+        for (unsigned c = 0; c < PH_CLASSES; c++) {
+            uint32_t b = ph_tbin_count_racy(&t->tc.bins[c]);
+            s->cached += b;
+            s->cached_bytes += (uint64_t)b * ph_class_size[c];
+        }
+        s->tx[0] += ph_load_relaxed(&t->xtx_commits);
+        s->tx[1] += ph_load_relaxed(&t->xtx_aborts);
+        s->tx[2] += ph_load_relaxed(&t->xtx_fences);
+    }
+}
+
+/* The retired totals plus every record's: live ones and those being
+ * folded (which count until they are retired). */
+static record_sums sum_records(pheap *h)
+{
+    pthread_mutex_lock(&h->threads_lock);
+    record_sums s = {h->retired.xflushes, h->retired.xfences, h->retired.xreflushes, 0, 0,
+                     {h->retired_tx[0], h->retired_tx[1], h->retired_tx[2]}};
+    add_records(h->threads, &s);
+    add_records(h->folding, &s);
+    pthread_mutex_unlock(&h->threads_lock);
+    return s;
+}
+
 void ph_thread_sum_counters(pheap *h, uint64_t *flushes, uint64_t *fences, uint64_t *reflushes,
                             uint64_t *cached, uint64_t *cached_bytes)
 {
-    pthread_mutex_lock(&h->threads_lock);
-    uint64_t f = h->retired.xflushes, n = h->retired.xfences, r = h->retired.xreflushes, k = 0;
-    uint64_t kb = 0;
-    for (ph_thread *t = h->threads; t; t = t->next) {
-        f += ph_load_relaxed(&t->pctx.xflushes);
-        n += ph_load_relaxed(&t->pctx.xfences);
-        r += ph_load_relaxed(&t->pctx.xreflushes);
-        for (unsigned c = 0; c < PH_CLASSES; c++) {
-            uint32_t b = ph_load_relaxed(&t->tc.bins[c].n);
-            k += b;
-            kb += (uint64_t)b * ph_class_size[c];
-        }
-    }
-    pthread_mutex_unlock(&h->threads_lock);
-    *flushes = f;
-    *fences = n;
-    *reflushes = r;
-    *cached = k;
-    *cached_bytes = kb;
+    record_sums s = sum_records(h);
+    *flushes = s.flushes;
+    *fences = s.fences;
+    *reflushes = s.reflushes;
+    *cached = s.cached;
+    *cached_bytes = s.cached_bytes;
 }
 
 void ph_thread_sum_tx(pheap *h, uint64_t out[3])
 {
-    pthread_mutex_lock(&h->threads_lock);
+    record_sums s = sum_records(h);
     for (int i = 0; i < 3; i++)
-        out[i] = h->retired_tx[i];
-    for (ph_thread *t = h->threads; t; t = t->next) {
-        out[0] += ph_load_relaxed(&t->xtx_commits);
-        out[1] += ph_load_relaxed(&t->xtx_aborts);
-        out[2] += ph_load_relaxed(&t->xtx_fences);
-    }
-    pthread_mutex_unlock(&h->threads_lock);
+        out[i] = s.tx[i];
 }
 
 ph_export int pheap_thread_collect(pheap *h)
@@ -310,7 +338,11 @@ ph_export int pheap_thread_collect(pheap *h)
     if (!t)
         return pheap_errno();
     ph_engine_drain_cache(h->engine, &t->tc, &t->pctx);
-    if (h->gc) /* the batches of freed blocks the threads pass each other, too */
+    if (h->gc) { /* the batches of freed blocks the threads pass each other, too, */
+        pthread_mutex_lock(&h->threads_lock);
+        ph_thread_wait_exits(h); /* with those of exits in progress */
+        pthread_mutex_unlock(&h->threads_lock);
         ph_engine_drain_batches(h->engine, &t->pctx);
+    }
     return 0;
 }

@@ -5,7 +5,8 @@
  * (checking their patterns), allocates its own and exits while the other
  * lanes' threads start, run and exit.  A thread's exit folds its record
  * outside the registry's lock (and in GC mode hands its cache on as
- * batches), so exits overlap starts, calls and pheap_stats.  The last
+ * batches), so exits overlap starts, calls and pheap_stats, whose
+ * counters must never go back while a record is folded.  The last
  * generation of each lane is detached and the heap is closed while they
  * may still be exiting.  Afterwards the heap reopens with nothing live
  * and pheap_check passes.
@@ -39,8 +40,10 @@ typedef struct lane {
 } lane;
 
 static pheap *h;
+static int log_mode;
 static lane lanes[LANES];
 static int stop_stats;
+static unsigned long stats_back; /* pheap_stats counters seen to fall */
 
 static void fail(lane *l, const char *what)
 {
@@ -104,6 +107,8 @@ static void *generation(void *arg)
         unsigned k = (unsigned)(ph_test_rand(&l->rng) % SLOTS);
         free_slot(l, k);
         alloc_slot(l, k);
+        if (log_mode && s % 500 == 0 && (pheap_tx_begin(h) != 0 || pheap_tx_commit(h) != 0))
+            fail(l, "an empty transaction");
     }
     return NULL;
 }
@@ -148,14 +153,20 @@ static void *lane_main(void *arg)
     return NULL;
 }
 
-/* pheap_stats all along: it reads the thread records that exits fold. */
+/* pheap_stats all along: it reads the thread records that exits fold,
+ * and its counters only grow. */
 static void *stats_main(void *arg)
 {
     (void)arg;
+    struct pheap_stats last = {0};
     while (!__atomic_load_n(&stop_stats, __ATOMIC_RELAXED)) {
         struct pheap_stats st;
         pheap_stats(h, &st);
-        usleep(200);
+        if (st.fences < last.fences || st.flushes < last.flushes ||
+            st.tx_commits < last.tx_commits)
+            stats_back++;
+        last = st;
+        usleep(100);
     }
     return NULL;
 }
@@ -165,6 +176,8 @@ static void churn(unsigned consistency, const char *name)
     const char *path = ph_test_path(name);
     h = ph_test_create_mode(path, 64u << 20, consistency, 0);
     REQUIRE(h);
+    log_mode = consistency == PHEAP_CONSISTENCY_LOG;
+    stats_back = 0;
     pheap_off slots_off = pheap_alloc_init(h, LANES * SLOTS * 8, PHEAP_ALLOC_ZERO, NULL, NULL);
     REQUIRE(slots_off);
     REQUIRE_OK(pheap_root_set(h, "slots", slots_off));
@@ -199,6 +212,7 @@ static void churn(unsigned consistency, const char *name)
            consistency == PHEAP_CONSISTENCY_GC ? "GC" : "LOG", (unsigned long long)seed,
            GENERATIONS, LANES, allocs);
     CHECK_EQ(allocs, frees);
+    CHECK_EQ(stats_back, 0);
     /* The last generations may still be exiting: the close waits for them. */
     REQUIRE_OK(pheap_close(h));
     pheap_options o = {.size = 64u << 20};

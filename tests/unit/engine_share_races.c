@@ -173,7 +173,7 @@ static void window(int lower)
     REQUIRE(first);
     REQUIRE(ph_engine_chunk_slab(A, X) != NULL); /* adopted */
     int cached = 0;
-    for (uint32_t k = 0; k < f.t[2].bins[ph_sizeclass(48)].n; k++)
+    for (uint32_t k = 0; k < ph_tbin_count(&f.t[2].bins[ph_sizeclass(48)]); k++)
         cached |= f.t[2].bins[ph_sizeclass(48)].v[k] == X;
     fprintf(stderr, "  after the adoption: X handed out %d, in thread 2's cache %d\n",
             first == X, cached);
@@ -194,7 +194,7 @@ static void window(int lower)
         REQUIRE(o);
         xs += o == X;
     }
-    for (uint32_t k = f.t[2].bins[ph_sizeclass(48)].n; k > 0; k--)
+    for (uint32_t k = ph_tbin_count(&f.t[2].bins[ph_sizeclass(48)]); k > 0; k--)
         xs += ph_engine_alloc(A, &f.t[2], &f.c, 48, NULL) == X;
     fprintf(stderr, "  X handed out %u times\n", xs);
     CHECK(xs <= 1); /* never handed out twice */
