@@ -86,15 +86,6 @@ typedef struct ph_extents {
     uint64_t free_pages;       /* pages in free nodes */
     uint64_t dirty_bytes;      /* freed since the last purge */
     uint64_t dirty_since;      /* first free since then (coarse clock), 0: none */
-    unsigned first_open;       /* the heap's first read-write open: no chunk's descriptor
-                                  can record a lost slab, and creation reserved the data
-                                  region */
-    unsigned purge_all;        /* the next purge punches dirty free extents whole, pages
-                                  marked punched too: the free space an open found may
-                                  hold pages a crash kept from a purge (a shared heap's,
-                                  pages another process punched; a first open's, what
-                                  creation reserved) -- else a purge punches only what
-                                  was handed out since (extent_backing.c) */
     uint64_t dropped;          /* reservations of processes gone that the open found in
                                   the log (ph_extent_log_forget_reserved) */
     unsigned owner;            /* a heap shared between processes (docs/SHARING.md): this

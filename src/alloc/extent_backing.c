@@ -120,16 +120,13 @@ int ph_extent_backing_refill(ph_extents *x, uint64_t page, uint64_t n)
 
 /* Punches pages [page, page + n) of a free extent, but for the chunks the
  * screen refuses (extent.h): those keep their bytes, which may be a lost
- * slab's blocks.  A heap's first read-write open has no lost slab, and its
- * chunks never handed out have descriptors no one wrote: they are not
- * read. */
+ * slab's blocks. */
 static void punch_screened(ph_extents *x, uint64_t page, uint64_t n)
 {
     uint64_t at = page, end = page + n, bad;
-    int screen = x->screen && !(x->first_open && !x->xplock);
     while (at < end) {
         uint64_t stop = end, next = end;
-        if (screen && x->screen(x->screen_arg, off_of(x, at), (end - at) * PH_PAGE_SIZE, &bad)) {
+        if (x->screen && x->screen(x->screen_arg, off_of(x, at), (end - at) * PH_PAGE_SIZE, &bad)) {
             uint64_t bad_page = (bad - x->sp->data_off) / PH_PAGE_SIZE;
             stop = PH_MAX(at, bad_page);
             next = PH_MIN(end, bad_page + PAGES_PER_CHUNK);
@@ -142,35 +139,6 @@ static void punch_screened(ph_extents *x, uint64_t page, uint64_t n)
     }
 }
 
-/* The first page of [p, end) whose bit in `map` is `set`, or end. */
-static uint64_t next_with(const uint64_t *map, uint64_t p, uint64_t end, int set)
-{
-    for (; p < end; p = NEXT_WORD(p)) {
-        uint64_t w = (set ? map[p / 64] : ~map[p / 64]) & word_mask(p, end);
-        if (w)
-            return p / 64 * 64 + (uint64_t)__builtin_ctzll(w);
-    }
-    return end;
-}
-
-/* Punches a dirty free extent: whole when the open could not know what its
- * free space holds (purge_all), else only the pages not marked punched --
- * those handed out since the open -- so that a purge neither punches nor
- * screens the free space a clean close left. */
-static void punch_dirty(ph_extents *x, uint64_t page, uint64_t n)
-{
-    uint64_t end = page + n;
-    if (x->purge_all) {
-        punch_screened(x, page, n);
-        return;
-    }
-    for (uint64_t a = next_with(x->punched, page, end, 0); a < end;) {
-        uint64_t b = next_with(x->punched, a, end, 1);
-        punch_screened(x, a, b - a);
-        a = next_with(x->punched, b, end, 0);
-    }
-}
-
 /* Punches the dirty free extents of PH_PUNCH_MIN or more (lock held: no
  * one can allocate them meanwhile).  Rare by design; see extent.h. */
 void ph_extent_backing_purge(ph_extents *x)
@@ -178,12 +146,11 @@ void ph_extent_backing_purge(ph_extents *x)
     for (unsigned b = ph_extent_index_bin(PH_PUNCH_MIN / PH_PAGE_SIZE); b < PH_EXT_BINS; b++) {
         for (ph_extnode *f = x->bins[b]; f; f = f->next) {
             if (f->dirty && f->npages * PH_PAGE_SIZE >= PH_PUNCH_MIN) {
-                punch_dirty(x, f->page, f->npages);
+                punch_screened(x, f->page, f->npages);
                 f->dirty = 0;
             }
         }
     }
-    x->purge_all = x->xplock != NULL;
     x->dirty_bytes = 0;
     x->dirty_since = 0;
 }

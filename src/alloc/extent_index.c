@@ -208,10 +208,6 @@ ph_extnode *ph_extent_index_find_fit(ph_extents *x, uint64_t n, int aligned, uin
 int ph_extent_index_build(ph_extents *x, const ph_extent_rec *live, uint64_t n)
 {
     uint64_t p = 0;
-    /* A clean close purged the free space. */
-    x->first_open = ph_load(&x->sp->state->xopen_count) == 0;
-    x->purge_all = x->xplock || x->first_open ||
-                   ph_load(&x->sp->state->xclean) != PH_STATE_CLEAN;
     for (uint64_t i = 0; i <= n; i++) {
         uint64_t next = i < n ? live[i].page : x->pages;
         if (next > p) {

@@ -207,43 +207,6 @@ TEST(purges_never_touch_live_blocks)
     pheap_close(h);
 }
 
-/* After a clean open a purge punches the pages handed out since (and
- * reads the descriptors of their chunks only, which the reservation read
- * already), not the free space the open found: what the session used goes
- * back, and the heap reopens consistent. */
-TEST(a_purge_after_a_clean_open_punches_what_was_handed_out)
-{
-    const char *path = ph_test_path("purge-reads.heap");
-    pheap *h = ph_test_create(path, 256 * MiB);
-    REQUIRE(h);
-    REQUIRE_OK(pheap_close(h)); /* nothing freed, nothing purged: the next open is a clean one */
-    uint64_t empty = file_blocks(path);
-    pheap_options o = {0};
-    REQUIRE_OK(pheap_open(path, &o, &h));
-    static pheap_off v[20000];
-    for (unsigned i = 0; i < 20000; i++)
-        REQUIRE((v[i] = pheap_alloc(h, 48 + i % 900)) != 0);
-    pheap_off big[4];
-    for (unsigned i = 0; i < 4; i++)
-        REQUIRE((big[i] = written_block(h, 1 * MiB, 0x33)) != 0);
-    for (unsigned i = 0; i < 20000; i++)
-        REQUIRE_OK(pheap_free(h, v[i]));
-    for (unsigned i = 0; i < 4; i++)
-        REQUIRE_OK(pheap_free(h, big[i]));
-    REQUIRE_OK(pheap_thread_collect(h));
-    REQUIRE_OK(pheap_check(h, NULL));
-    REQUIRE_OK(pheap_close(h));
-    uint64_t after = file_blocks(path);
-    fprintf(stderr, "  file blocks %llu KiB empty, %llu KiB after\n",
-            (unsigned long long)empty / 1024, (unsigned long long)after / 1024);
-    CHECK(after + 8 * MiB < empty); /* the session's pages (slabs, large blocks) went back */
-    REQUIRE_OK(pheap_open(path, &o, &h));
-    CHECK_EQ(stats(h).live_blocks, 0);
-    REQUIRE(written_block(h, 3 * MiB, 0x44)); /* punched pages are reserved again */
-    REQUIRE_OK(pheap_check(h, NULL));
-    pheap_close(h);
-}
-
 TEST(growth_up_to_max_size)
 {
     const char *path = ph_test_path("grow.heap");
