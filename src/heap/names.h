@@ -116,7 +116,7 @@ static inline int ph_names_rdlock(ph_names *n)
         return 1;
     if (ph_unlikely(n->plock != NULL)) /* the repair of a dead holder's lock needs it: taken
                                           after `lock`, its first lookup would wait for the
-                                          registry's lock, which an exiting thread holds */
+                                          registry's lock while holding the directory */
         (void)ph_thread_get(n->heap);
     pthread_rwlock_rdlock(&n->lock);
     if (ph_unlikely(n->plock != NULL))

@@ -172,8 +172,10 @@ static void take_over_all(pheap *h, int names_held, int try)
 {
     ph_names *n = names_held ? NULL : h->names;
     /* The thread's record first: getting one takes the registry's lock,
-     * which an exiting thread holds while it waits for the directory.
-     * (Under the directory's lock, a caller has one already.) */
+     * and nothing that waits for the registry may hold the directory
+     * (an exiting thread lets the registry go before it folds, which may
+     * wait for the directory).  Under the directory's lock, a caller has
+     * one already. */
     ph_pctx *c = ph_heap_pctx(h);
     if (n)
         ph_names_wrlock(n);
