@@ -208,6 +208,12 @@ ph_extnode *ph_extent_index_find_fit(ph_extents *x, uint64_t n, int aligned, uin
 int ph_extent_index_build(ph_extents *x, const ph_extent_rec *live, uint64_t n)
 {
     uint64_t p = 0;
+    /* The free pages of a heap's first read-write open are as creation
+     * reserved them, if nothing was ever allocated: the extent log, never
+     * written, is the evidence (the open count alone is guarded by no
+     * check), and only a freed extent is ever punched. */
+    int as_created = x->sp->fresh && n == 0 && x->tail == 0 &&
+                     ph_load(&x->hdr->xlast_epoch) == 0;
     for (uint64_t i = 0; i <= n; i++) {
         uint64_t next = i < n ? live[i].page : x->pages;
         if (next > p) {
@@ -215,7 +221,7 @@ int ph_extent_index_build(ph_extents *x, const ph_extent_rec *live, uint64_t n)
             if (!f)
                 return ph_err(PHEAP_ENOMEM, "extent index: out of memory");
             f->dirty = 1; /* not known: a crash may have come before a purge */
-            if (!x->sp->fresh) /* ... or after one (then a refill reserves them again) */
+            if (!as_created) /* ... or after one (then a refill reserves them again) */
                 ph_extent_backing_mark_punched(x, p, next - p);
             ph_extent_index_set(x, f);
             bin_insert(x, f);

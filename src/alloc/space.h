@@ -52,9 +52,10 @@ typedef struct ph_space {
     uint32_t features;        /* the header's feat_incompat */
     unsigned inherited;       /* a fork child's copy being released: the file is not touched */
     unsigned snapshot;        /* a private copy-on-write view: the file is never touched */
-    unsigned fresh;           /* the first read-write open of the heap: the file
-                                 stores every page of its data region, as its
-                                 creation reserved them, and none was punched */
+    unsigned fresh;           /* the first read-write open of the heap by its open
+                                 count: if its extent log was never written, the
+                                 file stores every page of its data region, as its
+                                 creation reserved them (ph_extent_index_build) */
     ph_sim *sim;              /* simulation: working copy and durable image */
     ph_persist persist;       /* the flush back end */
     ph_state *state;          /* in the mapping */

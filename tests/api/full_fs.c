@@ -8,6 +8,8 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "format/layout.h"
 #include "harness.h"
 
 #define FS_SIZE  "12m"
@@ -261,6 +264,57 @@ static void reuse_after_punch(void)
     unlink(path);
 }
 
+/* Bad input: a heap whose data pages a purge gave back, and whose open
+ * count reads 0 as if it had never been opened (nothing checks the
+ * count).  Its open must not take its free pages for reserved: with the
+ * file system full, an allocation is PHEAP_ENOSPC, never a SIGBUS at the
+ * first store.  (Its extent log, written before, tells it apart from a
+ * new heap.) */
+static void forged_first_open(void)
+{
+    char path[600], filler[600];
+    pheap *h = create_in_fs("forged.heap", 7u << 20, path, filler);
+    REQUIRE(h);
+    static pheap_off v[16];
+    for (int i = 0; i < 16; i++) {
+        REQUIRE((v[i] = pheap_alloc(h, 256 << 10)) != 0);
+        memset(pheap_direct(h, v[i]), 0x11, 256 << 10);
+    }
+    long long full = file_blocks(path);
+    for (int i = 0; i < 16; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    REQUIRE_OK(pheap_close(h)); /* the purge at close punches the blocks' pages */
+    CHECK(file_blocks(path) < full);
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    uint64_t zero = 0;
+    REQUIRE(pwrite(fd, &zero, 8, PH_STATE_OFFSET + offsetof(ph_state, xopen_count)) == 8);
+    close(fd);
+    REQUIRE_OK(pheap_open(path, NULL, &h));
+    fill_fs(filler);
+    unsigned got = 0;
+    int rc = 0;
+    for (int i = 0; i < 16; i++) {
+        if ((v[i] = pheap_alloc(h, 256 << 10)) == 0) {
+            rc = pheap_errno();
+            break;
+        }
+        memset(pheap_direct(h, v[i]), 0x22, 256 << 10); /* SIGBUS here if not reserved */
+        got++;
+    }
+    CHECK(got < 16);
+    CHECK_EQ(rc, PHEAP_ENOSPC);
+    printf("  open count forged to 0: %u of 16 blocks of 256 KiB once the space was taken: %s\n",
+           got, pheap_errmsg());
+    unlink(filler);
+    for (unsigned i = 0; i < got; i++)
+        REQUIRE_OK(pheap_free(h, v[i]));
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h, &rep), 0);
+    REQUIRE_OK(pheap_close(h));
+    unlink(path);
+}
+
 /* At the checkpoint level the heap runs in a working copy in a memory
  * file system: here the small one, the heap file beside the test's others.
  * A working copy that does not fit fails the open with PHEAP_ENOSPC and
@@ -328,6 +382,7 @@ TEST(full_file_system)
         fill_until_full();
         fresh_heap_on_a_full_fs();
         reuse_after_punch();
+        forged_first_open();
         working_copy_on_a_full_fs();
         if (umount(fs_dir) != 0)
             ph_test_fail(__FILE__, __LINE__, "umount %s: %s", fs_dir, strerror(errno));
