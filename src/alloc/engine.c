@@ -345,6 +345,14 @@ static void give_back(ph_engine *e, ph_pctx *c, const uint64_t *v, uint32_t n)
 
 #define PH_XFER_MAX 64u /* batches kept per class; more go back to the slabs */
 
+/* Drops the n oldest blocks of bin b (its bottom), which went elsewhere. */
+static void tbin_drop_oldest(ph_tbin *b, uint32_t n)
+{
+    uint32_t left = ph_tbin_count(b) - n;
+    memmove(b->v, b->v + n, left * sizeof(*b->v));
+    ph_tbin_set_count(b, left);
+}
+
 /* GC mode: moves the `n` oldest blocks of bin b into a transfer batch;
  * 0 when there are enough batches of the class already (or no memory). */
 static int batch_put(ph_engine *e, unsigned cls, ph_tbin *b, uint32_t n)
@@ -364,9 +372,7 @@ static int batch_put(ph_engine *e, unsigned cls, ph_tbin *b, uint32_t n)
     e->xfer[cls] = q;
     ph_store_relaxed(&e->xfer_n[cls], e->xfer_n[cls] + 1);
     pthread_mutex_unlock(&e->xfer_lock);
-    uint32_t left = ph_tbin_count(b) - n;
-    memmove(b->v, b->v + n, left * sizeof(*b->v));
-    ph_tbin_set_count(b, left);
+    tbin_drop_oldest(b, n);
     return 1;
 }
 
@@ -561,14 +567,11 @@ void ph_engine_cache_block(ph_engine *e, ph_tcache *t, ph_pctx *c, unsigned cls,
         return;
     }
     ph_tbin *b = &t->bins[cls];
-    uint32_t n = ph_tbin_count(b), half = n / 2;
-    if (e->gc && batch_put(e, cls, b, half)) {
-        ph_tcache_push(t, cls, off);
-        return;
+    uint32_t half = ph_tbin_count(b) / 2;
+    if (!e->gc || !batch_put(e, cls, b, half)) {
+        give_back(e, c, b->v, half);
+        tbin_drop_oldest(b, half);
     }
-    give_back(e, c, b->v, half);
-    memmove(b->v, b->v + half, (n - half) * sizeof(*b->v));
-    ph_tbin_set_count(b, n - half);
     ph_tcache_push(t, cls, off);
 }
 

@@ -68,8 +68,8 @@ static int reserve_locked(ph_extents *x, ph_pctx *c, uint64_t bytes, uint32_t ki
             return rc;
         f = ph_extent_index_find_fit(x, n, aligned, &at);
     }
-    uint64_t bad;
     if (x->screen) {
+        uint64_t bad;
         int rc = x->screen(x->screen_arg, off_of(x, at), n * PH_PAGE_SIZE, &bad);
         if (rc) {
             set_aside_locked(x, c, bad);
