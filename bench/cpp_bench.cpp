@@ -32,6 +32,8 @@
 #include <boost/container/map.hpp>
 #include <boost/container/vector.hpp>
 
+#include "vec_pmemobj.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -348,7 +350,9 @@ void bench_map(const config &c)
 
 /* ---- vector push_back in transactions -------------------------------------- */
 
-void bench_vector(const config &c, unsigned flush, const std::string &flush_name)
+/* push/s of each repetition: in one transaction, and a transaction each */
+std::pair<std::vector<double>, std::vector<double>> bench_vector(const config &c, unsigned flush,
+                                                                 const std::string &flush_name)
 {
     using vec = boost::container::vector<int, pheap::allocator<int>>;
     std::vector<double> one, each, fences, flushes, reflushes;
@@ -385,6 +389,30 @@ void bench_vector(const config &c, unsigned flush, const std::string &flush_name
     report("vector push", "a transaction each, flush " + flush_name, "fences/push", fences);
     report("vector push", "a transaction each, flush " + flush_name, "flushes/push", flushes);
     report("vector push", "a transaction each, flush " + flush_name, "reflushes/push", reflushes);
+    return {one, each};
+}
+
+/* libpmemobj-cpp's pmem::obj::vector<int>, through the calls it makes
+ * (vec_pmemobj.c), in a pool beside the heaps; then pheap's rows of the same
+ * repetition over libpmemobj's. */
+void bench_vector_pmemobj(const config &c, const std::vector<double> &one, const std::vector<double> &each)
+{
+    std::vector<double> pone, peach;
+    for (unsigned r = 0; r < c.reps; r++) {
+        std::string path = c.dir + "/cppbench-vec-pmemobj-" + std::to_string(getpid()) + ".pool";
+        double o, e;
+        const char *why;
+        if (vec_pmemobj_run(path.c_str(), c.pushes, c.tx_pushes, &o, &e, &why) != 0) {
+            std::printf("vector push  libpmemobj rows skipped: %s\n", why);
+            return;
+        }
+        pone.push_back(o);
+        peach.push_back(e);
+    }
+    report("vector push", "one transaction, libpmemobj", "push/s", pone);
+    report("vector push", "a transaction each, libpmemobj", "push/s", peach);
+    report("vector push", "one transaction, pheap / libpmemobj", "ratio", ratios(one, pone));
+    report("vector push", "a transaction each, pheap / libpmemobj", "ratio", ratios(each, peach));
 }
 
 void json_out(const char *file, const config &c)
@@ -460,8 +488,9 @@ int main(int argc, char **argv)
             bench_map(c);
         if (c.only.empty() || c.only == "vector") {
             const char *env = std::getenv("PHEAP_FLUSH");
-            bench_vector(c, PHEAP_FLUSH_AUTO, env && *env ? env : "auto");
+            auto rates = bench_vector(c, PHEAP_FLUSH_AUTO, env && *env ? env : "auto");
             bench_vector(c, PHEAP_FLUSH_NONE, "none");
+            bench_vector_pmemobj(c, rates.first, rates.second);
         }
     } catch (const std::exception &e) {
         std::fprintf(stderr, "pheap_cppbench: %s\n", e.what());

@@ -6,78 +6,28 @@
  * pmemobj_tx_add_range of the node's version field, a store, and
  * pmemobj_tx_free of the old block.
  *
- * As in adapter_pmemobj.c, the library is loaded with dlopen (its headers
- * are used when installed), so a machine without it only skips this
- * variant; PMEM_IS_PMEM_FORCE=1 (defaulted here, set by run.sh) makes it
- * write back cache lines on tmpfs instead of calling msync.
+ * The library is loaded with dlopen (pmemobj_calls.h), so a machine without
+ * it only skips this variant; PMEM_IS_PMEM_FORCE=1 (defaulted there, set by
+ * run.sh) makes it write back cache lines on tmpfs instead of calling msync.
  */
 #include "kv.h"
+#include "pmemobj_calls.h"
 
 #include <stdlib.h>
 
-#if __has_include(<libpmemobj.h>)
-#include <libpmemobj.h>
+#if BENCH_HAVE_PMEMOBJ
 #include <stddef.h>
 
 #define LAYOUT "pheap-kvbench"
 
-static __typeof__(pmemobj_create) *create_fn;
-static __typeof__(pmemobj_close) *close_fn;
-static __typeof__(pmemobj_alloc) *alloc_fn;
-static __typeof__(pmemobj_persist) *persist_fn;
-static __typeof__(pmemobj_errormsg) *errormsg_fn;
-static __typeof__(pmemobj_tx_begin) *tx_begin_fn;
-static __typeof__(pmemobj_tx_stage) *tx_stage_fn;
-static __typeof__(pmemobj_tx_process) *tx_process_fn;
-static __typeof__(pmemobj_tx_end) *tx_end_fn;
-static __typeof__(pmemobj_tx_errno) *tx_errno_fn;
-static __typeof__(pmemobj_tx_alloc) *tx_alloc_fn;
-static __typeof__(pmemobj_tx_add_range) *tx_add_range_fn;
-static __typeof__(pmemobj_tx_free) *tx_free_fn;
-
-/* The TX_* macros call these by name: route them to the loaded library. */
-#define pmemobj_tx_begin tx_begin_fn
-#define pmemobj_tx_stage tx_stage_fn
-#define pmemobj_tx_process tx_process_fn
-#define pmemobj_tx_end tx_end_fn
-#define pmemobj_tx_errno tx_errno_fn
-#define pmemobj_tx_alloc tx_alloc_fn
-#define pmemobj_tx_add_range tx_add_range_fn
-#define pmemobj_tx_free tx_free_fn
-
 static PMEMobjpool *pool;
 static uint64_t uuid_lo;          /* the pool's: every oid of it carries it */
 
-static int load_pmemobj(void)
-{
-    static const char *const names[] = { "libpmemobj.so.1", "libpmemobj.so", NULL };
-    /* libpmem reads this when it is loaded: set it before dlopen. */
-    setenv("PMEM_IS_PMEM_FORCE", "1", 0);
-    void *lib = bench_dlopen(names);
-    if (!lib)
-        return -1;
-    if (bench_dlsym(lib, "pmemobj_create", &create_fn) ||
-        bench_dlsym(lib, "pmemobj_close", &close_fn) ||
-        bench_dlsym(lib, "pmemobj_alloc", &alloc_fn) ||
-        bench_dlsym(lib, "pmemobj_persist", &persist_fn) ||
-        bench_dlsym(lib, "pmemobj_errormsg", &errormsg_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_begin", &tx_begin_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_stage", &tx_stage_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_process", &tx_process_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_end", &tx_end_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_errno", &tx_errno_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_alloc", &tx_alloc_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_add_range", &tx_add_range_fn) ||
-        bench_dlsym(lib, "pmemobj_tx_free", &tx_free_fn))
-        return -1;
-    return 0;
-}
-
 static int create_pmemobj(const kv_params *p, char **base)
 {
-    pool = create_fn(p->path, LAYOUT, p->heap_size, 0600);
+    pool = pmemobj_create(p->path, LAYOUT, p->heap_size, 0600);
     if (!pool) {
-        bench_fail("pmemobj_create %s: %s", p->path, errormsg_fn());
+        bench_fail("pmemobj_create %s: %s", p->path, pmemobj_errormsg());
         return -1;
     }
     uuid_lo = 0;
@@ -88,8 +38,8 @@ static int create_pmemobj(const kv_params *p, char **base)
 static uint64_t alloc_pmemobj(size_t size)
 {
     PMEMoid oid;
-    if (alloc_fn(pool, &oid, size, 0, NULL, NULL) != 0) {
-        bench_fail("pmemobj_alloc(%zu): %s", size, errormsg_fn());
+    if (pmemobj_alloc(pool, &oid, size, 0, NULL, NULL) != 0) {
+        bench_fail("pmemobj_alloc(%zu): %s", size, pmemobj_errormsg());
         return 0;
     }
     uuid_lo = oid.pool_uuid_lo;
@@ -98,27 +48,32 @@ static uint64_t alloc_pmemobj(size_t size)
 
 static void persist_pmemobj(const void *addr, size_t len)
 {
-    persist_fn(pool, addr, len);
+    pmemobj_persist(pool, addr, len);
+}
+
+struct update {
+    kv_node *node;
+    uint64_t seq;
+    size_t value_size;
+};
+
+static void update_body(void *arg)
+{
+    const struct update *u = arg;
+    kv_node *node = u->node;
+    const PMEMoid old = { uuid_lo, node->version };
+    const PMEMoid node_oid = { uuid_lo, (uint64_t)((char *)node - (char *)pool) };
+    PMEMoid nv = pmemobj_tx_alloc(u->value_size, 0);
+    kv_fill((char *)pool + nv.off, node->key, u->seq, u->value_size);
+    pmemobj_tx_add_range(node_oid, offsetof(kv_node, version), sizeof node->version);
+    node->version = nv.off;
+    pmemobj_tx_free(old);
 }
 
 static int update_pmemobj(kv_node *node, uint64_t seq, size_t value_size)
 {
-    const PMEMoid old = { uuid_lo, node->version };
-    const PMEMoid node_oid = { uuid_lo, (uint64_t)((char *)node - (char *)pool) };
-    volatile int committed = 0;
-
-    TX_BEGIN(pool) {
-        PMEMoid nv = pmemobj_tx_alloc(value_size, 0);
-        kv_fill((char *)pool + nv.off, node->key, seq, value_size);
-        pmemobj_tx_add_range(node_oid, offsetof(kv_node, version), sizeof node->version);
-        node->version = nv.off;
-        pmemobj_tx_free(old);
-    } TX_ONCOMMIT {
-        committed = 1;
-    } TX_ONABORT {
-        bench_fail("pmemobj transaction aborted: %s", errormsg_fn());
-    } TX_END
-    return committed ? 0 : -1;
+    struct update u = {node, seq, value_size};
+    return bench_pmemobj_tx(pool, update_body, &u);
 }
 
 static const char *flush_name_pmemobj(void)
@@ -130,18 +85,12 @@ static const char *flush_name_pmemobj(void)
 static int close_pmemobj(void)
 {
     if (pool)
-        close_fn(pool);
+        pmemobj_close(pool);
     pool = NULL;
     return 0;
 }
 
 #else /* no libpmemobj headers at build time */
-
-static int load_pmemobj(void)
-{
-    bench_fail("built without libpmemobj headers (install libpmemobj-dev and rebuild)");
-    return -1;
-}
 
 #define create_pmemobj NULL
 #define alloc_pmemobj NULL
@@ -155,7 +104,7 @@ static int load_pmemobj(void)
 const kv_backend kv_pmemobj = {
     .name = "pmemobj",
     .what = "PMDK libpmemobj TX_BEGIN, pmemobj_tx_alloc, pmemobj_tx_add_range, pmemobj_tx_free",
-    .load = load_pmemobj,
+    .load = bench_pmemobj_load,
     .create = create_pmemobj,
     .alloc = alloc_pmemobj,
     .persist = persist_pmemobj,
