@@ -85,9 +85,12 @@ inline void set_error(std::error_code &ec, int code) noexcept
 }
 
 #if defined(__cpp_exceptions)
+/* what(): "call: message", the message of pheap_errmsg(), which names the
+ * C call that failed; once, when that is `call` itself. */
 [[noreturn]] inline void raise(const std::error_code &ec, const char *call)
 {
-    throw error(ec.value(), std::string(call) + ": " + pheap_errmsg());
+    std::string msg = pheap_errmsg(), prefix = std::string(call) + ": ";
+    throw error(ec.value(), msg.compare(0, prefix.size(), prefix) == 0 ? msg : prefix + msg);
 }
 
 inline void check(const std::error_code &ec, const char *call)
@@ -263,6 +266,22 @@ template <class T, class U>
 bool operator!=(const ptr<T> &a, U *b) noexcept { return a.get() != b; }
 template <class T, class U>
 bool operator!=(U *b, const ptr<T> &a) noexcept { return a.get() != b; }
+template <class T, class U>
+bool operator<(const ptr<T> &a, U *b) noexcept { return a.get() < b; }
+template <class T, class U>
+bool operator<(U *b, const ptr<T> &a) noexcept { return b < a.get(); }
+template <class T, class U>
+bool operator<=(const ptr<T> &a, U *b) noexcept { return a.get() <= b; }
+template <class T, class U>
+bool operator<=(U *b, const ptr<T> &a) noexcept { return b <= a.get(); }
+template <class T, class U>
+bool operator>(const ptr<T> &a, U *b) noexcept { return a.get() > b; }
+template <class T, class U>
+bool operator>(U *b, const ptr<T> &a) noexcept { return b > a.get(); }
+template <class T, class U>
+bool operator>=(const ptr<T> &a, U *b) noexcept { return a.get() >= b; }
+template <class T, class U>
+bool operator>=(U *b, const ptr<T> &a) noexcept { return b >= a.get(); }
 
 template <class T, class U>
 ptr<T> static_pointer_cast(const ptr<U> &p) noexcept { return ptr<T>(static_cast<T *>(p.get())); }
@@ -322,6 +341,19 @@ inline void unregister_heap(::pheap_handle *h) noexcept
         if (s.h.load(std::memory_order_relaxed) == h)
             s.h.store(nullptr, std::memory_order_release);
 }
+
+/* Set while a destroy runs ~T() inside the transaction that only holds a
+ * name for it (heap::destroy_named): the allocator then frees at once, as
+ * it does outside transactions. */
+inline thread_local bool plain_frees = false;
+
+/* heap::close: the pheap::transaction objects of this thread on handle h
+ * let go of it (defined after class transaction). */
+void forget_transactions(::pheap_handle *h) noexcept;
+
+/* One lock for heap::root's check-then-set within this program (recursive:
+ * the constructor of a root may ask for another root). */
+inline std::recursive_mutex root_lock;
 
 /* The open heap whose data region holds `p`, or null. */
 inline ::pheap_handle *heap_of(const void *p) noexcept
@@ -447,16 +479,23 @@ void tracer::visit(U *p) const noexcept
 class heap {
     ::pheap_handle *h_ = nullptr;
 
-    void adopt(::pheap_handle *h) noexcept
+    /* Takes h; false (h closed, the object empty) when the table of open
+     * heaps the allocator searches is full. */
+    bool adopt(::pheap_handle *h) noexcept
     {
         h_ = h;
-        if (h_)
-            detail::register_heap(h_);
+        if (h_ && !detail::register_heap(h_)) {
+            pheap_close(std::exchange(h_, nullptr));
+            return false;
+        }
+        return true;
     }
 
 public:
     heap() noexcept = default;
-    /* Takes over a handle opened with pheap_open (closed by this object). */
+    /* Takes over a handle opened with pheap_open (closed by this object).
+     * With 64 heaps open through pheap::heap already, the handle is closed
+     * and the object is empty. */
     explicit heap(::pheap_handle *h) noexcept { adopt(h); }
     heap(const heap &) = delete;
     heap &operator=(const heap &) = delete;
@@ -483,9 +522,12 @@ public:
         ::pheap_handle *h = nullptr;
         int rc = pheap_open(path.c_str(), opts, &h);
         ec.clear();
+        heap out;
+        if (!rc && !out.adopt(h))
+            rc = PHEAP_ENOSPC; /* 64 heaps open through pheap::heap */
         if (rc)
             detail::set_error(ec, rc);
-        return heap(rc ? nullptr : h);
+        return out;
     }
     /* Opens an existing heap read-write (flags: PHEAP_RDONLY ...). */
     static heap open(const std::string &path, unsigned flags, std::error_code &ec) noexcept
@@ -493,6 +535,11 @@ public:
         pheap_options o{};
         o.flags = flags;
         return open(path, &o, ec);
+    }
+    /* open(path, 0, ec): flags 0, not a null pheap_options pointer. */
+    static heap open(const std::string &path, int flags, std::error_code &ec) noexcept
+    {
+        return open(path, unsigned(flags), ec);
     }
     /* Creates the heap file when missing (PHEAP_CREATE) with `size` bytes of
      * data region (0: 64 MiB), else opens it. */
@@ -518,6 +565,7 @@ public:
         o.flags = flags;
         return open(path, &o);
     }
+    static heap open(const std::string &path, int flags) { return open(path, unsigned(flags)); }
     static heap create(const std::string &path, std::uint64_t size = 0, unsigned flags = 0)
     {
         std::error_code ec;
@@ -535,6 +583,7 @@ public:
         if (!h_)
             return;
         detail::unregister_heap(h_);
+        detail::forget_transactions(h_);
         int rc = pheap_close(std::exchange(h_, nullptr));
         if (rc)
             detail::set_error(ec, rc);
@@ -579,7 +628,9 @@ public:
 
     /* Runs ~T() and frees the block of `p` (null: nothing).  Inside a
      * transaction the object's bytes are snapshotted first and the free
-     * takes effect at the commit. */
+     * takes effect at the commit.  ~T() runs only once the free is sure: a
+     * p that is not the start of a live block, or a heap in read-only mode,
+     * is refused with nothing run. */
     template <class T>
     void destroy(T *p, std::error_code &ec) noexcept
     {
@@ -588,14 +639,15 @@ public:
             return;
         pheap_off off = pheap_offset(h_, p);
         int rc = off ? 0 : PHEAP_ERANGE;
+        if (!rc && pheap_usable_size(h_, off) == 0)
+            rc = pheap_errno();
         if (!rc && in_tx()) {
-            if ((rc = pheap_tx_add(h_, p, sizeof(T))) == 0) {
+            /* the block stays readable until the commit: ~T() after */
+            if ((rc = pheap_tx_add(h_, p, sizeof(T))) == 0 && (rc = pheap_tx_free(h_, off)) == 0)
                 p->~T();
-                rc = pheap_tx_free(h_, off);
-            }
         } else if (!rc) {
-            if (pheap_usable_size(h_, off) == 0)
-                rc = pheap_errno();
+            if (pheap_get_mode(h_) == int(PHEAP_MODE_READONLY))
+                rc = PHEAP_EROMODE;
             else {
                 p->~T();
                 rc = pheap_free(h_, off);
@@ -637,20 +689,41 @@ public:
         return make_named_impl<T>(name, ec, thrown, std::forward<A>(args)...);
     }
 
-    /* Runs ~T() on the object named `name`, then frees it and removes the
-     * name in one failure-atomic step.  Inside a transaction the object is
-     * snapshotted before ~T() runs (an abort gives it back, with its name),
-     * and the name and the block go at the commit. */
+    /* Frees the object named `name` and removes the name in one
+     * failure-atomic step, running ~T() on it first.  The name is taken
+     * before ~T() runs: when it cannot go (another thread's transaction
+     * holds it, read-only mode, a read-only handle) nothing runs and
+     * nothing changes.  Inside a transaction the object is snapshotted
+     * before ~T() runs (an abort gives it back, with its name), and the
+     * name and the block go at the commit.  Outside one, in LOG mode, a
+     * transaction of its own holds the name while ~T() runs; the blocks
+     * ~T() frees go at once, as outside transactions. */
     template <class T>
     void destroy_named(const char *name, std::error_code &ec) noexcept
     {
         T *p = find<T>(name, ec);
         if (!p)
             return;
-        int rc = in_tx() ? pheap_tx_add(h_, p, sizeof(T)) : 0;
-        if (!rc) {
-            p->~T();
-            rc = pheap_free_named(h_, name);
+        int rc = 0;
+        if (in_tx()) {
+            if ((rc = pheap_tx_add(h_, p, sizeof(T))) == 0 && (rc = pheap_free_named(h_, name)) == 0)
+                p->~T();
+        } else if ((rc = pheap_tx_begin(h_)) == 0) {
+            if ((rc = pheap_free_named(h_, name)) != 0) {
+                pheap_tx_abort(h_);
+            } else {
+                detail::plain_frees = true;
+                p->~T();
+                detail::plain_frees = false;
+                rc = pheap_tx_commit(h_);
+            }
+        } else if (rc == PHEAP_ENOTSUP) { /* GC mode: no transactions */
+            if (pheap_get_mode(h_) == int(PHEAP_MODE_READONLY))
+                rc = PHEAP_EROMODE;
+            else {
+                p->~T();
+                rc = pheap_free_named(h_, name);
+            }
         }
         if (rc)
             detail::set_error(ec, rc);
@@ -663,6 +736,7 @@ public:
     T *root(const char *name, std::error_code &ec) noexcept
     {
         ec.clear();
+        std::lock_guard<std::recursive_mutex> g(detail::root_lock); /* two threads make one T */
         pheap_off off = pheap_root_get(h_, name);
         if (off)
             return static_cast<T *>(pheap_direct(h_, off));
@@ -895,9 +969,11 @@ public:
     using const_void_pointer = ptr<const void>;
     using size_type = std::size_t;
     using difference_type = std::ptrdiff_t;
-    using propagate_on_container_copy_assignment = std::true_type;
-    using propagate_on_container_move_assignment = std::true_type;
-    using propagate_on_container_swap = std::true_type;
+    /* A container keeps its heap: assigned from one of another heap, it
+     * copies or moves the elements into its own. */
+    using propagate_on_container_copy_assignment = std::false_type;
+    using propagate_on_container_move_assignment = std::false_type;
+    using propagate_on_container_swap = std::false_type;
     using is_always_equal = std::false_type;
     template <class U>
     struct rebind {
@@ -941,7 +1017,7 @@ public:
         if (!h || !p)
             return;
         pheap_off off = pheap_offset(h, p.get());
-        if (pheap_tx_depth(h) != 0)
+        if (pheap_tx_depth(h) != 0 && !detail::plain_frees)
             pheap_tx_free(h, off);
         else
             pheap_free(h, off);
@@ -970,6 +1046,31 @@ public:
 class transaction {
     ::pheap_handle *h_;
     bool open_ = false;
+    transaction *outer_ = nullptr; /* the open one made before it in this thread */
+
+    /* The open transaction objects of this thread, newest first: closing a
+     * heap (heap::close) rolls its transaction back, and its objects must
+     * then leave the freed handle alone. */
+    static inline thread_local transaction *newest_ = nullptr;
+    friend void detail::forget_transactions(::pheap_handle *h) noexcept;
+
+    void opened() noexcept
+    {
+        open_ = true;
+        outer_ = newest_;
+        newest_ = this;
+    }
+    void closed() noexcept
+    {
+        if (!open_)
+            return;
+        open_ = false;
+        for (transaction **t = &newest_; *t; t = &(*t)->outer_)
+            if (*t == this) {
+                *t = outer_;
+                break;
+            }
+    }
 
 public:
     explicit transaction(heap &h, std::error_code &ec) noexcept : h_(h.get())
@@ -978,7 +1079,8 @@ public:
         ec.clear();
         if (rc)
             detail::set_error(ec, rc);
-        open_ = rc == 0;
+        else
+            opened();
     }
 #if defined(__cpp_exceptions)
     explicit transaction(heap &h) : h_(h.get())
@@ -986,7 +1088,7 @@ public:
         int rc = pheap_tx_begin(h_);
         if (rc)
             detail::raise(make_error_code(rc), "pheap_tx_begin");
-        open_ = true;
+        opened();
     }
 #endif
     transaction(const transaction &) = delete;
@@ -995,6 +1097,7 @@ public:
     {
         if (open_)
             pheap_tx_abort(h_);
+        closed();
     }
 
     bool active() const noexcept { return open_; }
@@ -1004,7 +1107,7 @@ public:
     {
         ec.clear();
         int rc = open_ ? pheap_tx_commit(h_) : PHEAP_ENOTX;
-        open_ = false;
+        closed();
         if (rc)
             detail::set_error(ec, rc);
     }
@@ -1013,7 +1116,7 @@ public:
     {
         if (open_)
             pheap_tx_abort(h_);
-        open_ = false;
+        closed();
     }
 
     /* Snapshot (undo): obj's bytes come back on abort or after a crash;
@@ -1082,9 +1185,20 @@ public:
 #endif
 };
 
+inline void detail::forget_transactions(::pheap_handle *h) noexcept
+{
+    for (transaction *t = transaction::newest_; t;) {
+        transaction *outer = t->outer_;
+        if (t->h_ == h)
+            t->closed();
+        t = outer;
+    }
+}
+
 #if defined(__cpp_exceptions)
 /* Runs fn() -- or fn(tx), when it takes the transaction -- in a transaction
- * and commits; an exception from fn rolls the transaction back and goes on
+ * and commits it, unless fn did (tx.commit()) or rolled it back
+ * (tx.abort()); an exception from fn rolls the transaction back and goes on
  * to the caller. */
 template <class F>
 void run(heap &h, F &&fn)
@@ -1094,7 +1208,8 @@ void run(heap &h, F &&fn)
         std::forward<F>(fn)(tx);
     else
         std::forward<F>(fn)();
-    tx.commit();
+    if (tx.active())
+        tx.commit();
 }
 #endif
 

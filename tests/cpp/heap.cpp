@@ -11,7 +11,10 @@
 
 #include <boost/container/vector.hpp>
 
+#include <atomic>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -490,6 +493,171 @@ TEST(gc_recovery_with_trace_filters)
         CHECK_EQ(p->value, ++n);
     CHECK_EQ(n, 50);
     CHECK_EQ(live_blocks(h), 51u); /* the unreachable block was freed */
+}
+
+TEST(closing_the_heap_inside_a_transaction_scope)
+{
+    pheap::heap h = fresh("close-in-tx.heap");
+    point *p = h.make<point>(1L, 2L);
+    std::error_code ec;
+    {
+        pheap::transaction tx(h);
+        tx.add(*p);
+        p->x = 9;
+        pheap::transaction inner(h);
+        h.close(); /* rolls the transaction back and frees the handle */
+        CHECK(!tx.active());
+        CHECK(!inner.active());
+        tx.commit(ec);
+        CHECK_EQ(ec.value(), int(PHEAP_ENOTX));
+    } /* the destructors leave the freed handle alone (ASan checks) */
+    /* the same through a move into the heap */
+    pheap::heap a = fresh("close-in-tx-a.heap"), b = fresh("close-in-tx-b.heap");
+    {
+        pheap::transaction tx(a);
+        pheap::transaction other(b);
+        a = std::move(b);
+        CHECK(!tx.active());
+        CHECK(other.active()); /* b's transaction goes on, now through a */
+        other.commit();
+    }
+    CHECK_EQ(a.tx_depth(), 0);
+}
+
+TEST(destroy_checks_before_the_destructor)
+{
+    pheap::heap h = fresh("destroy-checks.heap");
+    fragile::destroyed = 0;
+    fragile *f = h.make_named<fragile>("f", false, 7L);
+    fragile *g = h.make<fragile>(false, 8L);
+    std::uint64_t before = live_blocks(h);
+    /* read-only mode: refused before ~T() runs */
+    CHECK_EQ(pheap_set_mode(h.get(), PHEAP_MODE_READONLY), 0);
+    CHECK_THROWS_CODE(h.destroy_named<fragile>("f"), PHEAP_EROMODE);
+    CHECK_THROWS_CODE(h.destroy(g), PHEAP_EROMODE);
+    CHECK_EQ(fragile::destroyed, 0);
+    CHECK_EQ(pheap_set_mode(h.get(), PHEAP_MODE_WRITABLE), 0);
+    CHECK(h.find<fragile>("f") == f);
+    /* not the start of a block, in a transaction and out of one */
+    point *two = h.make<point>(1L, 2L);
+    fragile *inside = reinterpret_cast<fragile *>(&two->y);
+    CHECK_THROWS_CODE(h.destroy(inside), PHEAP_EINTERIOR);
+    pheap::run(h, [&] { CHECK_THROWS_CODE(h.destroy(inside), PHEAP_EINTERIOR); });
+    CHECK_EQ(fragile::destroyed, 0);
+    h.destroy(two);
+    /* another thread's transaction holds the name: EBUSY, nothing run */
+    std::atomic<int> step{0};
+    std::thread other([&] {
+        pheap::transaction tx(h);
+        h.destroy_named<fragile>("f"); /* holds the name, runs ~fragile */
+        step = 1;
+        while (step != 2)
+            std::this_thread::yield();
+    }); /* rolled back when the thread's transaction object goes */
+    while (step != 1)
+        std::this_thread::yield();
+    int seen = fragile::destroyed;
+    CHECK_THROWS_CODE(h.destroy_named<fragile>("f"), PHEAP_EBUSY);
+    CHECK_EQ(fragile::destroyed, seen);
+    step = 2;
+    other.join();
+    CHECK(h.find<fragile>("f") == f);
+    CHECK_EQ(f->v, 7);
+    CHECK_EQ(live_blocks(h), before);
+    /* and then both go */
+    h.destroy_named<fragile>("f");
+    h.destroy(g);
+    CHECK(h.find<fragile>("f") == nullptr);
+    CHECK_EQ(live_blocks(h), before - 2);
+    pheap_check_report rep;
+    CHECK_EQ(pheap_check(h.get(), &rep), 0);
+}
+
+TEST(containers_keep_their_heap)
+{
+    using lvec = boost::container::vector<long, pheap::allocator<long>>;
+    pheap::heap a = fresh("keep-a.heap"), b = fresh("keep-b.heap");
+    lvec *va = a.make<lvec>(pheap::allocator<lvec>(a));
+    lvec *vb = b.make<lvec>(pheap::allocator<lvec>(b));
+    for (long i = 0; i < 100; i++)
+        vb->push_back(i);
+    *va = *vb; /* copies into a's heap */
+    CHECK(va->get_allocator() == pheap::allocator<long>(a));
+    CHECK(a.offset(va->data()) != 0);
+    CHECK_EQ(va->size(), 100u);
+    lvec *wa = a.make<lvec>(pheap::allocator<lvec>(a));
+    *wa = std::move(*vb); /* moves the elements into a's heap */
+    CHECK(wa->get_allocator() == pheap::allocator<long>(a));
+    CHECK(a.offset(wa->data()) != 0);
+    CHECK_EQ((*wa)[99], 99);
+    CHECK(vb->get_allocator() == pheap::allocator<long>(b));
+    a.destroy(va);
+    a.destroy(wa);
+    b.destroy(vb);
+}
+
+TEST(a_root_is_made_once)
+{
+    pheap::heap h = fresh("root-once.heap");
+    for (int round = 0; round < 200; round++) {
+        std::string name = "r" + std::to_string(round);
+        std::uint64_t before = live_blocks(h);
+        std::vector<long *> got(4, nullptr);
+        std::vector<std::thread> ts;
+        std::atomic<int> ready{0};
+        for (int i = 0; i < 4; i++)
+            ts.emplace_back([&, i] {
+                ready++;
+                while (ready < 4)
+                    std::this_thread::yield();
+                std::error_code ec;
+                got[size_t(i)] = h.root<long>(name.c_str(), ec);
+            });
+        for (std::thread &t : ts)
+            t.join();
+        for (long *p : got)
+            CHECK(p != nullptr && p == got[0]);
+        CHECK_EQ(live_blocks(h), before + 1);
+    }
+}
+
+TEST(run_after_commit_or_abort)
+{
+    pheap::heap h = fresh("run-ends.heap");
+    point *p = h.make<point>(1L, 2L);
+    pheap::run(h, [&](pheap::transaction &tx) {
+        tx.add(*p);
+        p->x = 5;
+        tx.commit();
+    });
+    CHECK_EQ(p->x, 5);
+    pheap::run(h, [&](pheap::transaction &tx) {
+        tx.add(*p);
+        p->x = 6;
+        tx.abort();
+    });
+    CHECK_EQ(p->x, 5);
+    CHECK_EQ(h.tx_depth(), 0);
+}
+
+TEST(the_table_of_open_heaps_is_full_at_64)
+{
+    std::vector<pheap::heap> open;
+    std::error_code ec;
+    int i = 0;
+    for (; i < 80 && !ec; i++) {
+        std::string p = check::path("many-" + std::to_string(i) + ".heap");
+        pheap::heap h = pheap::heap::create(p, 1 << 20, ec);
+        if (!ec)
+            open.push_back(std::move(h));
+        unlink(p.c_str()); /* the open handle keeps it; a refused one is closed */
+    }
+    CHECK_EQ(ec.value(), int(PHEAP_ENOSPC));
+    CHECK(open.size() >= 1 && open.size() <= 64);
+    open.pop_back(); /* one slot free again */
+    pheap::heap again = pheap::heap::create(check::path("many-again.heap"), 1 << 20, ec);
+    CHECK(!ec && again);
+    unlink(check::path("many-again.heap").c_str());
 }
 
 TEST_MAIN
