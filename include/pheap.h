@@ -756,7 +756,8 @@ pheap_off pheap_alloc_init(pheap *h, size_t size, unsigned flags, pheap_init_fn 
  * block), PHEAP_EDOUBLEFREE (already free), PHEAP_ENOTALLOC (never
  * allocated), PHEAP_ERDONLY, PHEAP_EINVAL (a block pheap owns: a segment
  * of the name directory, which a stale offset of a block freed before may
- * name).  Freeing 0 is a no-op returning 0.  A block of
+ * name).  Freeing 0 is a no-op: it returns 0, or the error a free would
+ * give for the handle or the heap alone (PHEAP_ERDONLY, PHEAP_EROMODE).  A block of
  * more than PHEAP_SMALL_MAX bytes freed twice across a reopen of the heap
  * reports PHEAP_ENOTALLOC (its past is not kept on media); small blocks
  * report PHEAP_EDOUBLEFREE, but for a block whose slab changed size class

@@ -351,9 +351,13 @@ inline thread_local bool plain_frees = false;
  * let go of it (defined after class transaction). */
 void forget_transactions(::pheap_handle *h) noexcept;
 
-/* One lock for heap::root's check-then-set within this program (recursive:
- * the constructor of a root may ask for another root). */
-inline std::recursive_mutex root_lock;
+/* heap::root's check-then-set within this program (held for two calls,
+ * never while a constructor runs). */
+inline std::mutex root_lock;
+
+/* heap::open found the table of open heaps full (the message of its
+ * error: pheap_errmsg() says nothing of it). */
+inline thread_local bool table_full = false;
 
 /* The open heap whose data region holds `p`, or null. */
 inline ::pheap_handle *heap_of(const void *p) noexcept
@@ -523,7 +527,8 @@ public:
         int rc = pheap_open(path.c_str(), opts, &h);
         ec.clear();
         heap out;
-        if (!rc && !out.adopt(h))
+        detail::table_full = !rc && !out.adopt(h);
+        if (detail::table_full)
             rc = PHEAP_ENOSPC; /* 64 heaps open through pheap::heap */
         if (rc)
             detail::set_error(ec, rc);
@@ -556,6 +561,9 @@ public:
     {
         std::error_code ec;
         heap h = open(path, opts, ec);
+        if (ec && detail::table_full)
+            throw error(ec.value(), "pheap::heap::open: " + path +
+                                        ": 64 heaps are open through pheap::heap already");
         detail::check(ec, "pheap_open");
         return h;
     }
@@ -568,10 +576,10 @@ public:
     static heap open(const std::string &path, int flags) { return open(path, unsigned(flags)); }
     static heap create(const std::string &path, std::uint64_t size = 0, unsigned flags = 0)
     {
-        std::error_code ec;
-        heap h = create(path, size, ec, flags);
-        detail::check(ec, "pheap_open");
-        return h;
+        pheap_options o{};
+        o.size = size;
+        o.flags = PHEAP_CREATE | flags;
+        return open(path, &o);
     }
 #endif
 
@@ -629,8 +637,8 @@ public:
     /* Runs ~T() and frees the block of `p` (null: nothing).  Inside a
      * transaction the object's bytes are snapshotted first and the free
      * takes effect at the commit.  ~T() runs only once the free is sure: a
-     * p that is not the start of a live block, or a heap in read-only mode,
-     * is refused with nothing run. */
+     * p that is not the start of a live block, a read-only handle or a heap
+     * in read-only mode is refused with nothing run. */
     template <class T>
     void destroy(T *p, std::error_code &ec) noexcept
     {
@@ -645,13 +653,9 @@ public:
             /* the block stays readable until the commit: ~T() after */
             if ((rc = pheap_tx_add(h_, p, sizeof(T))) == 0 && (rc = pheap_tx_free(h_, off)) == 0)
                 p->~T();
-        } else if (!rc) {
-            if (pheap_get_mode(h_) == int(PHEAP_MODE_READONLY))
-                rc = PHEAP_EROMODE;
-            else {
-                p->~T();
-                rc = pheap_free(h_, off);
-            }
+        } else if (!rc && (rc = pheap_free(h_, 0)) == 0) { /* a read-only handle or mode */
+            p->~T();
+            rc = pheap_free(h_, off);
         }
         if (rc)
             detail::set_error(ec, rc);
@@ -697,7 +701,8 @@ public:
      * before ~T() runs (an abort gives it back, with its name), and the
      * name and the block go at the commit.  Outside one, in LOG mode, a
      * transaction of its own holds the name while ~T() runs; the blocks
-     * ~T() frees go at once, as outside transactions. */
+     * ~T() frees go at once, as outside transactions.  A name whose block
+     * was freed already (PHEAP_ENOTLIVE) is removed without ~T(). */
     template <class T>
     void destroy_named(const char *name, std::error_code &ec) noexcept
     {
@@ -711,16 +716,20 @@ public:
         } else if ((rc = pheap_tx_begin(h_)) == 0) {
             if ((rc = pheap_free_named(h_, name)) != 0) {
                 pheap_tx_abort(h_);
+                if (rc == PHEAP_ENOTLIVE) /* a dangling name: it alone goes */
+                    pheap_free_named(h_, name);
             } else {
-                detail::plain_frees = true;
+                bool outer = std::exchange(detail::plain_frees, true);
                 p->~T();
-                detail::plain_frees = false;
-                rc = pheap_tx_commit(h_);
+                detail::plain_frees = outer;
+                /* ~T() rolled the transaction back (a pheap::run of its own
+                 * that threw): the object is destroyed all the same, so it
+                 * goes now, with its name. */
+                if ((rc = pheap_tx_commit(h_)) == PHEAP_EABORTED)
+                    rc = pheap_free_named(h_, name);
             }
         } else if (rc == PHEAP_ENOTSUP) { /* GC mode: no transactions */
-            if (pheap_get_mode(h_) == int(PHEAP_MODE_READONLY))
-                rc = PHEAP_EROMODE;
-            else {
+            if ((rc = pheap_free(h_, 0)) == 0) { /* a read-only handle or mode */
                 p->~T();
                 rc = pheap_free_named(h_, name);
             }
@@ -731,12 +740,13 @@ public:
 
     /* The object root `name` names; when the root is unset, a T() is made and
      * the root set to it.  A crash between the two leaves the new block
-     * allocated and unnamed (make_named has no such window). */
+     * allocated and unnamed (make_named has no such window).  Threads of
+     * this program that find the root unset at once may each make a T:
+     * one is rooted and returned to all, the others are destroyed. */
     template <class T>
     T *root(const char *name, std::error_code &ec) noexcept
     {
         ec.clear();
-        std::lock_guard<std::recursive_mutex> g(detail::root_lock); /* two threads make one T */
         pheap_off off = pheap_root_get(h_, name);
         if (off)
             return static_cast<T *>(pheap_direct(h_, off));
@@ -747,12 +757,20 @@ public:
         T *p = make<T>(ec);
         if (!p)
             return nullptr;
-        int rc = pheap_root_set(h_, name, pheap_offset(h_, p));
-        if (rc) {
+        int rc;
+        {
+            std::lock_guard<std::mutex> g(detail::root_lock); /* check, then set */
+            off = pheap_root_get(h_, name);
+            rc = off ? 0 : pheap_root_set(h_, name, pheap_offset(h_, p));
+        }
+        if (off || rc) { /* another thread's T was rooted first, or no root */
             std::error_code ignored;
             destroy(p, ignored);
-            detail::set_error(ec, rc);
-            return nullptr;
+            if (rc) {
+                detail::set_error(ec, rc);
+                return nullptr;
+            }
+            return static_cast<T *>(pheap_direct(h_, off));
         }
         return p;
     }

@@ -171,6 +171,7 @@ static void every_write_refused(pheap *h)
     ROMODE(pheap_alloc_init(h, 64, PHEAP_ALLOC_ZERO, init_fn, NULL));
     ROMODE(pheap_free(h, before.small));
     ROMODE(pheap_free(h, before.named));
+    ROMODE(pheap_free(h, 0)); /* what a free would say, with no block */
     ROMODE(pheap_alloc_to(h, 64, &slots[1]));
     ROMODE(pheap_alloc_to_init(h, 64, &slots[2], PHEAP_ALLOC_ZERO, init_fn, NULL));
     ROMODE(pheap_free_from(h, &slots[0]));
@@ -387,6 +388,7 @@ TEST(mode_is_durable_and_seen_by_every_handle)
     CHECK_EQ(pheap_get_mode(h), PHEAP_MODE_READONLY);
     /* A read-only handle: PHEAP_ERDONLY comes first, for writes and for the mode. */
     CHECK(pheap_alloc(h, 8) == 0 && pheap_errno() == PHEAP_ERDONLY);
+    CHECK_EQ(pheap_free(h, 0), PHEAP_ERDONLY);
     CHECK_EQ(pheap_set_mode(h, PHEAP_MODE_WRITABLE), PHEAP_ERDONLY);
     pheap_close(h);
     REQUIRE_OK(pheap_open(path, &snap_o, &h));

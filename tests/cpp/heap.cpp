@@ -660,4 +660,78 @@ TEST(the_table_of_open_heaps_is_full_at_64)
     unlink(check::path("many-again.heap").c_str());
 }
 
+/* A destructor that runs a transaction of its own which rolls back. */
+struct rolls_back {
+    pheap::heap *h;
+    long v = 3;
+    explicit rolls_back(pheap::heap *heap) : h(heap) {}
+    ~rolls_back()
+    {
+        fragile::destroyed++;
+        try {
+            pheap::run(*h, [&] { throw boom(); });
+        } catch (const boom &) {
+        }
+    }
+};
+
+TEST(destroy_named_edge_cases)
+{
+    std::string path = check::path("destroy-edges.heap");
+    {
+        pheap::heap h = pheap::heap::create(path, 4 << 20);
+        h.make_named<point>("warm", 0L, 0L); /* the directory's first segment */
+        std::uint64_t before = live_blocks(h);
+        /* ~T() rolls back a transaction of its own: the object goes anyway */
+        fragile::destroyed = 0;
+        h.make_named<rolls_back>("r", &h);
+        h.destroy_named<rolls_back>("r");
+        CHECK_EQ(fragile::destroyed, 1);
+        CHECK(h.find<rolls_back>("r") == nullptr);
+        CHECK_EQ(live_blocks(h), before);
+        /* a name whose block was freed: removed, no destructor */
+        fragile *f = h.make_named<fragile>("dangling", false, 1L);
+        CHECK_EQ(pheap_free(h.get(), h.offset(f)), 0);
+        fragile::destroyed = 0;
+        CHECK_THROWS_CODE(h.destroy_named<fragile>("dangling"), PHEAP_ENOTLIVE);
+        CHECK_EQ(fragile::destroyed, 0);
+        CHECK(h.find<fragile>("dangling") == nullptr);
+        h.make_named<fragile>("kept", false, 2L);
+        h.make<fragile>(false, 3L);
+    }
+    /* a read-only handle: nothing runs */
+    pheap_options o{};
+    o.flags = PHEAP_RDONLY;
+    pheap::heap ro = pheap::heap::open(path, &o);
+    fragile::destroyed = 0;
+    CHECK_THROWS_CODE(ro.destroy_named<fragile>("kept"), PHEAP_ERDONLY);
+    CHECK_THROWS_CODE(ro.destroy(ro.find<fragile>("kept")), PHEAP_ERDONLY);
+    CHECK_EQ(fragile::destroyed, 0);
+    CHECK_EQ(ro.find<fragile>("kept")->v, 2);
+}
+
+/* A root whose constructor waits for a thread that asks for a root. */
+struct waits_for_a_root {
+    long v = 0;
+    waits_for_a_root()
+    {
+        std::thread t([] {
+            std::error_code ec;
+            waiting_heap->root<long>("other", ec);
+        });
+        t.join();
+        v = 1;
+    }
+    static inline pheap::heap *waiting_heap = nullptr;
+};
+
+TEST(a_root_constructor_may_ask_for_roots)
+{
+    pheap::heap h = fresh("root-nested.heap");
+    waits_for_a_root::waiting_heap = &h;
+    CHECK_EQ(h.root<waits_for_a_root>("outer").v, 1);
+    CHECK(h.find<long>("other") == nullptr); /* a root, not a name */
+    CHECK_EQ(pheap_root_get(h.get(), "other") != 0, true);
+}
+
 TEST_MAIN
