@@ -342,11 +342,6 @@ inline void unregister_heap(::pheap_handle *h) noexcept
             s.h.store(nullptr, std::memory_order_release);
 }
 
-/* Set while a destroy runs ~T() inside the transaction that only holds a
- * name for it (heap::destroy_named): the allocator then frees at once, as
- * it does outside transactions. */
-inline thread_local bool plain_frees = false;
-
 /* heap::close: the pheap::transaction objects of this thread on handle h
  * let go of it (defined after class transaction). */
 void forget_transactions(::pheap_handle *h) noexcept;
@@ -693,46 +688,31 @@ public:
         return make_named_impl<T>(name, ec, thrown, std::forward<A>(args)...);
     }
 
-    /* Frees the object named `name` and removes the name in one
-     * failure-atomic step, running ~T() on it first.  The name is taken
-     * before ~T() runs: when it cannot go (another thread's transaction
-     * holds it, read-only mode, a read-only handle) nothing runs and
-     * nothing changes.  Inside a transaction the object is snapshotted
-     * before ~T() runs (an abort gives it back, with its name), and the
-     * name and the block go at the commit.  Outside one, in LOG mode, a
-     * transaction of its own holds the name while ~T() runs; the blocks
-     * ~T() frees go at once, as outside transactions.  A name whose block
-     * was freed already (PHEAP_ENOTLIVE) is removed without ~T(). */
+    /* Runs ~T() on the object named `name`, then frees it and removes the
+     * name in one failure-atomic step.  Whether that step can be done is
+     * asked first: when it cannot (another thread's transaction holds the
+     * name, read-only mode, a read-only handle) nothing runs and nothing
+     * changes.  Inside a transaction the object is snapshotted and the name
+     * taken before ~T() runs (an abort gives both back), and the name and
+     * the block go at the commit.  Outside one a name whose block was freed
+     * already (PHEAP_ENOTLIVE) is removed without ~T() (LOG mode: in GC mode
+     * a freed block looks live until a thread cache gives it back, and may
+     * hold another object by then, which nothing can tell). */
     template <class T>
     void destroy_named(const char *name, std::error_code &ec) noexcept
     {
         T *p = find<T>(name, ec);
         if (!p)
             return;
-        int rc = 0;
+        int rc;
         if (in_tx()) {
             if ((rc = pheap_tx_add(h_, p, sizeof(T))) == 0 && (rc = pheap_free_named(h_, name)) == 0)
                 p->~T();
-        } else if ((rc = pheap_tx_begin(h_)) == 0) {
-            if ((rc = pheap_free_named(h_, name)) != 0) {
-                pheap_tx_abort(h_);
-                if (rc == PHEAP_ENOTLIVE) /* a dangling name: it alone goes */
-                    pheap_free_named(h_, name);
-            } else {
-                bool outer = std::exchange(detail::plain_frees, true);
-                p->~T();
-                detail::plain_frees = outer;
-                /* ~T() rolled the transaction back (a pheap::run of its own
-                 * that threw): the object is destroyed all the same, so it
-                 * goes now, with its name. */
-                if ((rc = pheap_tx_commit(h_)) == PHEAP_EABORTED)
-                    rc = pheap_free_named(h_, name);
-            }
-        } else if (rc == PHEAP_ENOTSUP) { /* GC mode: no transactions */
-            if ((rc = pheap_free(h_, 0)) == 0) { /* a read-only handle or mode */
-                p->~T();
-                rc = pheap_free_named(h_, name);
-            }
+        } else if ((rc = can_free_named(name, pheap_offset(h_, p))) == 0) {
+            p->~T();
+            rc = pheap_free_named(h_, name);
+        } else if (rc == PHEAP_ENOTLIVE) {
+            pheap_free_named(h_, name); /* the dangling name alone */
         }
         if (rc)
             detail::set_error(ec, rc);
@@ -904,6 +884,24 @@ public:
 private:
     bool in_tx() const noexcept { return pheap_tx_depth(h_) != 0; }
 
+    /* Whether pheap_free_named(name) of the block at `off` would go through
+     * now, changing nothing: 0 or the error it would give.  LOG mode asks
+     * the call itself inside a transaction it rolls back. */
+    int can_free_named(const char *name, pheap_off off) noexcept
+    {
+        int rc = pheap_tx_begin(h_);
+        if (rc == 0) {
+            rc = pheap_free_named(h_, name);
+            pheap_tx_abort(h_);
+            return rc;
+        }
+        if (rc != PHEAP_ENOTSUP)
+            return rc;
+        if ((rc = pheap_free(h_, 0)) != 0) /* GC mode: a read-only handle or mode */
+            return rc;
+        return pheap_usable_size(h_, off) ? 0 : PHEAP_ENOTLIVE;
+    }
+
     template <class T, class... A>
     T *make_impl(std::error_code &ec, std::exception_ptr &thrown, A &&...args) noexcept
     {
@@ -1035,7 +1033,7 @@ public:
         if (!h || !p)
             return;
         pheap_off off = pheap_offset(h, p.get());
-        if (pheap_tx_depth(h) != 0 && !detail::plain_frees)
+        if (pheap_tx_depth(h) != 0)
             pheap_tx_free(h, off);
         else
             pheap_free(h, off);

@@ -710,6 +710,40 @@ TEST(destroy_named_edge_cases)
     CHECK_EQ(ro.find<fragile>("kept")->v, 2);
 }
 
+/* A destructor that destroys another named object, whose destructor
+ * rolls back a transaction of its own. */
+struct destroys_aux {
+    pheap::heap *h;
+    explicit destroys_aux(pheap::heap *heap) : h(heap) {}
+    ~destroys_aux() { h->destroy_named<rolls_back>("aux"); }
+};
+
+TEST(destroy_named_nested)
+{
+    {
+        pheap::heap h = fresh("destroy-nested.heap");
+        h.make_named<point>("warm", 0L, 0L);
+        std::uint64_t before = live_blocks(h);
+        h.make_named<rolls_back>("aux", &h);
+        h.make_named<destroys_aux>("x", &h);
+        fragile::destroyed = 0;
+        h.destroy_named<destroys_aux>("x");
+        CHECK_EQ(fragile::destroyed, 1); /* ~rolls_back, once */
+        CHECK(h.find<rolls_back>("aux") == nullptr);
+        CHECK(h.find<destroys_aux>("x") == nullptr);
+        CHECK_EQ(live_blocks(h), before);
+        /* inside a transaction a dangling name is refused and stays */
+        fragile *f = h.make_named<fragile>("dangling", false, 1L);
+        CHECK_EQ(pheap_free(h.get(), h.offset(f)), 0);
+        fragile::destroyed = 0;
+        pheap::run(h, [&] {
+            CHECK_THROWS_CODE(h.destroy_named<fragile>("dangling"), PHEAP_ENOTLIVE);
+        });
+        CHECK_EQ(fragile::destroyed, 0);
+        CHECK(h.find<fragile>("dangling") != nullptr);
+    }
+}
+
 /* A root whose constructor waits for a thread that asks for a root. */
 struct waits_for_a_root {
     long v = 0;
