@@ -695,9 +695,12 @@ public:
      * changes.  Inside a transaction the object is snapshotted and the name
      * taken before ~T() runs (an abort gives both back), and the name and
      * the block go at the commit.  Outside one a name whose block was freed
-     * already (PHEAP_ENOTLIVE) is removed without ~T() (LOG mode: in GC mode
-     * a freed block looks live until a thread cache gives it back, and may
-     * hold another object by then, which nothing can tell). */
+     * already (PHEAP_ENOTLIVE) is removed without ~T() -- in LOG mode, and
+     * only until the block is handed out again: then the name names another
+     * object, which nothing can tell (in GC mode a freed block looks live
+     * from the start, until a thread cache gives it back).  The question is
+     * a transaction rolled back (pheap_stats counts it in tx_aborts; no
+     * fence).  ~T() must close the transactions it opens. */
     template <class T>
     void destroy_named(const char *name, std::error_code &ec) noexcept
     {
