@@ -4,6 +4,7 @@
  */
 #include "persist/ckpt.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -390,9 +391,23 @@ static int open_journal(ph_ckpt *k)
 {
     if (k->jfd >= 0)
         return 0;
-    k->jfd = open(k->jpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int created = 0;
+    k->jfd = open(k->jpath, O_RDWR | O_CLOEXEC);
+    if (k->jfd < 0 && errno == ENOENT) {
+        k->jfd = open(k->jpath, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        created = k->jfd >= 0;
+        if (k->jfd < 0 && errno == EEXIST)
+            k->jfd = open(k->jpath, O_RDWR | O_CLOEXEC);
+    }
     if (k->jfd < 0)
         return ph_err(PHEAP_EIO, "%s: cannot open the checkpoint journal", k->jpath);
+    /* A journal just made: its name durable before a commit in it counts
+     * (a file system may keep a new entry apart from the file's own sync). */
+    if (created && ph_os_sync_dir(k->jpath) != 0) {
+        close(k->jfd);
+        k->jfd = -1;
+        return pheap_errno();
+    }
     ph_ckpt_header h;
     if (read_header(k->jfd, k->uuid, &h))
         k->gen = h.gen;
