@@ -27,7 +27,6 @@
 #include <pheap.h>
 #undef pheap
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -296,50 +295,11 @@ static_assert(sizeof(ptr<int>) == 8, "ptr<T> is one 8-byte word");
 
 namespace detail {
 
-/* Each open pheap::heap's data region: [lo, hi) and the handle.  Slots are
- * written under the mutex and read without it. */
-struct heap_slot {
-    std::atomic<std::uintptr_t> lo{0}, hi{0};
-    std::atomic<::pheap_handle *> h{nullptr};
-};
-constexpr unsigned heap_slots = 64;
-inline heap_slot registry[heap_slots];
-inline std::mutex registry_lock;
-
-/* First byte of h's data region, and the bytes it may grow to. */
-inline void *data_start(::pheap_handle *h, std::uint64_t *extent) noexcept
+/* First byte of h's data region. */
+inline void *data_start(::pheap_handle *h) noexcept
 {
     struct pheap_stats st;
-    if (pheap_stats(h, &st) != 0)
-        return nullptr;
-    if (extent)
-        *extent = (st.max_size > st.size ? st.max_size : st.size) - st.data_offset;
-    return pheap_direct(h, st.data_offset);
-}
-
-inline bool register_heap(::pheap_handle *h) noexcept
-{
-    std::uint64_t extent = 0;
-    void *lo = data_start(h, &extent);
-    if (!lo)
-        return false;
-    std::lock_guard<std::mutex> g(registry_lock);
-    for (heap_slot &s : registry)
-        if (!s.h.load(std::memory_order_relaxed)) {
-            s.lo.store(reinterpret_cast<std::uintptr_t>(lo), std::memory_order_relaxed);
-            s.hi.store(reinterpret_cast<std::uintptr_t>(lo) + extent, std::memory_order_relaxed);
-            s.h.store(h, std::memory_order_release);
-            return true;
-        }
-    return false;
-}
-
-inline void unregister_heap(::pheap_handle *h) noexcept
-{
-    std::lock_guard<std::mutex> g(registry_lock);
-    for (heap_slot &s : registry)
-        if (s.h.load(std::memory_order_relaxed) == h)
-            s.h.store(nullptr, std::memory_order_release);
+    return pheap_stats(h, &st) == 0 ? pheap_direct(h, st.data_offset) : nullptr;
 }
 
 /* heap::close: the pheap::transaction objects of this thread on handle h
@@ -350,21 +310,9 @@ void forget_transactions(::pheap_handle *h) noexcept;
  * never while a constructor runs). */
 inline std::mutex root_lock;
 
-/* heap::open found the table of open heaps full (the message of its
- * error: pheap_errmsg() says nothing of it). */
-inline thread_local bool table_full = false;
-
-/* The open heap whose data region holds `p`, or null. */
-inline ::pheap_handle *heap_of(const void *p) noexcept
-{
-    std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
-    for (heap_slot &s : registry) {
-        ::pheap_handle *h = s.h.load(std::memory_order_acquire);
-        if (h && a >= s.lo.load(std::memory_order_relaxed) && a < s.hi.load(std::memory_order_relaxed))
-            return h;
-    }
-    return nullptr;
-}
+/* The open heap whose data region holds `p`, or null (pheap_of: one table
+ * per process, in the library, for every module). */
+inline ::pheap_handle *heap_of(const void *p) noexcept { return pheap_of(p); }
 
 /* Runs T's constructor inside pheap's allocation (pheap_init_fn): an
  * exception is caught here, kept, and cancels the allocation. */
@@ -478,24 +426,10 @@ void tracer::visit(U *p) const noexcept
 class heap {
     ::pheap_handle *h_ = nullptr;
 
-    /* Takes h; false (h closed, the object empty) when the table of open
-     * heaps the allocator searches is full. */
-    bool adopt(::pheap_handle *h) noexcept
-    {
-        h_ = h;
-        if (h_ && !detail::register_heap(h_)) {
-            pheap_close(std::exchange(h_, nullptr));
-            return false;
-        }
-        return true;
-    }
-
 public:
     heap() noexcept = default;
-    /* Takes over a handle opened with pheap_open (closed by this object).
-     * With 64 heaps open through pheap::heap already, the handle is closed
-     * and the object is empty. */
-    explicit heap(::pheap_handle *h) noexcept { adopt(h); }
+    /* Takes over a handle opened with pheap_open (closed by this object). */
+    explicit heap(::pheap_handle *h) noexcept : h_(h) {}
     heap(const heap &) = delete;
     heap &operator=(const heap &) = delete;
     heap(heap &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
@@ -521,13 +455,9 @@ public:
         ::pheap_handle *h = nullptr;
         int rc = pheap_open(path.c_str(), opts, &h);
         ec.clear();
-        heap out;
-        detail::table_full = !rc && !out.adopt(h);
-        if (detail::table_full)
-            rc = PHEAP_ENOSPC; /* 64 heaps open through pheap::heap */
         if (rc)
             detail::set_error(ec, rc);
-        return out;
+        return heap(rc ? nullptr : h);
     }
     /* Opens an existing heap read-write (flags: PHEAP_RDONLY ...). */
     static heap open(const std::string &path, unsigned flags, std::error_code &ec) noexcept
@@ -556,9 +486,6 @@ public:
     {
         std::error_code ec;
         heap h = open(path, opts, ec);
-        if (ec && detail::table_full)
-            throw error(ec.value(), "pheap::heap::open: " + path +
-                                        ": 64 heaps are open through pheap::heap already");
         detail::check(ec, "pheap_open");
         return h;
     }
@@ -585,7 +512,6 @@ public:
         ec.clear();
         if (!h_)
             return;
-        detail::unregister_heap(h_);
         detail::forget_transactions(h_);
         int rc = pheap_close(std::exchange(h_, nullptr));
         if (rc)
@@ -1000,7 +926,7 @@ public:
     };
 
     explicit allocator(const heap &h) noexcept
-        : anchor_(static_cast<char *>(detail::data_start(h.get(), nullptr))) {}
+        : anchor_(static_cast<char *>(detail::data_start(h.get()))) {}
     allocator(const allocator &o) noexcept : anchor_(o.anchor_) {}
     template <class U>
     allocator(const allocator<U> &o) noexcept : anchor_(o.anchor_) {}

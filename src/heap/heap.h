@@ -60,6 +60,7 @@ struct pheap {
     unsigned flags;               /* PHEAP_* open flags */
     unsigned snapshot;            /* PHEAP_SNAPSHOT: a private view (sp.snapshot) */
     unsigned held_elsewhere;      /* snapshot of a heap held read-write elsewhere */
+    unsigned in_addresses;        /* in the table pheap_of searches */
     unsigned was_unclean;         /* found PH_STATE_OPEN at open (not held elsewhere) */
     unsigned flush_source;        /* enum pheap_flush_source of `flush` below */
     unsigned flush;               /* enum pheap_flush_kind a read-write open uses
@@ -162,6 +163,11 @@ int ph_heap_forked(const char *call);
 /* Registers a newly opened heap (assigns h->id and h->fork_gen); unregisters and frees
  * every thread record at close, returning cached blocks to their slabs
  * when `keep_caches` (see fold in thread.c). */
+/* The table of open heaps by address (addresses.c, pheap_of): a heap
+ * joins it once mapped and leaves it before it is unmapped.  ENOMEM. */
+int ph_addresses_add(pheap *h);
+void ph_addresses_remove(pheap *h);
+
 void ph_thread_register_heap(pheap *h);
 void ph_thread_unregister_heap(pheap *h, int keep_caches);
 

@@ -280,6 +280,8 @@ static int map_heap(pheap *h, const pheap_options *opts, const ph_config *cfg)
  * thread caches are dropped with the rest of the volatile state. */
 static void release(pheap *h, int failed_open)
 {
+    if (h->in_addresses)
+        ph_addresses_remove(h);
     if (h->id)
         ph_thread_unregister_heap(h, 0);
     if (!h->sp.inherited)
@@ -459,6 +461,8 @@ ph_export int pheap_open(const char *path, const pheap_options *opts, pheap **ou
         ph_thread_register_heap(h);
         rc = shared ? ph_share_open(h) : ph_heap_start_session(h);
     }
+    if (!rc && (rc = ph_addresses_add(h)) == 0)
+        h->in_addresses = 1;
     if (!rc && cfg.no_morph)
         h->engine->morph = 0;
     /* Last: a refused open writes nothing, the table included; a lease

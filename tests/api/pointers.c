@@ -3,6 +3,8 @@
  * old address range is occupied before reopening, so the heap must land at
  * another address and still find its linked data through offsets.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -58,3 +60,73 @@ TEST(reopen_at_another_address)
     pheap_close(h);
     munmap(blocker, st.size);
 }
+/* pheap_of: which open heap holds an address, with heaps opening and
+ * closing in other threads meanwhile. */
+typedef struct churn_arg {
+    int stop;
+    unsigned rounds;
+} churn_arg;
+
+static void *churn(void *arg)
+{
+    churn_arg *c = arg;
+    char name[64];
+    while (!__atomic_load_n(&c->stop, __ATOMIC_RELAXED)) {
+        snprintf(name, sizeof(name), "of-churn-%u.heap", c->rounds % 4);
+        pheap *h = ph_test_create(ph_test_path(name), 1u << 20);
+        if (!h)
+            break;
+        pheap_off off = pheap_alloc(h, 64);
+        if (pheap_of(pheap_direct(h, off)) != h)
+            __atomic_store_n(&c->stop, 2, __ATOMIC_RELAXED); /* wrong: tell the test */
+        pheap_close(h);
+        __atomic_store_n(&c->rounds, c->rounds + 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+TEST(the_heap_of_an_address)
+{
+    enum { N = 40 };
+    pheap *hs[N];
+    pheap_off offs[N];
+    char name[64];
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(name, sizeof(name), "of-%u.heap", i);
+        hs[i] = ph_test_create(ph_test_path(name), 1u << 20);
+        REQUIRE(hs[i]);
+        offs[i] = pheap_alloc(hs[i], 100);
+        REQUIRE(offs[i]);
+    }
+    CHECK(pheap_of(NULL) == NULL);
+    int local;
+    CHECK(pheap_of(&local) == NULL);
+    struct pheap_stats st;
+    REQUIRE_OK(pheap_stats(hs[3], &st));
+    char *data = pheap_direct(hs[3], st.data_offset);
+    CHECK(pheap_of(data) == hs[3]);
+    CHECK(pheap_of(data - 1) == NULL); /* metadata: not the data region */
+    churn_arg c = {0, 0};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, churn, &c) == 0);
+    /* lookups all along, until the other thread opened and closed 20 heaps */
+    for (unsigned round = 0; __atomic_load_n(&c.rounds, __ATOMIC_RELAXED) < 20 &&
+                             !__atomic_load_n(&c.stop, __ATOMIC_RELAXED) && round < 10000000;
+         round++) {
+        unsigned i = round % N;
+        char *p = pheap_direct(hs[i], offs[i]);
+        CHECK(pheap_of(p) == hs[i]);
+        CHECK(pheap_of(p + 99) == hs[i]);
+    }
+    __atomic_store_n(&c.stop, c.stop ? c.stop : 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    CHECK(c.stop != 2);
+    CHECK(c.rounds >= 20);
+    char *gone = pheap_direct(hs[5], offs[5]);
+    pheap_close(hs[5]);
+    CHECK(pheap_of(gone) == NULL);
+    for (unsigned i = 0; i < N; i++)
+        if (i != 5)
+            pheap_close(hs[i]);
+}
+
