@@ -598,9 +598,10 @@ pheap_off pheap_offset(const pheap *h, const void *addr);
 /* The open heap of this process whose data region holds `addr` (the
  * program's view, up to the size the heap may grow to), or NULL -- for
  * code that holds an address and not the handle (pheap.hpp's allocator).
- * Takes no lock.  A handle is found from the end of pheap_open to the
- * start of pheap_close; a fork child finds its parent's handles, which
- * refuse its calls (PHEAP_EFORKED).  Records no error. */
+ * Takes no lock.  A handle is found from late in pheap_open until
+ * pheap_close releases it (after the heap is written back); a fork child
+ * finds its parent's handles, which refuse its calls (PHEAP_EFORKED), until
+ * it closes them.  Records no error. */
 pheap *pheap_of(const void *addr);
 
 /* ===================================================================== */

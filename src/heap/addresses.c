@@ -29,6 +29,7 @@ typedef struct span_table {
 } span_table;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static span_table *table;    /* the current one (acquire/release) */
 static size_t used;          /* slots ever used, <= table->cap (acquire/release) */
 
@@ -61,8 +62,27 @@ static int grow(void)
     return 0;
 }
 
+/* fork() while another thread writes the table: the child's copy of the
+ * lock would stay held (and a slot half written) in it.  The lock is taken
+ * across fork, so the child's table is whole and its lock free. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+static void atfork_init(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 int ph_addresses_add(pheap *h)
 {
+    pthread_once(&atfork_once, atfork_init);
     uintptr_t lo = (uintptr_t)h->sp.view + h->sp.data_off;
     uintptr_t hi = (uintptr_t)h->sp.view + h->sp.reserve;
     int rc = 0;

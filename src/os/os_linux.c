@@ -551,7 +551,16 @@ int ph_os_map_file(int fd, void *addr, size_t len, uint64_t off, int kind, int t
         *is_sync = 0;
     if (kind != PH_MAP_PRIVATE && try_sync) {
         int prot = kind == PH_MAP_READONLY ? PROT_READ : PROT_READ | PROT_WRITE;
-        p = mmap(addr, len, prot, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, (off_t)off);
+        /* MAP_SYNC is asked of one page mapped anywhere first: a MAP_FIXED
+         * mmap that the file refuses (EOPNOTSUPP, not on DAX) has unmapped
+         * the range already, and another thread's mmap could take it before
+         * the plain mapping below goes there -- two heaps in one range. */
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        void *probe = mmap(NULL, page, prot, MAP_SHARED_VALIDATE | MAP_SYNC, fd, (off_t)off);
+        if (probe != MAP_FAILED) {
+            munmap(probe, page);
+            p = mmap(addr, len, prot, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd, (off_t)off);
+        }
         if (p != MAP_FAILED && is_sync)
             *is_sync = 1;
     }
