@@ -310,10 +310,6 @@ void forget_transactions(::pheap_handle *h) noexcept;
  * never while a constructor runs). */
 inline std::mutex root_lock;
 
-/* The open heap whose data region holds `p`, or null (pheap_of: one table
- * per process, in the library, for every module). */
-inline ::pheap_handle *heap_of(const void *p) noexcept { return pheap_of(p); }
-
 /* Runs T's constructor inside pheap's allocation (pheap_init_fn): an
  * exception is caught here, kept, and cancels the allocation. */
 template <class T, class Tuple>
@@ -568,13 +564,11 @@ public:
             return;
         pheap_off off = pheap_offset(h_, p);
         int rc = off ? 0 : PHEAP_ERANGE;
-        if (!rc && pheap_usable_size(h_, off) == 0)
-            rc = pheap_errno();
         if (!rc && in_tx()) {
             /* the block stays readable until the commit: ~T() after */
             if ((rc = pheap_tx_add(h_, p, sizeof(T))) == 0 && (rc = pheap_tx_free(h_, off)) == 0)
                 p->~T();
-        } else if (!rc && (rc = pheap_free(h_, 0)) == 0) { /* a read-only handle or mode */
+        } else if (!rc && (rc = can_free(off)) == 0) {
             p->~T();
             rc = pheap_free(h_, off);
         }
@@ -824,11 +818,17 @@ private:
             pheap_tx_abort(h_);
             return rc;
         }
-        if (rc != PHEAP_ENOTSUP)
-            return rc;
-        if ((rc = pheap_free(h_, 0)) != 0) /* GC mode: a read-only handle or mode */
-            return rc;
-        return pheap_usable_size(h_, off) ? 0 : PHEAP_ENOTLIVE;
+        return rc == PHEAP_ENOTSUP ? can_free(off) : rc; /* GC mode: no transactions */
+    }
+
+    /* Whether pheap_free(off) would go through now, outside a transaction:
+     * 0, or the error of the handle or the heap (a read-only handle or
+     * mode: what pheap_free of 0 says), or of `off` (not the start of a
+     * live block). */
+    int can_free(pheap_off off) noexcept
+    {
+        int rc = pheap_free(h_, 0);
+        return rc ? rc : pheap_usable_size(h_, off) ? 0 : pheap_errno();
     }
 
     template <class T, class... A>
@@ -904,7 +904,8 @@ class allocator {
     friend class allocator;
     ptr<char> anchor_; /* the first byte of the heap's data region */
 
-    ::pheap_handle *handle() const noexcept { return detail::heap_of(anchor_.get()); }
+    /* pheap_of: the library's one table of open heaps, for every module */
+    ::pheap_handle *handle() const noexcept { return pheap_of(anchor_.get()); }
 
 public:
     using value_type = T;

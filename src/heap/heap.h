@@ -160,14 +160,14 @@ static inline int ph_heap_inherited(const pheap *h)
 /* Records PHEAP_EFORKED for `call` and returns it. */
 int ph_heap_forked(const char *call);
 
-/* Registers a newly opened heap (assigns h->id and h->fork_gen); unregisters and frees
- * every thread record at close, returning cached blocks to their slabs
- * when `keep_caches` (see fold in thread.c). */
 /* The table of open heaps by address (addresses.c, pheap_of): a heap
  * joins it once mapped and leaves it before it is unmapped.  ENOMEM. */
 int ph_addresses_add(pheap *h);
 void ph_addresses_remove(pheap *h);
 
+/* Registers a newly opened heap (assigns h->id and h->fork_gen); unregisters and frees
+ * every thread record at close, returning cached blocks to their slabs
+ * when `keep_caches` (see fold in thread.c). */
 void ph_thread_register_heap(pheap *h);
 void ph_thread_unregister_heap(pheap *h, int keep_caches);
 
